@@ -1,0 +1,219 @@
+package rules
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Config is the supervisor's configuration document. The container fields
+// sit at the top level under their core/v1 names so that a user can paste
+// them from a pod spec.
+type Config struct {
+	Container `yaml:",inline"`
+	// PodRestartPolicy is the pod's spec.restartPolicy; empty means Always,
+	// as in Kubernetes.
+	PodRestartPolicy RestartPolicy `json:"podRestartPolicy,omitempty" yaml:"podRestartPolicy,omitempty"`
+	Backoff          Backoff       `json:"backoff,omitzero" yaml:"backoff,omitempty"`
+}
+
+// Backoff configures the delay between in-place restarts. A nil field takes
+// the kubelet's CrashLoopBackOff default.
+type Backoff struct {
+	Initial    *Duration `json:"initial,omitempty" yaml:"initial,omitempty"`
+	Max        *Duration `json:"max,omitempty" yaml:"max,omitempty"`
+	ResetAfter *Duration `json:"resetAfter,omitempty" yaml:"resetAfter,omitempty"`
+}
+
+// The kubelet's CrashLoopBackOff: 10s doubling to 300s, forgotten after the
+// container has run for 10 minutes.
+const (
+	DefaultBackoffInitial    = 10 * time.Second
+	DefaultBackoffMax        = 300 * time.Second
+	DefaultBackoffResetAfter = 10 * time.Minute
+)
+
+// Duration is a time.Duration written as a Go duration string ("10s").
+type Duration time.Duration
+
+func (d Duration) String() string { return time.Duration(d).String() }
+
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("want a duration string such as \"10s\"")
+	}
+	return d.set(s)
+}
+
+func (d Duration) MarshalYAML() (any, error) { return d.String(), nil }
+
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("want a duration string such as \"10s\"")
+	}
+	return d.set(n.Value)
+}
+
+func (d *Duration) set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("invalid duration %q: want a Go duration such as \"10s\"", s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+func (b Backoff) get(d *Duration, def time.Duration) time.Duration {
+	if d == nil {
+		return def
+	}
+	return time.Duration(*d)
+}
+
+// InitialDelay is the delay before the second restart; the first is immediate.
+func (b Backoff) InitialDelay() time.Duration { return b.get(b.Initial, DefaultBackoffInitial) }
+
+// MaxDelay caps the doubling.
+func (b Backoff) MaxDelay() time.Duration { return b.get(b.Max, DefaultBackoffMax) }
+
+// ResetAfterDuration is how long a run must last for the backoff to start
+// over.
+func (b Backoff) ResetAfterDuration() time.Duration {
+	return b.get(b.ResetAfter, DefaultBackoffResetAfter)
+}
+
+// Delay returns the wait before restart number n (0 for the first restart
+// after a reset): 0, then initial, doubling, capped at max.
+func (b Backoff) Delay(n int) time.Duration {
+	if n <= 0 {
+		return 0
+	}
+	d, max := b.InitialDelay(), b.MaxDelay()
+	for i := 1; i < n && d < max; i++ {
+		d *= 2
+	}
+	if d > max {
+		d = max
+	}
+	return d
+}
+
+// configKeys lists every key the document may hold, by path, so that a
+// misspelt key is an error instead of a silently ignored rule.
+var configKeys = map[string][]string{
+	"":                               {"restartPolicy", "restartPolicyRules", "podRestartPolicy", "backoff"},
+	"backoff":                        {"initial", "max", "resetAfter"},
+	"restartPolicyRules[]":           {"action", "exitCodes"},
+	"restartPolicyRules[].exitCodes": {"operator", "values"},
+}
+
+// Parse reads a configuration document (YAML or JSON), rejects unknown keys
+// and validates it. Every error is one line that names the field.
+func Parse(data []byte) (Config, error) {
+	var cfg Config
+	var doc yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); err != nil {
+		if err.Error() == "EOF" {
+			return cfg, fmt.Errorf("config is empty")
+		}
+		return cfg, fmt.Errorf("config: %s", oneLine(err))
+	}
+	var extra yaml.Node
+	if dec.Decode(&extra) == nil {
+		return cfg, fmt.Errorf("config: holds more than one YAML document")
+	}
+	root := &doc
+	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
+		root = root.Content[0]
+	}
+	if root.Kind == yaml.ScalarNode && root.Tag == "!!null" {
+		return cfg, fmt.Errorf("config is empty")
+	}
+	if err := checkKeys(root, "", ""); err != nil {
+		return cfg, err
+	}
+	if err := root.Decode(&cfg); err != nil {
+		return cfg, fmt.Errorf("config: %s", oneLine(err))
+	}
+	return cfg, cfg.Validate()
+}
+
+// Validate checks the whole document.
+func (c Config) Validate() error {
+	errs := Validate(c.Container, "")
+	if c.PodRestartPolicy != "" {
+		errs = append(errs, ValidatePodPolicy(c.PodRestartPolicy, "podRestartPolicy")...)
+	}
+	for _, f := range []struct {
+		name string
+		d    *Duration
+	}{{"initial", c.Backoff.Initial}, {"max", c.Backoff.Max}, {"resetAfter", c.Backoff.ResetAfter}} {
+		if f.d != nil && *f.d < 0 {
+			errs = append(errs, &FieldError{"backoff." + f.name, fmt.Sprintf("Invalid value: %q: must not be negative", f.d.String())})
+		}
+	}
+	return errs.Err()
+}
+
+// Pod returns the effective pod restart policy.
+func (c Config) Pod() RestartPolicy {
+	if c.PodRestartPolicy == "" {
+		return Always
+	}
+	return c.PodRestartPolicy
+}
+
+// Marshal renders the document as compact JSON, the form the injector puts
+// into RESTART_SUPERVISOR_CONFIG.
+func (c Config) Marshal() ([]byte, error) { return json.Marshal(c) }
+
+func checkKeys(n *yaml.Node, schema, path string) error {
+	switch n.Kind {
+	case yaml.MappingNode:
+		allowed, known := configKeys[schema]
+		if !known {
+			return nil
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := n.Content[i].Value
+			if !has(allowed, k) {
+				sorted := append([]string(nil), allowed...)
+				sort.Strings(sorted)
+				return fmt.Errorf("config: %s: unknown field (line %d); known fields: %s",
+					join(path, k), n.Content[i].Line, strings.Join(sorted, ", "))
+			}
+			if err := checkKeys(n.Content[i+1], join(schema, k), join(path, k)); err != nil {
+				return err
+			}
+		}
+	case yaml.SequenceNode:
+		for i, item := range n.Content {
+			if err := checkKeys(item, schema+"[]", fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func has(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func oneLine(err error) string {
+	return strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " ")
+}
