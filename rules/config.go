@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -106,13 +107,95 @@ func (b Backoff) Delay(n int) time.Duration {
 	return d
 }
 
-// configKeys lists every key the document may hold, by path, so that a
-// misspelt key is an error instead of a silently ignored rule.
-var configKeys = map[string][]string{
-	"":                               {"restartPolicy", "restartPolicyRules", "podRestartPolicy", "backoff"},
-	"backoff":                        {"initial", "max", "resetAfter"},
-	"restartPolicyRules[]":           {"action", "exitCodes"},
-	"restartPolicyRules[].exitCodes": {"operator", "values"},
+// configSchema lists every key the document may hold, by path, with the
+// kind of value it takes, so that a misspelt key or a value of the wrong
+// type is an error that names the field instead of a silently ignored rule.
+var configSchema = map[string]map[string]valueKind{
+	"": {"restartPolicy": kindString, "restartPolicyRules": kindList,
+		"podRestartPolicy": kindString, "backoff": kindMap},
+	"backoff":                        {"initial": kindDuration, "max": kindDuration, "resetAfter": kindDuration},
+	"restartPolicyRules[]":           {"action": kindString, "exitCodes": kindMap},
+	"restartPolicyRules[].exitCodes": {"operator": kindString, "values": kindInt32List},
+}
+
+type valueKind int
+
+const (
+	kindString valueKind = iota
+	kindMap
+	kindList
+	kindDuration
+	kindInt32List
+)
+
+func checkValue(n *yaml.Node, kind valueKind, schema, path string) error {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return nil
+	}
+	invalid := func(n *yaml.Node, path, want string) error {
+		v := n.Value
+		if n.Kind != yaml.ScalarNode {
+			v = map[yaml.Kind]string{yaml.MappingNode: "a mapping", yaml.SequenceNode: "a list"}[n.Kind]
+			return fmt.Errorf("config: %s: Invalid value: %s (line %d): %s", path, v, n.Line, want)
+		}
+		return fmt.Errorf("config: %s: Invalid value: %q (line %d): %s", path, v, n.Line, want)
+	}
+	switch kind {
+	case kindString:
+		if n.Kind != yaml.ScalarNode {
+			return invalid(n, path, "must be a string")
+		}
+	case kindDuration:
+		if n.Kind != yaml.ScalarNode {
+			return invalid(n, path, "must be a Go duration such as \"10s\"")
+		}
+		if _, err := time.ParseDuration(n.Value); err != nil {
+			return invalid(n, path, "must be a Go duration such as \"10s\"")
+		}
+	case kindInt32List:
+		if n.Kind != yaml.SequenceNode {
+			return invalid(n, path, "must be a list of exit codes")
+		}
+		for i, item := range n.Content {
+			if item.Kind != yaml.ScalarNode {
+				return invalid(item, fmt.Sprintf("%s[%d]", path, i), "must be a 32-bit integer")
+			}
+			if _, err := strconv.ParseInt(item.Value, 0, 32); err != nil {
+				return invalid(item, fmt.Sprintf("%s[%d]", path, i), "must be a 32-bit integer")
+			}
+		}
+	case kindList:
+		if n.Kind != yaml.SequenceNode {
+			return invalid(n, path, "must be a list")
+		}
+		for i, item := range n.Content {
+			if err := checkValue(item, kindMap, schema+"[]", fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+	case kindMap:
+		if n.Kind != yaml.MappingNode {
+			return invalid(n, path, "must be a mapping")
+		}
+		fields := configSchema[schema]
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := n.Content[i].Value
+			child, ok := fields[k]
+			if !ok {
+				known := make([]string, 0, len(fields))
+				for f := range fields {
+					known = append(known, f)
+				}
+				sort.Strings(known)
+				return fmt.Errorf("config: %s: unknown field (line %d); known fields: %s",
+					join(path, k), n.Content[i].Line, strings.Join(known, ", "))
+			}
+			if err := checkValue(n.Content[i+1], child, join(schema, k), join(path, k)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // Parse reads a configuration document (YAML or JSON), rejects unknown keys
@@ -138,7 +221,10 @@ func Parse(data []byte) (Config, error) {
 	if root.Kind == yaml.ScalarNode && root.Tag == "!!null" {
 		return cfg, fmt.Errorf("config is empty")
 	}
-	if err := checkKeys(root, "", ""); err != nil {
+	if root.Kind != yaml.MappingNode {
+		return cfg, fmt.Errorf("config: must be a mapping with the keys %s", "restartPolicy, restartPolicyRules, podRestartPolicy, backoff")
+	}
+	if err := checkValue(root, kindMap, "", ""); err != nil {
 		return cfg, err
 	}
 	if err := root.Decode(&cfg); err != nil {
@@ -175,44 +261,6 @@ func (c Config) Pod() RestartPolicy {
 // Marshal renders the document as compact JSON, the form the injector puts
 // into RESTART_SUPERVISOR_CONFIG.
 func (c Config) Marshal() ([]byte, error) { return json.Marshal(c) }
-
-func checkKeys(n *yaml.Node, schema, path string) error {
-	switch n.Kind {
-	case yaml.MappingNode:
-		allowed, known := configKeys[schema]
-		if !known {
-			return nil
-		}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k := n.Content[i].Value
-			if !has(allowed, k) {
-				sorted := append([]string(nil), allowed...)
-				sort.Strings(sorted)
-				return fmt.Errorf("config: %s: unknown field (line %d); known fields: %s",
-					join(path, k), n.Content[i].Line, strings.Join(sorted, ", "))
-			}
-			if err := checkKeys(n.Content[i+1], join(schema, k), join(path, k)); err != nil {
-				return err
-			}
-		}
-	case yaml.SequenceNode:
-		for i, item := range n.Content {
-			if err := checkKeys(item, schema+"[]", fmt.Sprintf("%s[%d]", path, i)); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-func has(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
 
 func oneLine(err error) string {
 	return strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " ")
