@@ -1,0 +1,90 @@
+package supervise
+
+import (
+	"os"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// forwardedSignals are passed on to the workload's process group. The list
+// follows tini: every catchable signal except the ones the kernel raises
+// synchronously for a fault of the receiving process (SEGV, BUS, FPE, ILL,
+// TRAP, SYS, ABRT), the resource-limit signals our own writes could raise
+// (XCPU, XFSZ), SIGPIPE (raised by our own log writes), SIGPROF (the
+// runtime's profiler), SIGCHLD and the terminal stop signals for background
+// reads and writes. SIGURG is absent on purpose: the Go runtime sends it to
+// itself to preempt goroutines, hundreds of times a second under load, and
+// forwarding it would shower the workload with signals it never asked for.
+var forwardedSignals = func() []os.Signal {
+	s := []os.Signal{
+		unix.SIGHUP, unix.SIGINT, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2,
+		unix.SIGALRM, unix.SIGTERM, unix.SIGSTKFLT, unix.SIGCONT, unix.SIGTSTP,
+		unix.SIGVTALRM, unix.SIGWINCH, unix.SIGIO, unix.SIGPWR,
+	}
+	// Real-time signals (SIGRTMIN..SIGRTMAX as the kernel numbers them; the
+	// C library reserves 32 and 33 for itself).
+	for n := 34; n <= 64; n++ {
+		s = append(s, syscall.Signal(n))
+	}
+	return s
+}()
+
+// caughtSignals are taken away from their default action but not
+// forwarded. SIGTTIN/SIGTTOU: the supervisor must never be stopped for
+// touching a terminal it no longer has in the foreground. They are caught
+// rather than ignored because an ignored disposition survives exec and the
+// workload would inherit it; a caught one is reset to the default in the
+// child. The child takes the terminal (TIOCSPGRP) while all its signals are
+// still blocked, so it does not need SIGTTOU ignored either. SIGPIPE: a
+// closed stderr must cost us a log line, not our life.
+var caughtSignals = []os.Signal{unix.SIGTTIN, unix.SIGTTOU, unix.SIGPIPE}
+
+// DefaultStopSignals are the signals that ask the container to stop: the
+// kubelet's default stop signal and Ctrl-C.
+var DefaultStopSignals = []syscall.Signal{unix.SIGTERM, unix.SIGINT}
+
+func isForwarded(sig syscall.Signal) bool {
+	for _, s := range forwardedSignals {
+		if s == sig {
+			return true
+		}
+	}
+	return false
+}
+
+// ParseSignal accepts a signal name with or without the SIG prefix, in any
+// case, or a number.
+func ParseSignal(name string) (syscall.Signal, bool) {
+	n := 0
+	digits := len(name) > 0
+	for _, c := range name {
+		if c < '0' || c > '9' {
+			digits = false
+			break
+		}
+		n = n*10 + int(c-'0')
+		if n > 64 {
+			return 0, false
+		}
+	}
+	if digits {
+		if n < 1 {
+			return 0, false
+		}
+		return syscall.Signal(n), true
+	}
+	up := make([]byte, 0, len(name)+3)
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if c >= 'a' && c <= 'z' {
+			c -= 'a' - 'A'
+		}
+		up = append(up, c)
+	}
+	s := unix.SignalNum(string(up))
+	if s == 0 {
+		s = unix.SignalNum("SIG" + string(up))
+	}
+	return s, s != 0
+}
