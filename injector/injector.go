@@ -1,0 +1,138 @@
+// Package injector owns the pod mutation that makes restart-supervisor run
+// the containers that carry restart rules: it reads the rules from the
+// KEP-5307 container fields or the restart-supervisor.dev/rules annotation,
+// validates them as the API server would, resolves image entrypoints when a
+// container has no command, and returns both explicit RFC 6902 operations
+// (for the admission webhook) and the mutated object (for the offline CLI).
+// It is pure apart from the optional registry lookup and never touches a
+// cluster.
+package injector
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// Version is recorded in the status annotation and selects the default
+// supervisor image tag. Release builds override it with -ldflags -X.
+var Version = "v0.1.0"
+
+// Names shared with the supervisor and the webhook; see CONTRACT "Injector output".
+const (
+	AnnotationRules      = "restart-supervisor.dev/rules"
+	AnnotationEntrypoint = "restart-supervisor.dev/entrypoint." // + container name
+	AnnotationStatus     = "restart-supervisor.dev/status"
+
+	BinVolume        = "restart-supervisor-bin"
+	StateVolume      = "restart-supervisor-state"
+	InstallContainer = "restart-supervisor-install"
+	BinDir           = "/opt/restart-supervisor"
+	SupervisorPath   = BinDir + "/restart-supervisor"
+	StateDir         = "/run/restart-supervisor"
+
+	EnvConfig           = "RESTART_SUPERVISOR_CONFIG"
+	EnvStateDir         = "RESTART_SUPERVISOR_STATE_DIR"
+	EnvContainerName    = "RESTART_SUPERVISOR_CONTAINER_NAME"
+	EnvPlatformCommands = "RESTART_SUPERVISOR_PLATFORM_COMMANDS"
+
+	// ImageRepository is where release images of the supervisor live.
+	ImageRepository = "ghcr.io/restart-supervisor/restart-supervisor"
+)
+
+// Options configure an Injector. The zero value is usable: it injects the
+// release image matching Version and performs no registry lookups.
+type Options struct {
+	// SupervisorImage runs the install init container; default
+	// ImageRepository:Version.
+	SupervisorImage string
+	// ImagePullPolicy of the install container; empty leaves it to the
+	// API server's defaulting.
+	ImagePullPolicy corev1.PullPolicy
+	// VolumeMedium of both emptyDirs: "" (node disk) or "Memory".
+	VolumeMedium corev1.StorageMedium
+	// BinSizeLimit caps the binary volume; default 32Mi.
+	BinSizeLimit *resource.Quantity
+	// StateSizeLimit caps the state volume; default 1Mi.
+	StateSizeLimit *resource.Quantity
+	// InitResources are the install container's requests and limits;
+	// default 10m CPU and 16Mi memory, equal requests and limits so that
+	// a Guaranteed pod stays Guaranteed. A BestEffort pod gets none, so it
+	// stays BestEffort.
+	InitResources *corev1.ResourceRequirements
+	// Resolver looks up image entrypoints for containers without command;
+	// nil means no registry lookups: such containers then need the
+	// restart-supervisor.dev/entrypoint.<container> annotation.
+	Resolver *Resolver
+}
+
+// Injector mutates pods. It is safe for concurrent use.
+type Injector struct {
+	opts Options
+}
+
+// New returns an Injector with opts, defaults filled in.
+func New(opts Options) *Injector {
+	if opts.SupervisorImage == "" {
+		opts.SupervisorImage = ImageRepository + ":" + Version
+	}
+	if opts.BinSizeLimit == nil {
+		q := resource.MustParse("32Mi")
+		opts.BinSizeLimit = &q
+	}
+	if opts.StateSizeLimit == nil {
+		q := resource.MustParse("1Mi")
+		opts.StateSizeLimit = &q
+	}
+	if opts.InitResources == nil {
+		rl := corev1.ResourceList{
+			corev1.ResourceCPU:    resource.MustParse("10m"),
+			corev1.ResourceMemory: resource.MustParse("16Mi"),
+		}
+		opts.InitResources = &corev1.ResourceRequirements{Requests: rl, Limits: rl.DeepCopy()}
+	}
+	return &Injector{opts: opts}
+}
+
+// PatchOp is one RFC 6902 operation, relative to the root of the Pod (or
+// of the pod template, for workloads).
+type PatchOp struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value,omitempty"`
+}
+
+// Result is the outcome of a mutation.
+type Result struct {
+	// Patch turns the input into Pod; empty when nothing changed.
+	Patch []PatchOp
+	// Pod is the mutated copy (the input's copy when nothing changed).
+	Pod *corev1.Pod
+	// Injected reports whether this call changed the pod.
+	Injected bool
+	// Containers are the names of the wrapped containers (also those
+	// wrapped by an earlier run, for an already injected pod).
+	Containers []string
+	// Warnings are for the user (admission warnings, CLI stderr).
+	Warnings []string
+}
+
+// EntrypointError says that a container without command could not get its
+// image's entrypoint. The webhook may deny or admit unchanged with a warning.
+type EntrypointError struct {
+	Object    string // such as `pod "web-1"`
+	Container string
+	Image     string
+	Err       error
+}
+
+func (e *EntrypointError) Error() string {
+	return fmt.Sprintf("%s: container %q: cannot determine the entrypoint of image %q: %v "+
+		"(set command, or the annotation %s%s)", e.Object, e.Container, e.Image, e.Err, AnnotationEntrypoint, e.Container)
+}
+
+func (e *EntrypointError) Unwrap() error { return e.Err }
+
+var _ = context.Background
