@@ -1,0 +1,335 @@
+package podstate
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+)
+
+// Pod restarts (KEP-5532 RestartAllContainers) are numbered generations.
+// Generation N exists when the file pod-restarts/<N> exists; the current
+// generation is the highest present, 0 when none is. Every supervisor knows
+// the generation its workload's current run belongs to (its "observed"
+// generation).
+//
+// The exactly-once rule: an announcement carries the generation its
+// announcer observed, G, and can only create generation G+1. The file is
+// made by link(2), which fails when the name exists, so of several
+// containers that hit the rule during the same generation exactly one
+// creates G+1 and the others learn that the pod restart they asked for is
+// already under way. Every supervisor restarts its workload once for each
+// generation above the one it observed, and then observes the new one: one
+// announcement, one restart of each container, no loop.
+
+const (
+	genDir = "pod-restarts"
+	// genKeep is how many older generation files an announcer leaves for
+	// inspection; only the newest is ever needed.
+	genKeep = 8
+	// DefaultPollInterval is how often a watcher without inotify looks.
+	DefaultPollInterval = time.Second
+)
+
+// Generation is one pod restart.
+type Generation struct {
+	N uint64 `json:"generation"`
+	// Source is the container whose exit announced it, ExitCode that exit.
+	Source   string    `json:"source"`
+	ExitCode int32     `json:"exitCode"`
+	Time     time.Time `json:"time"`
+}
+
+func genName(n uint64) string { return fmt.Sprintf("%020d", n) }
+
+// Current returns the pod's current restart generation.
+func Current(dir string) (uint64, error) {
+	entries, err := os.ReadDir(filepath.Join(dir, genDir))
+	if errors.Is(err, os.ErrNotExist) {
+		if _, derr := os.Stat(dir); derr != nil {
+			return 0, fmt.Errorf("state directory: %w", derr)
+		}
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("state directory: %w", err)
+	}
+	var max uint64
+	for _, e := range entries {
+		if len(e.Name()) != 20 {
+			continue
+		}
+		if n, err := strconv.ParseUint(e.Name(), 10, 64); err == nil && n > max {
+			max = n
+		}
+	}
+	return max, nil
+}
+
+// ReadGeneration returns the details of generation n. A generation whose
+// file was pruned or cannot be parsed still has its number.
+func ReadGeneration(dir string, n uint64) Generation {
+	g := Generation{N: n}
+	if data, err := os.ReadFile(filepath.Join(dir, genDir, genName(n))); err == nil {
+		_ = json.Unmarshal(data, &g)
+		g.N = n
+	}
+	return g
+}
+
+// Announce asks for a pod restart on behalf of container source, whose
+// workload exited with exitCode during generation observed. It creates
+// generation observed+1 and reports won=true, or, when that generation
+// exists already, creates nothing and returns the pod's current generation
+// with won=false: the announcement was stale, the pod restart it asked for
+// is already under way. Either way the caller's workload belongs to the
+// returned generation once restarted.
+func Announce(dir string, observed uint64, source string, exitCode int32) (g Generation, won bool, err error) {
+	gdir, err := sharedSubdir(dir, genDir)
+	if err != nil {
+		return Generation{}, false, err
+	}
+	g = Generation{N: observed + 1, Source: source, ExitCode: exitCode, Time: time.Now().UTC()}
+	data, err := json.Marshal(g)
+	if err != nil {
+		return Generation{}, false, err
+	}
+	tmp, err := createTemp(gdir, "announce", append(data, '\n'))
+	if err != nil {
+		return Generation{}, false, err
+	}
+	defer os.Remove(tmp)
+	// link(2), unlike rename(2), fails if the name exists: the winner's
+	// file appears complete and no one can replace it.
+	switch err := os.Link(tmp, filepath.Join(gdir, genName(g.N))); {
+	case err == nil:
+		prune(gdir, g.N)
+		return g, true, nil
+	case errors.Is(err, os.ErrExist):
+		cur, cerr := Current(dir)
+		if cerr != nil {
+			return Generation{}, false, cerr
+		}
+		return ReadGeneration(dir, cur), false, nil
+	default:
+		return Generation{}, false, fmt.Errorf("announce pod restart: %w", err)
+	}
+}
+
+// prune removes generation files older than the last genKeep. Errors are
+// ignored: leftovers cost a few bytes and never change the current number.
+func prune(gdir string, newest uint64) {
+	if newest <= genKeep {
+		return
+	}
+	entries, err := os.ReadDir(gdir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if n, err := strconv.ParseUint(e.Name(), 10, 64); err == nil && len(e.Name()) == 20 && n+genKeep < newest {
+			os.Remove(filepath.Join(gdir, e.Name()))
+		}
+	}
+}
+
+// WatchOptions tune a Watcher.
+type WatchOptions struct {
+	// ForcePoll skips inotify and polls; inotify is also skipped when it
+	// cannot be set up (no inotify, or the instance limit reached).
+	ForcePoll bool
+	// PollInterval defaults to DefaultPollInterval.
+	PollInterval time.Duration
+}
+
+// Watcher delivers the pod's new restart generations.
+type Watcher struct {
+	c       chan Generation
+	done    chan struct{}
+	wg      sync.WaitGroup
+	fs      *fsnotify.Watcher
+	polling bool
+	once    sync.Once
+}
+
+// Watch starts watching for generations above from; pass the generation
+// the caller has observed (Current at start-up), so that nothing older is
+// replayed and nothing announced since is missed.
+func Watch(dir string, from uint64, opts WatchOptions) (*Watcher, error) {
+	gdir, err := sharedSubdir(dir, genDir)
+	if err != nil {
+		return nil, err
+	}
+	w := &Watcher{c: make(chan Generation, 1), done: make(chan struct{})}
+	if !opts.ForcePoll {
+		w.fs, err = fsnotify.NewWatcher()
+		if err == nil {
+			if err = w.fs.Add(gdir); err != nil {
+				w.fs.Close()
+				w.fs = nil
+			}
+		}
+	}
+	w.polling = w.fs == nil
+	interval := opts.PollInterval
+	if interval <= 0 {
+		interval = DefaultPollInterval
+	}
+	w.wg.Add(1)
+	go w.run(dir, from, interval)
+	return w, nil
+}
+
+// C delivers each new generation once, in increasing order. It holds at
+// most one pending generation: when the receiver is late, a newer
+// generation replaces the pending one, since one restart answers both.
+// C is never closed.
+func (w *Watcher) C() <-chan Generation { return w.c }
+
+// Polling reports whether the watcher polls instead of using inotify.
+func (w *Watcher) Polling() bool { return w.polling }
+
+// Close stops the watcher and waits for it to finish.
+func (w *Watcher) Close() error {
+	w.once.Do(func() { close(w.done) })
+	w.wg.Wait()
+	if w.fs != nil {
+		return w.fs.Close()
+	}
+	return nil
+}
+
+func (w *Watcher) run(dir string, last uint64, interval time.Duration) {
+	defer w.wg.Done()
+	var events <-chan fsnotify.Event
+	var errs <-chan error
+	var tick <-chan time.Time
+	if w.fs != nil {
+		events, errs = w.fs.Events, w.fs.Errors
+	} else {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		tick = t.C
+	}
+	scan := func() {
+		n, err := Current(dir)
+		if err != nil || n <= last {
+			return
+		}
+		last = n
+		w.deliver(ReadGeneration(dir, n))
+	}
+	// The watch is in place before this first look, so a generation made
+	// between the caller's Current and Watch is seen here.
+	scan()
+	for {
+		select {
+		case <-w.done:
+			return
+		case _, ok := <-events:
+			if !ok {
+				return
+			}
+			scan()
+		case <-errs:
+			// An overflow lost events; looking again finds what they said.
+			scan()
+		case <-tick:
+			scan()
+		}
+	}
+}
+
+func (w *Watcher) deliver(g Generation) {
+	select {
+	case w.c <- g:
+		return
+	default:
+	}
+	select {
+	case <-w.c:
+	default:
+	}
+	// This goroutine is the only sender, so the slot is free now.
+	w.c <- g
+}
+
+// Member is one container's part in pod restarts: it knows the generation
+// the container's current run belongs to, announces with it, and accepts
+// each newer generation exactly once. Its methods are safe for concurrent
+// use.
+type Member struct {
+	dir, name string
+	w         *Watcher
+	mu        sync.Mutex
+	gen       uint64
+}
+
+// Join reads the pod's current generation (the one the container starts
+// in: a container started late does not replay earlier pod restarts) and
+// watches for newer ones.
+func Join(dir, container string, opts WatchOptions) (*Member, error) {
+	if err := CheckContainerName(container); err != nil {
+		return nil, err
+	}
+	gen, err := Current(dir)
+	if err != nil {
+		return nil, err
+	}
+	w, err := Watch(dir, gen, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Member{dir: dir, name: container, w: w, gen: gen}, nil
+}
+
+// Generation returns the generation of the container's current run.
+func (m *Member) Generation() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.gen
+}
+
+// Announce asks for a pod restart because the workload exited with
+// exitCode and its first matching rule says RestartAllContainers. Whether
+// it won or not, the caller restarts its own workload once, which then
+// belongs to g.N; the same generation arriving later on Restarts is not
+// accepted again.
+func (m *Member) Announce(exitCode int32) (g Generation, won bool, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	g, won, err = Announce(m.dir, m.gen, m.name, exitCode)
+	if err == nil && g.N > m.gen {
+		m.gen = g.N
+	}
+	return g, won, err
+}
+
+// Restarts delivers generations announced by any container of the pod.
+// Pass each to Accept.
+func (m *Member) Restarts() <-chan Generation { return m.w.C() }
+
+// Accept reports whether g asks this container to restart: true the first
+// time a generation above the current one is seen, which then becomes the
+// current one.
+func (m *Member) Accept(g Generation) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if g.N <= m.gen {
+		return false
+	}
+	m.gen = g.N
+	return true
+}
+
+// Polling reports whether pod restarts are found by polling.
+func (m *Member) Polling() bool { return m.w.Polling() }
+
+// Close stops watching.
+func (m *Member) Close() error { return m.w.Close() }

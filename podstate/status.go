@@ -1,0 +1,241 @@
+// Package podstate owns the state that the supervisors of one pod share
+// through the pod's state volume (RESTART_SUPERVISOR_STATE_DIR): a status
+// document per supervised container, the generations of pod-wide restarts
+// (the RestartAllContainers emulation), and the summary written to the
+// container's termination message on final exit.
+//
+// The supervisors run in different containers: different PID and mount
+// namespaces, possibly different UIDs, sharing nothing but this directory.
+// Everything here is therefore built from operations that are atomic on a
+// local filesystem (rename, link) and needs no lock, no daemon and no
+// cooperation beyond the files themselves.
+//
+// Layout of the directory:
+//
+//	status/<container>.json     one status document per container
+//	pod-restarts/<generation>   one file per pod restart, 20 digits
+package podstate
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/restart-supervisor/restart-supervisor/rules"
+)
+
+// DefaultDir is where the injector mounts the state volume.
+const DefaultDir = "/run/restart-supervisor"
+
+// State is what a supervisor is doing with its workload.
+type State string
+
+const (
+	// StateRunning: the workload runs.
+	StateRunning State = "running"
+	// StateBackoff: the workload exited and waits for its next start.
+	StateBackoff State = "backoff"
+	// StateStopping: the container is being stopped; no restart follows.
+	StateStopping State = "stopping"
+	// StateHeld: the workload exited for good but the supervisor keeps the
+	// container alive, because the kubelet would restart it otherwise.
+	StateHeld State = "held"
+	// StateExited: the supervisor has exited with the workload's status.
+	StateExited State = "exited"
+)
+
+// Exit describes one exit of the workload and the decision taken on it.
+type Exit struct {
+	// Code is the exit status as the container runtime reports it: the
+	// exit code, or 128+N when the workload was killed by signal N.
+	Code int32 `json:"code"`
+	// Signal names the signal that killed the workload ("SIGKILL").
+	Signal string `json:"signal,omitempty"`
+	// Rule is the index of the first matching restartPolicyRule; nil when
+	// no rule matched.
+	Rule *int `json:"rule,omitempty"`
+	// Action is the matching rule's action.
+	Action rules.Action `json:"action,omitempty"`
+	At     time.Time    `json:"at"`
+}
+
+// Status is one container's status document.
+type Status struct {
+	Container string `json:"container"`
+	State     State  `json:"state"`
+	// Restarts counts in-place restarts of the workload, whatever caused
+	// them; the kubelet's restartCount does not see these.
+	Restarts int `json:"restarts"`
+	// PodRestarts counts how many of those were pod-wide restarts
+	// (RestartAllContainers), announced by this or another container.
+	PodRestarts int `json:"podRestarts"`
+	// Generation is the pod restart generation the current run belongs to.
+	Generation uint64 `json:"generation"`
+	// LastExit is the workload's most recent exit.
+	LastExit *Exit `json:"lastExit,omitempty"`
+	// LastRestart is the exit that caused the most recent in-place
+	// restart; it stays when a later exit ends the container.
+	LastRestart *Exit `json:"lastRestart,omitempty"`
+	// StartedAt is when the workload was last started.
+	StartedAt time.Time `json:"startedAt,omitzero"`
+	// NextStartAt is when a workload in backoff starts again.
+	NextStartAt time.Time `json:"nextStartAt,omitzero"`
+	UpdatedAt   time.Time `json:"updatedAt"`
+	// SupervisorPID is the supervisor's PID in its own container's PID
+	// namespace; it is not meaningful from another container.
+	SupervisorPID     int    `json:"supervisorPid"`
+	SupervisorVersion string `json:"supervisorVersion,omitempty"`
+}
+
+const (
+	statusDir = "status"
+	statusExt = ".json"
+	// sharedDirMode: every container of the pod may run as a different
+	// UID and must be able to create and replace its own files.
+	sharedDirMode = 0o777
+	fileMode      = 0o644
+)
+
+// StatusPath returns where the status document of container lives.
+func StatusPath(dir, container string) string {
+	return filepath.Join(dir, statusDir, container+statusExt)
+}
+
+// CheckContainerName rejects names that cannot be a file name in the
+// status directory. Kubernetes container names (DNS-1123 labels) all pass.
+func CheckContainerName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("container name is empty (set --name or RESTART_SUPERVISOR_CONTAINER_NAME)")
+	case len(name) > 253, strings.ContainsAny(name, "/\x00"), strings.HasPrefix(name, "."):
+		return fmt.Errorf("container name %q: must not start with '.', contain '/' or exceed 253 bytes", name)
+	}
+	return nil
+}
+
+// WriteStatus replaces the status document of s.Container atomically:
+// a reader sees either the previous document or this one, never a mix.
+// UpdatedAt is set to now when zero.
+func WriteStatus(dir string, s Status) error {
+	if err := CheckContainerName(s.Container); err != nil {
+		return err
+	}
+	if s.UpdatedAt.IsZero() {
+		s.UpdatedAt = time.Now()
+	}
+	data, err := json.Marshal(s)
+	if err != nil {
+		return fmt.Errorf("status of %s: %w", s.Container, err)
+	}
+	sdir, err := sharedSubdir(dir, statusDir)
+	if err != nil {
+		return err
+	}
+	return writeAtomic(sdir, s.Container+statusExt, append(data, '\n'))
+}
+
+// ReadAll returns the status of every container that has written one,
+// sorted by container name. Documents that cannot be read or parsed are
+// left out and reported in the error, which is nil when all were read. A
+// missing status directory yields no statuses and no error.
+func ReadAll(dir string) ([]Status, error) {
+	sdir := filepath.Join(dir, statusDir)
+	entries, err := os.ReadDir(sdir)
+	if errors.Is(err, os.ErrNotExist) {
+		if _, derr := os.Stat(dir); derr != nil {
+			return nil, fmt.Errorf("state directory: %w", derr)
+		}
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("state directory: %w", err)
+	}
+	var out []Status
+	var errs []error
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasPrefix(name, ".") || !strings.HasSuffix(name, statusExt) || e.IsDir() {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(sdir, name))
+		if errors.Is(err, os.ErrNotExist) {
+			continue // removed since ReadDir
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("status %s: %w", name, err))
+			continue
+		}
+		var s Status
+		if err := json.Unmarshal(data, &s); err != nil {
+			errs = append(errs, fmt.Errorf("status %s: %v", name, err))
+			continue
+		}
+		// The file name is the authority: a document copied under another
+		// name must not show up twice under one container.
+		s.Container = strings.TrimSuffix(name, statusExt)
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Container < out[j].Container })
+	return out, errors.Join(errs...)
+}
+
+// sharedSubdir creates dir/name if needed, writable by every UID of the
+// pod (umask would otherwise strip the group and other bits).
+func sharedSubdir(dir, name string) (string, error) {
+	p := filepath.Join(dir, name)
+	if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+		return p, nil
+	}
+	if err := os.Mkdir(p, sharedDirMode); err != nil && !errors.Is(err, os.ErrExist) {
+		return "", fmt.Errorf("state directory: %w", err)
+	} else if err == nil {
+		// Only the creator may chmod; a failure leaves the umask's mode,
+		// which still works when all containers share a UID.
+		_ = os.Chmod(p, sharedDirMode)
+	}
+	return p, nil
+}
+
+// writeAtomic writes data to dir/name through a temporary file in the same
+// directory, synced before the rename so that the name never points at a
+// partly written file.
+func writeAtomic(dir, name string, data []byte) error {
+	tmp, err := createTemp(dir, name, data)
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	return nil
+}
+
+// createTemp writes data into a new hidden file in dir, synced and readable
+// by every UID, and returns its path.
+func createTemp(dir, name string, data []byte) (string, error) {
+	f, err := os.CreateTemp(dir, "."+name+".*.tmp")
+	if err != nil {
+		return "", fmt.Errorf("write %s: %w", name, err)
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(fileMode)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return "", fmt.Errorf("write %s: %w", name, err)
+	}
+	return f.Name(), nil
+}

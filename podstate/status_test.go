@@ -1,0 +1,286 @@
+package podstate
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/restart-supervisor/restart-supervisor/rules"
+)
+
+func intPtr(i int) *int { return &i }
+
+func TestWriteStatusReadAllRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	started := time.Date(2026, 11, 30, 15, 0, 0, 0, time.UTC)
+	want := []Status{
+		{Container: "worker", State: StateBackoff, Restarts: 3, PodRestarts: 1, Generation: 1,
+			LastExit:    &Exit{Code: 42, Rule: intPtr(0), Action: rules.ActionRestart, At: started.Add(time.Minute)},
+			LastRestart: &Exit{Code: 42, Rule: intPtr(0), Action: rules.ActionRestart, At: started.Add(time.Minute)},
+			StartedAt:   started, NextStartAt: started.Add(2 * time.Minute), SupervisorPID: 1, SupervisorVersion: "v1"},
+		{Container: "app", State: StateRunning, StartedAt: started, SupervisorPID: 1},
+		{Container: "sidecar", State: StateExited,
+			LastExit: &Exit{Code: 143, Signal: "SIGTERM", At: started}, SupervisorPID: 7},
+	}
+	for _, s := range want {
+		if err := WriteStatus(dir, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := ReadAll(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 || got[0].Container != "app" || got[1].Container != "sidecar" || got[2].Container != "worker" {
+		t.Fatalf("want app, sidecar, worker in order; got %+v", got)
+	}
+	w := got[2]
+	if w.Restarts != 3 || w.PodRestarts != 1 || w.State != StateBackoff || w.LastExit == nil || w.LastExit.Code != 42 ||
+		w.LastExit.Rule == nil || *w.LastExit.Rule != 0 || w.LastExit.Action != rules.ActionRestart ||
+		!w.StartedAt.Equal(started) || !w.NextStartAt.Equal(started.Add(2*time.Minute)) || w.SupervisorVersion != "v1" {
+		t.Fatalf("worker status changed in the round trip: %+v", w)
+	}
+	if w.UpdatedAt.IsZero() {
+		t.Fatal("UpdatedAt not stamped")
+	}
+	if got[1].LastExit.Signal != "SIGTERM" || got[1].LastExit.Rule != nil {
+		t.Fatalf("sidecar: %+v", got[1].LastExit)
+	}
+
+	// Files are readable by other UIDs and the directory is writable by them.
+	fi, err := os.Stat(StatusPath(dir, "app"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o644 {
+		t.Fatalf("status file mode %v, want 0644", fi.Mode().Perm())
+	}
+	di, err := os.Stat(filepath.Join(dir, "status"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if di.Mode().Perm() != 0o777 {
+		t.Fatalf("status directory mode %v, want 0777", di.Mode().Perm())
+	}
+	// No temporary files are left behind.
+	entries, _ := os.ReadDir(filepath.Join(dir, "status"))
+	if len(entries) != 3 {
+		t.Fatalf("status directory holds %d entries, want 3", len(entries))
+	}
+}
+
+func TestReadAllSkipsTempFilesAndReportsBrokenDocuments(t *testing.T) {
+	dir := t.TempDir()
+	if err := WriteStatus(dir, Status{Container: "good", State: StateRunning}); err != nil {
+		t.Fatal(err)
+	}
+	sdir := filepath.Join(dir, "status")
+	os.WriteFile(filepath.Join(sdir, ".good.json.123.tmp"), []byte("{"), 0o644)
+	os.WriteFile(filepath.Join(sdir, "notes.txt"), []byte("x"), 0o644)
+	os.WriteFile(filepath.Join(sdir, "broken.json"), []byte("{\"state\":"), 0o644)
+	got, err := ReadAll(dir)
+	if len(got) != 1 || got[0].Container != "good" {
+		t.Fatalf("got %+v", got)
+	}
+	if err == nil || !strings.Contains(err.Error(), "broken.json") {
+		t.Fatalf("want an error naming broken.json, got %v", err)
+	}
+}
+
+func TestReadAllMissingDirectories(t *testing.T) {
+	dir := t.TempDir()
+	if got, err := ReadAll(dir); err != nil || len(got) != 0 {
+		t.Fatalf("empty state dir: %v %v", got, err)
+	}
+	if _, err := ReadAll(filepath.Join(dir, "absent")); err == nil {
+		t.Fatal("a missing state directory must be an error")
+	}
+}
+
+func TestWriteStatusRejectsBadNames(t *testing.T) {
+	for _, name := range []string{"", "../x", "a/b", ".hidden", strings.Repeat("a", 254)} {
+		if err := WriteStatus(t.TempDir(), Status{Container: name}); err == nil {
+			t.Errorf("name %q accepted", name)
+		}
+	}
+}
+
+// Readers racing a writer that replaces the document continuously must
+// always see a complete document.
+func TestWriteStatusIsAtomicForConcurrentReaders(t *testing.T) {
+	dir := t.TempDir()
+	pad := strings.Repeat("x", 64<<10) // large enough that a torn write would show
+	if err := WriteStatus(dir, Status{Container: "c", SupervisorVersion: pad}); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan string, 100)
+	for r := 0; r < 4; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				data, err := os.ReadFile(StatusPath(dir, "c"))
+				if err != nil {
+					errs <- err.Error()
+					return
+				}
+				var s Status
+				if err := json.Unmarshal(data, &s); err != nil || s.SupervisorVersion != pad {
+					errs <- "torn read"
+					return
+				}
+			}
+		}()
+	}
+	for i := 0; i < 300; i++ {
+		if err := WriteStatus(dir, Status{Container: "c", Restarts: i, SupervisorVersion: pad}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Fatal(e)
+	}
+}
+
+func TestFormatTableAndJSON(t *testing.T) {
+	now := time.Date(2026, 11, 30, 16, 0, 0, 0, time.UTC)
+	st := []Status{
+		{Container: "app", State: StateRunning, Restarts: 2, PodRestarts: 1,
+			LastExit:  &Exit{Code: 42, Rule: intPtr(1), Action: rules.ActionRestartAllContainers},
+			StartedAt: now.Add(-90 * time.Second), UpdatedAt: now.Add(-90 * time.Second)},
+		{Container: "side", State: StateBackoff, Restarts: 1, LastExit: &Exit{Code: 137, Signal: "SIGKILL"},
+			NextStartAt: now.Add(10 * time.Second), StartedAt: now.Add(-2 * time.Hour), UpdatedAt: now},
+	}
+	var b bytes.Buffer
+	if err := FormatTable(&b, st, now); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimRight(b.String(), "\n"), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("want header and 2 rows:\n%s", b.String())
+	}
+	for _, want := range [][]string{
+		{"CONTAINER", "STATE", "RESTARTS", "POD RESTARTS", "LAST EXIT", "RULE", "ACTION", "STARTED", "UPDATED"},
+		{"app", "running", "2", "1", "42", "1", "RestartAllContainers", "1m30s ago"},
+		{"side", "backoff (10s)", "1", "0", "137 (SIGKILL)", "-", "-", "2h0m0s ago", "0s ago"},
+	} {
+		line := lines[0]
+		for _, l := range lines {
+			if strings.HasPrefix(l, want[0]) {
+				line = l
+			}
+		}
+		for _, cell := range want {
+			if !strings.Contains(line, cell) {
+				t.Errorf("row %q lacks %q", line, cell)
+			}
+		}
+	}
+	b.Reset()
+	if err := FormatJSON(&b, st); err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Containers []Status `json:"containers"`
+	}
+	if err := json.Unmarshal(b.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Containers) != 2 || doc.Containers[1].LastExit.Signal != "SIGKILL" {
+		t.Fatalf("JSON: %s", b.String())
+	}
+	b.Reset()
+	FormatJSON(&b, nil)
+	if strings.TrimSpace(b.String()) != "{\n  \"containers\": []\n}" {
+		t.Fatalf("empty JSON: %q", b.String())
+	}
+}
+
+func TestStatusCommand(t *testing.T) {
+	dir := t.TempDir()
+	run := func(args ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		code := StatusCommand(args, &out, &errb)
+		return code, out.String(), errb.String()
+	}
+	if code, _, stderr := run("--state-dir", dir); code != StatusIncomplete || !strings.Contains(stderr, "no supervised container") {
+		t.Fatalf("empty dir: %d %q", code, stderr)
+	}
+	WriteStatus(dir, Status{Container: "b", State: StateRunning, Restarts: 4})
+	WriteStatus(dir, Status{Container: "a", State: StateHeld})
+	code, out, _ := run("--state-dir", dir)
+	if code != StatusOK || strings.Index(out, "a ") > strings.Index(out, "b ") || !strings.Contains(out, "held") {
+		t.Fatalf("table: %d\n%s", code, out)
+	}
+	t.Setenv("RESTART_SUPERVISOR_STATE_DIR", dir)
+	code, out, _ = run("--json")
+	var doc struct{ Containers []Status }
+	if code != StatusOK || json.Unmarshal([]byte(out), &doc) != nil || len(doc.Containers) != 2 || doc.Containers[1].Restarts != 4 {
+		t.Fatalf("json via env: %d %s", code, out)
+	}
+	if code, _, stderr := run("--bogus"); code != StatusUsage || !strings.Contains(stderr, "bogus") {
+		t.Fatalf("bad flag: %d %q", code, stderr)
+	}
+	if code, _, stderr := run("extra"); code != StatusUsage || !strings.Contains(stderr, "extra") {
+		t.Fatalf("extra arg: %d %q", code, stderr)
+	}
+	if code, _, stderr := run("--state-dir", filepath.Join(dir, "nope")); code != StatusIncomplete || !strings.Contains(stderr, "nope") {
+		t.Fatalf("missing dir: %d %q", code, stderr)
+	}
+	os.WriteFile(filepath.Join(dir, "status", "c.json"), []byte("garbage"), 0o644)
+	code, out, stderr := run()
+	if code != StatusIncomplete || !strings.Contains(stderr, "c.json") || !strings.Contains(out, "held") {
+		t.Fatalf("broken document: %d %q %q", code, out, stderr)
+	}
+}
+
+func TestSummaryAndTerminationMessage(t *testing.T) {
+	s := Status{Restarts: 3, PodRestarts: 1, State: StateExited,
+		LastRestart: &Exit{Code: 42, Rule: intPtr(0), Action: rules.ActionRestart},
+		LastExit:    &Exit{Code: 1}}
+	want := "restart-supervisor: 3 in-place restarts (1 pod restart); last exit 42 (rule 0 Restart); final exit 1"
+	if got := s.Summary(); got != want {
+		t.Fatalf("summary\n got %q\nwant %q", got, want)
+	}
+	if got := (Status{Restarts: 1, State: StateExited, LastExit: &Exit{Code: 143, Signal: "SIGTERM"}}).Summary(); got !=
+		"restart-supervisor: 1 in-place restart; final exit 143 (SIGTERM)" {
+		t.Fatalf("summary %q", got)
+	}
+
+	dir := t.TempDir()
+	path := filepath.Join(dir, "termination-log")
+	os.WriteFile(path, []byte(strings.Repeat("old ", 2000)), 0o644)
+	if err := WriteTerminationMessage(path, want); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(path); string(got) != want {
+		t.Fatalf("file holds %q", got)
+	}
+	// Cut at 4096 bytes without splitting a UTF-8 sequence.
+	long := strings.Repeat("a", 4095) + "é" + strings.Repeat("b", 100)
+	if err := WriteTerminationMessage(path, long); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(path)
+	if string(got) != strings.Repeat("a", 4095) {
+		t.Fatalf("truncated to %d bytes, last %q", len(got), got[len(got)-2:])
+	}
+	if err := WriteTerminationMessage(filepath.Join(dir, "missing", "log"), want); err == nil {
+		t.Fatal("a missing directory must be reported")
+	}
+}
