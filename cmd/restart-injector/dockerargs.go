@@ -32,6 +32,10 @@ in RESTART_SUPERVISOR_CONFIG and the image's own ENTRYPOINT and CMD (read from
 the local engine) after '--'. ARGS after '--' replace the image's CMD, as they
 would after 'docker run IMAGE'.
 
+Docker itself restarts nothing (--restart no), which is a pod restartPolicy of
+Never: when the rules file does not set podRestartPolicy, docker-args sets it
+to Never, so the container exits whenever the rules do not restart in place.
+
   eval "docker run --rm $(restart-injector docker-args IMAGE --rules rules.yaml)"
 
 flags:
@@ -153,6 +157,13 @@ func readRules(path string, stdin io.Reader) (string, error) {
 	cfg, err := rules.Parse(data)
 	if err != nil {
 		return "", fmt.Errorf("--rules %s: %v", path, err)
+	}
+	// Docker restarts nothing by itself (docker run --restart no), which is
+	// a pod restartPolicy of Never. Left at the Kubernetes default (Always),
+	// a container policy of Never would make the supervisor hold the
+	// container idle, waiting for a kubelet restart that never comes.
+	if cfg.PodRestartPolicy == "" {
+		cfg.PodRestartPolicy = rules.Never
 	}
 	doc, err := cfg.Marshal()
 	if err != nil {
