@@ -335,4 +335,3 @@ func dockerExec(t *testing.T, c string, cmd ...string) string {
 	t.Helper()
 	return run(t, append([]string{"exec", c}, cmd...)...)
 }
-
