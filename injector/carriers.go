@@ -1,0 +1,211 @@
+package injector
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/restart-supervisor/restart-supervisor/rules"
+)
+
+// Kind is the role of a container in its pod.
+type Kind string
+
+const (
+	KindInit    Kind = "init"
+	KindSidecar Kind = "sidecar" // init container with restartPolicy Always
+	KindRegular Kind = "regular"
+)
+
+// ContainerRules are the restart fields of one container after both
+// carriers were merged and validated.
+type ContainerRules struct {
+	Name  string
+	Kind  Kind
+	Index int    // in spec.initContainers or spec.containers
+	Field string // API field path, e.g. spec.containers[0]
+	Rules rules.Container
+	// Ruled reports whether the container carries restart fields that the
+	// kubelet of an older cluster would not honour, i.e. must be wrapped.
+	Ruled bool
+	// KubeletPolicy is what the kubelet applies to this container when
+	// it has no restartPolicy of its own: the pod policy for regular
+	// containers, OnFailure (Never in a Never pod) for init containers,
+	// Always for sidecars.
+	KubeletPolicy rules.RestartPolicy
+	// FromAnnotation reports that some of the rules came from the
+	// restart-supervisor.dev/rules annotation.
+	FromAnnotation bool
+	// native are the KEP-5307 fields present on the container itself.
+	nativePolicy, nativeRules bool
+}
+
+// PodRules reads and validates the restart rules of every init and regular
+// container of pod. specPath is the API path of the pod spec ("spec" for a
+// Pod, "spec.template.spec" for a Deployment); object names the object in
+// errors.
+func PodRules(pod *corev1.Pod, specPath, object string) ([]ContainerRules, error) {
+	ann, err := parseRulesAnnotation(pod.Annotations)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v", object, err)
+	}
+	for i, c := range pod.Spec.EphemeralContainers {
+		f := fmt.Sprintf("%s.ephemeralContainers[%d]", specPath, i)
+		if c.RestartPolicy != nil {
+			return nil, fmt.Errorf("%s: %s.restartPolicy: Forbidden: cannot be set for an Ephemeral Container", object, f)
+		}
+		if len(c.RestartPolicyRules) > 0 {
+			return nil, fmt.Errorf("%s: %s.restartPolicyRules: Forbidden: cannot be set for an Ephemeral Container", object, f)
+		}
+		if _, ok := ann[c.Name]; ok {
+			return nil, fmt.Errorf("%s: metadata.annotations[%s]: container %q is an ephemeral container: restart rules cannot be set for an Ephemeral Container", object, AnnotationRules, c.Name)
+		}
+	}
+	podPolicy := rules.RestartPolicy(pod.Spec.RestartPolicy)
+	if podPolicy == "" {
+		podPolicy = rules.Always
+	}
+	var out []ContainerRules
+	seen := map[string]bool{}
+	add := func(list []corev1.Container, init bool) error {
+		for i := range list {
+			c := &list[i]
+			seen[c.Name] = true
+			cr := ContainerRules{Name: c.Name, Index: i, Kind: KindRegular, KubeletPolicy: podPolicy}
+			if init {
+				cr.Field = fmt.Sprintf("%s.initContainers[%d]", specPath, i)
+			} else {
+				cr.Field = fmt.Sprintf("%s.containers[%d]", specPath, i)
+			}
+			native := fromCore(c)
+			cr.nativePolicy, cr.nativeRules = native.RestartPolicy != nil, len(native.RestartPolicyRules) > 0
+			merged := native
+			if a, ok := ann[c.Name]; ok {
+				cr.FromAnnotation = true
+				if merged, err = merge(native, a); err != nil {
+					return fmt.Errorf("%s: container %q: %v", object, c.Name, err)
+				}
+			}
+			cr.Rules = merged
+			if init {
+				cr.Kind = KindInit
+				cr.KubeletPolicy = rules.OnFailure
+				if podPolicy == rules.Never {
+					cr.KubeletPolicy = rules.Never
+				}
+				if merged.RestartPolicy != nil && *merged.RestartPolicy == rules.Always {
+					cr.Kind, cr.KubeletPolicy = KindSidecar, rules.Always
+				}
+			}
+			switch cr.Kind {
+			case KindSidecar:
+				cr.Ruled = len(merged.RestartPolicyRules) > 0
+			default:
+				cr.Ruled = merged.RestartPolicy != nil || len(merged.RestartPolicyRules) > 0
+			}
+			if errs := rules.Validate(merged, cr.Field); len(errs) > 0 {
+				return fmt.Errorf("%s: %v", object, errs)
+			}
+			out = append(out, cr)
+		}
+		return nil
+	}
+	if err := add(pod.Spec.InitContainers, true); err != nil {
+		return nil, err
+	}
+	if err := add(pod.Spec.Containers, false); err != nil {
+		return nil, err
+	}
+	for name := range ann {
+		if !seen[name] {
+			return nil, fmt.Errorf("%s: metadata.annotations[%s]: no container named %q in the pod", object, AnnotationRules, name)
+		}
+	}
+	return out, nil
+}
+
+// parseRulesAnnotation reads the restart-supervisor.dev/rules annotation:
+// a YAML or JSON map from container name to the container's restart fields.
+func parseRulesAnnotation(ann map[string]string) (map[string]rules.Container, error) {
+	v, ok := ann[AnnotationRules]
+	if !ok {
+		return nil, nil
+	}
+	field := "metadata.annotations[" + AnnotationRules + "]"
+	m := map[string]rules.Container{}
+	dec := yaml.NewDecoder(bytes.NewReader([]byte(v)))
+	dec.KnownFields(true)
+	if err := dec.Decode(&m); err != nil {
+		if err.Error() == "EOF" {
+			return nil, fmt.Errorf("%s: is empty: want a map from container name to {restartPolicy, restartPolicyRules}", field)
+		}
+		return nil, fmt.Errorf("%s: %s", field, oneLine(err))
+	}
+	return m, nil
+}
+
+// merge combines the two carriers. A field may come from either; when both
+// set it they must agree.
+func merge(native, ann rules.Container) (rules.Container, error) {
+	out := native
+	if ann.RestartPolicy != nil {
+		if native.RestartPolicy != nil && *native.RestartPolicy != *ann.RestartPolicy {
+			return out, fmt.Errorf("restartPolicy %q in the container disagrees with %q in annotation %s",
+				*native.RestartPolicy, *ann.RestartPolicy, AnnotationRules)
+		}
+		out.RestartPolicy = ann.RestartPolicy
+	}
+	if len(ann.RestartPolicyRules) > 0 {
+		if len(native.RestartPolicyRules) > 0 && !equalRules(native.RestartPolicyRules, ann.RestartPolicyRules) {
+			return out, fmt.Errorf("restartPolicyRules in the container disagree with those in annotation %s", AnnotationRules)
+		}
+		out.RestartPolicyRules = ann.RestartPolicyRules
+	}
+	return out, nil
+}
+
+func equalRules(a, b []rules.Rule) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Action != b[i].Action || (a[i].ExitCodes == nil) != (b[i].ExitCodes == nil) {
+			return false
+		}
+		if a[i].ExitCodes == nil {
+			continue
+		}
+		ea, eb := a[i].ExitCodes, b[i].ExitCodes
+		if ea.Operator != eb.Operator || len(ea.Values) != len(eb.Values) {
+			return false
+		}
+		for j := range ea.Values {
+			if ea.Values[j] != eb.Values[j] {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func fromCore(c *corev1.Container) rules.Container {
+	var out rules.Container
+	if c.RestartPolicy != nil {
+		out.RestartPolicy = rules.PolicyPtr(rules.RestartPolicy(*c.RestartPolicy))
+	}
+	for _, r := range c.RestartPolicyRules {
+		rr := rules.Rule{Action: rules.Action(r.Action)}
+		if r.ExitCodes != nil {
+			rr.ExitCodes = &rules.ExitCodes{Operator: rules.Operator(r.ExitCodes.Operator), Values: append([]int32(nil), r.ExitCodes.Values...)}
+		}
+		out.RestartPolicyRules = append(out.RestartPolicyRules, rr)
+	}
+	return out
+}
+
+func oneLine(err error) string {
+	return strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " ")
+}

@@ -1,0 +1,139 @@
+package injector
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	jsonpatch "github.com/evanphx/json-patch/v5"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
+)
+
+// ObjectResult is the outcome of MutateObject.
+type ObjectResult struct {
+	Result
+	// Object is the mutated copy; the input itself when nothing changed.
+	Object *unstructured.Unstructured
+	// TemplatePath locates the pod template whose root Patch is relative
+	// to (nil for a Pod).
+	TemplatePath []string
+}
+
+// TemplatePath returns where the pod template of a workload kind lives, and
+// false for kinds that carry none (they pass through untouched).
+func TemplatePath(apiVersion, kind string) ([]string, bool) {
+	switch apiVersion + " " + kind {
+	case "v1 Pod":
+		return nil, true
+	case "apps/v1 Deployment", "apps/v1 StatefulSet", "apps/v1 DaemonSet", "apps/v1 ReplicaSet", "batch/v1 Job":
+		return []string{"spec", "template"}, true
+	case "batch/v1 CronJob":
+		return []string{"spec", "jobTemplate", "spec", "template"}, true
+	}
+	return nil, false
+}
+
+// MutateObject is MutatePod for a Pod or the pod template of a workload,
+// on the generic form of the object so that fields this build of k8s.io/api
+// does not know survive: the edits are applied as the same JSON patch the
+// webhook would send. obj is not modified.
+func (i *Injector) MutateObject(ctx context.Context, obj *unstructured.Unstructured) (*ObjectResult, error) {
+	path, ok := TemplatePath(obj.GetAPIVersion(), obj.GetKind())
+	if !ok {
+		return &ObjectResult{Result: Result{}, Object: obj}, nil
+	}
+	object := objectName(obj.GetKind(), obj.GetNamespace(), obj.GetName(), obj.GetGenerateName())
+	var tmpl map[string]any
+	specPath := "spec"
+	if path == nil {
+		tmpl = obj.Object
+	} else {
+		t, found, err := unstructured.NestedMap(obj.Object, path...)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %s: %v", object, dotted(path), err)
+		}
+		if !found {
+			return &ObjectResult{Object: obj, TemplatePath: path}, nil
+		}
+		tmpl = t
+		specPath = dotted(path) + ".spec"
+	}
+	pod := &corev1.Pod{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(tmpl, pod); err != nil {
+		return nil, fmt.Errorf("%s: %s: %s", object, specPathParent(specPath), oneLine(err))
+	}
+	if path != nil {
+		// A template has no namespace of its own; pull secrets are
+		// looked up in the workload's.
+		pod.Namespace = obj.GetNamespace()
+	}
+	res, err := i.mutate(ctx, pod, specPath, object)
+	if err != nil {
+		return nil, err
+	}
+	out := &ObjectResult{Result: *res, Object: obj, TemplatePath: path}
+	if len(res.Patch) == 0 {
+		return out, nil
+	}
+	patched, err := ApplyPatch(tmpl, res.Patch)
+	if err != nil {
+		return nil, fmt.Errorf("%s: applying the injection patch: %v", object, err)
+	}
+	if path == nil {
+		out.Object = &unstructured.Unstructured{Object: patched}
+		return out, nil
+	}
+	cp := obj.DeepCopy()
+	if err := unstructured.SetNestedMap(cp.Object, patched, path...); err != nil {
+		return nil, fmt.Errorf("%s: %v", object, err)
+	}
+	out.Object = cp
+	return out, nil
+}
+
+// ApplyPatch applies ops to a JSON-like document and returns the result
+// as a new document; doc is not modified.
+func ApplyPatch(doc map[string]any, ops []PatchOp) (map[string]any, error) {
+	raw, err := json.Marshal(doc)
+	if err != nil {
+		return nil, err
+	}
+	opsJSON, err := json.Marshal(ops)
+	if err != nil {
+		return nil, err
+	}
+	patch, err := jsonpatch.DecodePatch(opsJSON)
+	if err != nil {
+		return nil, err
+	}
+	raw, err = patch.Apply(raw)
+	if err != nil {
+		return nil, err
+	}
+	var out map[string]any
+	if err := utiljson.Unmarshal(raw, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func dotted(path []string) string {
+	s := ""
+	for i, p := range path {
+		if i > 0 {
+			s += "."
+		}
+		s += p
+	}
+	return s
+}
+
+func specPathParent(specPath string) string {
+	if specPath == "spec" {
+		return "pod"
+	}
+	return specPath[:len(specPath)-len(".spec")]
+}
