@@ -61,6 +61,8 @@ type sup struct {
 	stderr *syncBuffer
 	done   chan struct{}
 	status int
+	// target receives signals; 0 means the started process itself.
+	target int
 }
 
 // start runs argv (the supervisor's arguments, or a wrapper such as
@@ -83,6 +85,9 @@ func start(t *testing.T, env []string, argv ...string) *sup {
 		select {
 		case <-s.done:
 		default:
+			if s.target != 0 {
+				syscall.Kill(s.target, syscall.SIGKILL)
+			}
 			s.cmd.Process.Kill()
 			<-s.done
 		}
@@ -115,7 +120,11 @@ func (s *sup) wait(limit time.Duration) int {
 
 func (s *sup) signal(sig syscall.Signal) {
 	s.t.Helper()
-	if err := s.cmd.Process.Signal(sig); err != nil {
+	pid := s.target
+	if pid == 0 {
+		pid = s.cmd.Process.Pid
+	}
+	if err := syscall.Kill(pid, sig); err != nil {
 		s.t.Fatal(err)
 	}
 }
@@ -537,12 +546,32 @@ func zombiesUnder(t *testing.T, root int) (zombies, total int) {
 	return zombies, total
 }
 
+// hostPID translates a pid as seen inside a child PID namespace (the
+// last NSpid field) into the pid this test sees; pids of our own namespace
+// map to themselves.
+func hostPID(nspid string) string {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		b, err := os.ReadFile("/proc/" + e.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) > 2 && f[0] == "NSpid:" && f[len(f)-1] == nspid {
+				return e.Name()
+			}
+		}
+	}
+	return nspid
+}
+
 // orphanScript forks n orphans: each subshell exits at once and leaves its
 // sleep behind, which re-parents to the supervisor.
 func orphanScript(t *testing.T, dir string, n int) string {
 	return writeFile(t, dir, "orphans.sh", fmt.Sprintf(`#!/bin/sh
 i=0
 while [ $i -lt %[2]d ]; do (sleep 0.2 &); i=$((i+1)); done
+(sleep 1 & echo $! > %[1]s/witness)
 echo done > %[1]s/ready
 exec sleep 60
 `, dir, n), 0o755)
@@ -564,6 +593,18 @@ func checkNoZombies(t *testing.T, dir string, root int) {
 		_, err := os.Stat(filepath.Join(dir, "ready"))
 		return err == nil
 	})
+	// The orphans re-parent to the supervisor (as PID 1 or subreaper), so
+	// they are its to reap.
+	b, _ := os.ReadFile(filepath.Join(dir, "witness"))
+	witness := hostPID(strings.TrimSpace(string(b)))
+	if st, err := os.ReadFile("/proc/" + witness + "/stat"); err == nil {
+		f := strings.Fields(string(st[strings.LastIndexByte(string(st), ')')+2:]))
+		if f[1] != strconv.Itoa(root) {
+			t.Fatalf("orphan %s has parent %s, want the supervisor %d", witness, f[1], root)
+		}
+	} else {
+		t.Fatalf("orphan %q already gone: %v", witness, err)
+	}
 	// Once every orphan's sleep is over only the workload is left, and no
 	// zombie: all 1000 were reaped.
 	var z, n int
