@@ -144,7 +144,7 @@ func TestWriteStatusIsAtomicForConcurrentReaders(t *testing.T) {
 			}
 		}()
 	}
-	for i := 0; i < 300; i++ {
+	for i := 0; i < 60; i++ {
 		if err := WriteStatus(dir, Status{Container: "c", Restarts: i, SupervisorVersion: pad}); err != nil {
 			t.Fatal(err)
 		}
@@ -282,5 +282,72 @@ func TestSummaryAndTerminationMessage(t *testing.T) {
 	}
 	if err := WriteTerminationMessage(filepath.Join(dir, "missing", "log"), want); err == nil {
 		t.Fatal("a missing directory must be reported")
+	}
+}
+
+func TestRecorderCoalescesAndFlushesOnClose(t *testing.T) {
+	dir := t.TempDir()
+	var mu sync.Mutex
+	var werrs []error
+	r, err := NewRecorder(dir, Status{Container: "app", State: StateRunning, SupervisorPID: os.Getpid()},
+		func(err error) { mu.Lock(); werrs = append(werrs, err); mu.Unlock() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // a reader of the in-memory status, as a status log line would be
+		defer wg.Done()
+		for i := 0; i < 200; i++ {
+			_ = r.Status().Summary()
+		}
+	}()
+	for i := 1; i <= 1000; i++ {
+		r.Update(func(s *Status) {
+			s.Restarts = i
+			s.LastRestart = &Exit{Code: 42, Rule: intPtr(0), Action: rules.ActionRestart}
+			s.LastExit = s.LastRestart
+		})
+	}
+	r.Update(func(s *Status) { s.State = StateExited; s.LastExit = &Exit{Code: 1} })
+	wg.Wait()
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadAll(dir)
+	if err != nil || len(got) != 1 {
+		t.Fatalf("%v %v", got, err)
+	}
+	if got[0].Restarts != 1000 || got[0].State != StateExited || got[0].LastExit.Code != 1 || got[0].LastRestart.Code != 42 {
+		t.Fatalf("the last update was not written: %+v", got[0])
+	}
+	if got[0].SupervisorPID != os.Getpid() {
+		t.Fatalf("pid %d", got[0].SupervisorPID)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(werrs) != 0 {
+		t.Fatal(werrs)
+	}
+	if _, err := NewRecorder(dir, Status{Container: "a/b"}, nil); err == nil {
+		t.Fatal("bad name accepted")
+	}
+}
+
+func TestRecorderReportsWriteErrors(t *testing.T) {
+	dir := t.TempDir()
+	// A file where the status directory should be makes every write fail.
+	os.WriteFile(filepath.Join(dir, "status"), nil, 0o644)
+	errc := make(chan error, 10)
+	r, err := NewRecorder(dir, Status{Container: "app"}, func(err error) { errc <- err })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err == nil {
+		t.Fatal("nil error delivered")
+	}
+	r.Update(func(s *Status) { s.Restarts = 1 })
+	if err := r.Close(); err == nil {
+		t.Fatal("Close must return the error of the last write")
 	}
 }
