@@ -41,34 +41,17 @@ func TemplatePath(apiVersion, kind string) ([]string, bool) {
 // does not know survive: the edits are applied as the same JSON patch the
 // webhook would send. obj is not modified.
 func (i *Injector) MutateObject(ctx context.Context, obj *unstructured.Unstructured) (*ObjectResult, error) {
-	path, ok := TemplatePath(obj.GetAPIVersion(), obj.GetKind())
+	path, _ := TemplatePath(obj.GetAPIVersion(), obj.GetKind())
+	pod, specPath, object, ok, err := podOf(obj)
+	if err != nil {
+		return nil, err
+	}
 	if !ok {
-		return &ObjectResult{Result: Result{}, Object: obj}, nil
+		return &ObjectResult{Object: obj, TemplatePath: path}, nil
 	}
-	object := objectName(obj.GetKind(), obj.GetNamespace(), obj.GetName(), obj.GetGenerateName())
-	var tmpl map[string]any
-	specPath := "spec"
-	if path == nil {
-		tmpl = obj.Object
-	} else {
-		t, found, err := unstructured.NestedMap(obj.Object, path...)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %s: %v", object, dotted(path), err)
-		}
-		if !found {
-			return &ObjectResult{Object: obj, TemplatePath: path}, nil
-		}
-		tmpl = t
-		specPath = dotted(path) + ".spec"
-	}
-	pod := &corev1.Pod{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(tmpl, pod); err != nil {
-		return nil, fmt.Errorf("%s: %s: %s", object, specPathParent(specPath), oneLine(err))
-	}
+	tmpl := obj.Object
 	if path != nil {
-		// A template has no namespace of its own; pull secrets are
-		// looked up in the workload's.
-		pod.Namespace = obj.GetNamespace()
+		tmpl, _, _ = unstructured.NestedMap(obj.Object, path...)
 	}
 	res, err := i.mutate(ctx, pod, specPath, object)
 	if err != nil {
@@ -118,6 +101,40 @@ func ApplyPatch(doc map[string]any, ops []PatchOp) (map[string]any, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// podOf returns the Pod, or the pod template of a workload as a Pod, with
+// the API path of its spec and a name for messages. ok is false for kinds
+// without a pod template and for workloads whose template is missing.
+func podOf(obj *unstructured.Unstructured) (pod *corev1.Pod, specPath, object string, ok bool, err error) {
+	path, known := TemplatePath(obj.GetAPIVersion(), obj.GetKind())
+	if !known {
+		return nil, "", "", false, nil
+	}
+	object = objectName(obj.GetKind(), obj.GetNamespace(), obj.GetName(), obj.GetGenerateName())
+	tmpl := obj.Object
+	specPath = "spec"
+	if path != nil {
+		t, found, err := unstructured.NestedMap(obj.Object, path...)
+		if err != nil {
+			return nil, "", "", false, fmt.Errorf("%s: %s: %v", object, dotted(path), err)
+		}
+		if !found {
+			return nil, "", "", false, nil
+		}
+		tmpl = t
+		specPath = dotted(path) + ".spec"
+	}
+	pod = &corev1.Pod{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(tmpl, pod); err != nil {
+		return nil, "", "", false, fmt.Errorf("%s: %s: %s", object, specPathParent(specPath), oneLine(err))
+	}
+	if path != nil {
+		// A template has no namespace of its own; pull secrets are
+		// looked up in the workload's.
+		pod.Namespace = obj.GetNamespace()
+	}
+	return pod, specPath, object, true, nil
 }
 
 func dotted(path []string) string {

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/restart-supervisor/restart-supervisor/injector"
+)
+
+func init() {
+	register("explain", "print, per container, what each exit code leads to once injected",
+		func(ctx context.Context, args []string) int { return runExplain(args, os.Stdin, os.Stdout, os.Stderr) })
+}
+
+const explainUsage = `usage: restart-injector explain -f FILE|DIR|- [-f ...]
+
+For every container of every Pod and workload template, prints which exit
+codes (0-255) restart it in place, which are handed to the kubelet and what
+the kubelet then does under the pod's restartPolicy, which are held, and how
+each differs from a cluster where the kubelet implements the rules natively.
+
+flags:
+`
+
+func runExplain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fl := flag.NewFlagSet("explain", flag.ContinueOnError)
+	fl.SetOutput(stderr)
+	var files fileList
+	fl.Var(&files, "f", "manifest file, directory (read recursively) or - for stdin; repeatable")
+	fl.Usage = func() { fmt.Fprint(stderr, explainUsage); fl.PrintDefaults() }
+	if err := fl.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if fl.NArg() > 0 || len(files) == 0 {
+		fmt.Fprintln(stderr, "restart-injector explain: want -f FILE|DIR|-")
+		return exitUsage
+	}
+	inputs, err := collectInputs(files, stdin)
+	if err != nil {
+		fmt.Fprintf(stderr, "restart-injector explain: %v\n", err)
+		return exitFailure
+	}
+	first := true
+	for _, in := range inputs {
+		m, err := injector.ReadManifests(in.data)
+		if err != nil {
+			fmt.Fprintf(stderr, "restart-injector explain: %s: %v\n", in.name, err)
+			return exitFailure
+		}
+		objs, err := injector.ExplainManifests(m)
+		if err != nil {
+			fmt.Fprintf(stderr, "restart-injector explain: %s: %v\n", in.name, err)
+			return exitFailure
+		}
+		for _, o := range objs {
+			if !first {
+				fmt.Fprintln(stdout)
+			}
+			first = false
+			writeExplanation(stdout, o)
+		}
+	}
+	return exitOK
+}
+
+func writeExplanation(w io.Writer, o injector.ObjectPlan) {
+	fmt.Fprintf(w, "%s (pod restartPolicy: %s)\n", o.Object, o.PodPolicy)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CONTAINER\tEXIT CODES\tWITH restart-supervisor\tNATIVE KEP-5307 KUBELET\tDIFFERENCE")
+	for _, c := range o.Containers {
+		name := c.Name
+		if c.Kind != injector.KindRegular {
+			name += " (" + string(c.Kind) + ")"
+		}
+		for _, out := range c.Outcomes {
+			diff := out.Difference
+			if diff == "" {
+				diff = "-"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", name, out.Codes, out.Supervised, out.Native, diff)
+			name = strings.Repeat(" ", 0)
+		}
+	}
+	tw.Flush()
+}

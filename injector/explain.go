@@ -1,0 +1,216 @@
+package injector
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/restart-supervisor/restart-supervisor/rules"
+)
+
+// ContainerPlan says what happens when one container exits, for every exit
+// code 0..255, once the pod is injected.
+type ContainerPlan struct {
+	Name          string
+	Kind          Kind
+	Wrapped       bool
+	KubeletPolicy rules.RestartPolicy // what the kubelet applies when the container has no policy
+	Outcomes      []Outcome
+}
+
+// Outcome groups the exit codes that are handled alike.
+type Outcome struct {
+	Codes    string // such as "0, 2-41, 43-255"
+	Handling rules.Handling
+	Decision rules.Decision
+	// Supervised is what happens with restart-supervisor; Native what a
+	// kubelet with the KEP-5307 feature does; Difference is empty when
+	// they agree.
+	Supervised, Native, Difference string
+}
+
+// Explain plans every container of pod. The decisions come from rules.Plan,
+// the same function the supervisor runs.
+func Explain(pod *corev1.Pod, specPath, object string) ([]ContainerPlan, error) {
+	crs, err := PodRules(pod, specPath, object)
+	if err != nil {
+		return nil, err
+	}
+	podAll := false
+	for _, cr := range crs {
+		for _, r := range cr.Rules.RestartPolicyRules {
+			podAll = podAll || r.Action == rules.ActionRestartAllContainers
+		}
+	}
+	var plans []ContainerPlan
+	for _, cr := range crs {
+		cp := ContainerPlan{Name: cr.Name, Kind: cr.Kind, KubeletPolicy: cr.KubeletPolicy,
+			Wrapped: cr.Ruled || (podAll && cr.Kind == KindRegular)}
+		c := cr.Rules
+		if !cr.Ruled {
+			c = rules.Container{}
+		}
+		type key struct {
+			h       rules.Handling
+			restart bool
+			src     rules.Source
+			rule    int
+		}
+		var order []key
+		groups := map[key][]int32{}
+		decisions := map[key]rules.Decision{}
+		for code := int32(0); code <= 255; code++ {
+			d, h := rules.Plan(c, cr.KubeletPolicy, code)
+			if !cp.Wrapped {
+				h = rules.HandOver
+			}
+			k := key{h, d.Restart, d.Source, d.Rule}
+			if _, ok := groups[k]; !ok {
+				order = append(order, k)
+				decisions[k] = d
+			}
+			groups[k] = append(groups[k], code)
+		}
+		for _, k := range order {
+			d := decisions[k]
+			o := Outcome{Codes: ranges(groups[k]), Handling: k.h, Decision: d}
+			o.Supervised, o.Native, o.Difference = describe(cr, c, d, k.h, cp.Wrapped)
+			cp.Outcomes = append(cp.Outcomes, o)
+		}
+		plans = append(plans, cp)
+	}
+	return plans, nil
+}
+
+func describe(cr ContainerRules, c rules.Container, d rules.Decision, h rules.Handling, wrapped bool) (sup, native, diff string) {
+	why := "pod policy " + string(cr.KubeletPolicy)
+	switch cr.Kind {
+	case KindInit:
+		why = "init container, pod policy " + podPolicyFor(cr)
+	case KindSidecar:
+		why = "sidecar"
+	}
+	if d.Source == rules.SourceContainerPolicy {
+		why = "container policy " + string(*c.RestartPolicy)
+	}
+	if d.Source == rules.SourceRule {
+		r := c.RestartPolicyRules[d.Rule]
+		why = fmt.Sprintf("rule %d: %s %s %v", d.Rule, r.Action, r.ExitCodes.Operator, r.ExitCodes.Values)
+	}
+	restartWhat := "the kubelet restarts it"
+	if d.Action == rules.ActionRestartAllContainers {
+		restartWhat = "the kubelet restarts all containers of the pod in place"
+	}
+	if d.Restart {
+		native = restartWhat + " (" + why + ")"
+	} else {
+		native = "stays terminated (" + why + ")"
+	}
+	if !wrapped {
+		return "not wrapped: " + native, native, ""
+	}
+	switch h {
+	case rules.RestartInPlace:
+		if d.Action == rules.ActionRestartAllContainers {
+			sup = "the supervisor restarts it and asks every wrapped container to restart (" + why + ")"
+			diff = "the pod-wide restart is carried out by the supervisors, not the kubelet: restartCount stays"
+		} else {
+			sup = "restarted in place by the supervisor, with CrashLoopBackOff-like backoff (" + why + ")"
+			diff = "restartCount stays; the restart shows in the supervisor's log and status, not in the pod status"
+		}
+	case rules.Hold:
+		sup = "held: the container stays Running with no workload, because the kubelet would restart it under " + kubeletSays(cr) + " (" + why + ")"
+		diff = "reported Running instead of Terminated; the pod never reaches Succeeded or Failed on its own"
+	default:
+		if d.Restart {
+			sup = "exits with the code; " + restartWhat + " (" + why + ")"
+		} else {
+			sup = "exits with the code; it stays terminated (" + why + ")"
+		}
+	}
+	return sup, native, diff
+}
+
+func kubeletSays(cr ContainerRules) string {
+	if cr.Kind == KindInit {
+		return "the init container policy " + string(cr.KubeletPolicy)
+	}
+	return "pod policy " + string(cr.KubeletPolicy)
+}
+
+func podPolicyFor(cr ContainerRules) string {
+	if cr.KubeletPolicy == rules.Never {
+		return "Never"
+	}
+	return "Always/OnFailure"
+}
+
+// ranges writes sorted codes as "0, 2-41, 43-255".
+func ranges(codes []int32) string {
+	var parts []string
+	for i := 0; i < len(codes); {
+		j := i
+		for j+1 < len(codes) && codes[j+1] == codes[j]+1 {
+			j++
+		}
+		if i == j {
+			parts = append(parts, strconv.Itoa(int(codes[i])))
+		} else {
+			parts = append(parts, fmt.Sprintf("%d-%d", codes[i], codes[j]))
+		}
+		i = j + 1
+	}
+	return strings.Join(parts, ", ")
+}
+
+// ObjectPlan is Explain for one object of a manifest stream.
+type ObjectPlan struct {
+	Object     string
+	PodPolicy  string
+	Containers []ContainerPlan
+}
+
+// ExplainManifests explains every Pod and workload template in m,
+// including the items of List objects.
+func ExplainManifests(m *Manifests) ([]ObjectPlan, error) {
+	var out []ObjectPlan
+	var visit func(obj map[string]any, line int) error
+	visit = func(obj map[string]any, line int) error {
+		u := &unstructured.Unstructured{Object: obj}
+		if items, ok := obj["items"].([]any); ok && isList(u) {
+			for _, it := range items {
+				if im, ok := it.(map[string]any); ok {
+					if err := visit(im, line); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		}
+		pod, specPath, object, ok, err := podOf(u)
+		if err != nil || !ok {
+			return err
+		}
+		plans, err := Explain(pod, specPath, object)
+		if err != nil {
+			return fmt.Errorf("line %d: %v", line, err)
+		}
+		policy := string(pod.Spec.RestartPolicy)
+		if policy == "" {
+			policy = "Always"
+		}
+		out = append(out, ObjectPlan{Object: object, PodPolicy: policy, Containers: plans})
+		return nil
+	}
+	for _, d := range m.Docs {
+		if d.Object != nil {
+			if err := visit(d.Object, d.Line); err != nil {
+				return out, err
+			}
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,255 @@
+package injector
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
+	"sigs.k8s.io/yaml"
+)
+
+// Format of a manifest stream.
+type Format int
+
+const (
+	FormatYAML Format = iota
+	FormatJSON
+)
+
+// Manifests is a parsed stream of YAML documents or JSON values. Writing it
+// back reproduces the input byte for byte except for the documents that
+// were replaced.
+type Manifests struct {
+	Format Format
+	Docs   []Document
+}
+
+// Document is one YAML document or JSON value.
+type Document struct {
+	// Sep is the text before the document: a YAML "---" line, or the
+	// whitespace between JSON values.
+	Sep []byte
+	Raw []byte
+	// Object is the decoded object; nil for empty documents and values
+	// that are not objects.
+	Object map[string]any
+	// Line is where Raw starts (1-based), for messages.
+	Line int
+	// Out replaces Raw on output when set.
+	Out map[string]any
+}
+
+// ReadManifests parses a stream. JSON is recognised by a leading '{'.
+func ReadManifests(data []byte) (*Manifests, error) {
+	if t := bytes.TrimLeft(data, " \t\r\n"); len(t) > 0 && t[0] == '{' {
+		if m, err := readJSON(data); err == nil {
+			return m, nil
+		}
+		// Flow-style YAML also starts with '{'; let the YAML reader decide.
+	}
+	return readYAML(data)
+}
+
+func readJSON(data []byte) (*Manifests, error) {
+	m := &Manifests{Format: FormatJSON}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	var prev int64
+	for {
+		var raw json.RawMessage
+		err := dec.Decode(&raw)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		end := dec.InputOffset()
+		start := end - int64(len(raw))
+		doc := Document{Sep: data[prev:start], Raw: data[start:end], Line: 1 + bytes.Count(data[:start], []byte("\n"))}
+		var obj any
+		if err := utiljson.Unmarshal(raw, &obj); err != nil {
+			return nil, err
+		}
+		doc.Object, _ = obj.(map[string]any)
+		m.Docs = append(m.Docs, doc)
+		prev = end
+	}
+	if int(prev) < len(data) || len(m.Docs) == 0 {
+		m.Docs = append(m.Docs, Document{Sep: data[prev:], Line: 1 + bytes.Count(data[:prev], []byte("\n"))})
+	}
+	return m, nil
+}
+
+func readYAML(data []byte) (*Manifests, error) {
+	m := &Manifests{Format: FormatYAML}
+	line, docLine := 1, 1
+	var sep []byte
+	start := 0
+	flush := func(end int) error {
+		raw := data[start:end]
+		doc := Document{Sep: sep, Raw: raw, Line: docLine}
+		j, err := yaml.YAMLToJSON(raw)
+		if err != nil {
+			return fmt.Errorf("document at line %d: %s", docLine, oneLine(err))
+		}
+		var obj any
+		if err := utiljson.Unmarshal(j, &obj); err != nil {
+			return fmt.Errorf("document at line %d: %s", docLine, oneLine(err))
+		}
+		doc.Object, _ = obj.(map[string]any)
+		m.Docs = append(m.Docs, doc)
+		return nil
+	}
+	for pos := 0; pos < len(data); {
+		end := bytes.IndexByte(data[pos:], '\n')
+		if end < 0 {
+			end = len(data)
+		} else {
+			end += pos + 1
+		}
+		if isSeparator(data[pos:end]) {
+			if err := flush(pos); err != nil {
+				return nil, err
+			}
+			sep = data[pos:end]
+			start, docLine = end, line+1
+		}
+		line++
+		pos = end
+	}
+	if err := flush(len(data)); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// isSeparator follows k8s.io/apimachinery's YAML reader: "---" at the
+// start of a line, followed by nothing but blanks or a comment.
+func isSeparator(line []byte) bool {
+	if !bytes.HasPrefix(line, []byte("---")) {
+		return false
+	}
+	rest := bytes.TrimSpace(line[3:])
+	return len(rest) == 0 || rest[0] == '#'
+}
+
+// WriteTo writes the stream, replacing documents that have Out.
+func (m *Manifests) WriteTo(w io.Writer) (int64, error) {
+	var buf bytes.Buffer
+	for _, d := range m.Docs {
+		buf.Write(d.Sep)
+		if d.Out == nil {
+			buf.Write(d.Raw)
+			continue
+		}
+		b, err := m.encode(d)
+		if err != nil {
+			return 0, err
+		}
+		buf.Write(b)
+	}
+	return buf.WriteTo(w)
+}
+
+func (m *Manifests) encode(d Document) ([]byte, error) {
+	if m.Format == FormatJSON {
+		var b []byte
+		var err error
+		if bytes.Contains(d.Raw, []byte("\n")) {
+			b, err = json.MarshalIndent(d.Out, "", "  ")
+		} else {
+			b, err = json.Marshal(d.Out)
+		}
+		return b, err
+	}
+	b, err := yaml.Marshal(d.Out)
+	if err != nil {
+		return nil, err
+	}
+	// Keep a document that had none without a trailing newline: the next
+	// separator line starts right after it.
+	if len(d.Raw) > 0 && d.Raw[len(d.Raw)-1] != '\n' {
+		b = bytes.TrimSuffix(b, []byte("\n"))
+	}
+	return b, nil
+}
+
+// ObjectReport says what happened to one object of a stream.
+type ObjectReport struct {
+	Object     string // Kind "namespace/name"
+	Line       int
+	Containers []string
+	Injected   bool
+	Warnings   []string
+}
+
+// InjectManifests mutates every Pod and workload in m (including the items
+// of List objects), setting Out on the documents that changed.
+func (i *Injector) InjectManifests(ctx context.Context, m *Manifests) ([]ObjectReport, error) {
+	var reports []ObjectReport
+	for di := range m.Docs {
+		d := &m.Docs[di]
+		if d.Object == nil {
+			continue
+		}
+		obj := &unstructured.Unstructured{Object: d.Object}
+		if items, ok := d.Object["items"].([]any); ok && isList(obj) {
+			var newItems []any
+			for k, it := range items {
+				im, ok := it.(map[string]any)
+				if !ok {
+					continue
+				}
+				r, err := i.MutateObject(ctx, &unstructured.Unstructured{Object: im})
+				if err != nil {
+					return reports, fmt.Errorf("line %d: items[%d]: %v", d.Line, k, err)
+				}
+				reports = append(reports, report(r, d.Line))
+				if r.Injected {
+					if newItems == nil {
+						newItems = append([]any(nil), items...)
+					}
+					newItems[k] = r.Object.Object
+				}
+			}
+			if newItems != nil {
+				out := make(map[string]any, len(d.Object))
+				for k, v := range d.Object {
+					out[k] = v
+				}
+				out["items"] = newItems
+				d.Out = out
+			}
+			continue
+		}
+		r, err := i.MutateObject(ctx, obj)
+		if err != nil {
+			return reports, fmt.Errorf("line %d: %v", d.Line, err)
+		}
+		reports = append(reports, report(r, d.Line))
+		if r.Injected {
+			d.Out = r.Object.Object
+		}
+	}
+	return reports, nil
+}
+
+func isList(obj *unstructured.Unstructured) bool {
+	return strings.HasSuffix(obj.GetKind(), "List")
+}
+
+func report(r *ObjectResult, line int) ObjectReport {
+	o := r.Object
+	return ObjectReport{
+		Object:     objectName(o.GetKind(), o.GetNamespace(), o.GetName(), o.GetGenerateName()),
+		Line:       line,
+		Containers: r.Containers,
+		Injected:   r.Injected,
+		Warnings:   r.Warnings,
+	}
+}
