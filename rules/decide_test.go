@@ -27,7 +27,9 @@ func ctr(policy RestartPolicy, rules ...Rule) Container {
 func TestDecideTable(t *testing.T) {
 	R, RA := ActionRestart, ActionRestartAllContainers
 	rule := func(i int, a Action) Decision { return Decision{Restart: true, Rule: i, Action: a, Source: SourceRule} }
-	cp := func(restart bool) Decision { return Decision{Restart: restart, Rule: -1, Source: SourceContainerPolicy} }
+	cp := func(restart bool) Decision {
+		return Decision{Restart: restart, Rule: -1, Source: SourceContainerPolicy}
+	}
 	pp := func(restart bool) Decision { return Decision{Restart: restart, Rule: -1, Source: SourcePodPolicy} }
 	for _, tc := range []struct {
 		name string
