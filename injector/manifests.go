@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	jsonpatch "github.com/evanphx/json-patch/v5"
 	"io"
+	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -40,8 +42,11 @@ type Document struct {
 	Object map[string]any
 	// Line is where Raw starts (1-based), for messages.
 	Line int
-	// Out replaces Raw on output when set.
+	// Out is the changed object; Ops turn Raw into it. When set, the
+	// document is written as Raw with Ops applied, so that key order,
+	// comments and formatting of untouched parts survive.
 	Out map[string]any
+	Ops []PatchOp
 }
 
 // ReadManifests parses a stream. JSON is recognised by a leading '{'.
@@ -158,18 +163,21 @@ func (m *Manifests) WriteTo(w io.Writer) (int64, error) {
 
 func (m *Manifests) encode(d Document) ([]byte, error) {
 	if m.Format == FormatJSON {
-		var b []byte
-		var err error
-		if bytes.Contains(d.Raw, []byte("\n")) {
-			b, err = json.MarshalIndent(d.Out, "", "  ")
-		} else {
-			b, err = json.Marshal(d.Out)
+		if b, err := patchJSON(d.Raw, d.Ops); err == nil {
+			return b, nil
 		}
-		return b, err
+		if bytes.Contains(d.Raw, []byte("\n")) {
+			return json.MarshalIndent(d.Out, "", "  ")
+		}
+		return json.Marshal(d.Out)
 	}
-	b, err := yaml.Marshal(d.Out)
+	b, err := patchYAML(d.Raw, d.Ops)
 	if err != nil {
-		return nil, err
+		// Documents the node editor cannot handle (aliases into edited
+		// parts, say) are written from the object, with sorted keys.
+		if b, err = yaml.Marshal(d.Out); err != nil {
+			return nil, err
+		}
 	}
 	// Keep a document that had none without a trailing newline: the next
 	// separator line starts right after it.
@@ -177,6 +185,44 @@ func (m *Manifests) encode(d Document) ([]byte, error) {
 		b = bytes.TrimSuffix(b, []byte("\n"))
 	}
 	return b, nil
+}
+
+// patchJSON applies ops to a JSON document, keeping its key order and,
+// when it was indented, indenting the result.
+func patchJSON(raw []byte, ops []PatchOp) ([]byte, error) {
+	opsJSON, err := json.Marshal(ops)
+	if err != nil {
+		return nil, err
+	}
+	patch, err := jsonpatch.DecodePatch(opsJSON)
+	if err != nil {
+		return nil, err
+	}
+	out, err := patch.Apply(raw)
+	if err != nil {
+		return nil, err
+	}
+	if !bytes.Contains(raw, []byte("\n")) {
+		return out, nil
+	}
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, out, "", "  "); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// docOps rebases a pod-template patch onto the document root.
+func docOps(ops []PatchOp, prefix string, templatePath []string) []PatchOp {
+	for _, p := range templatePath {
+		prefix += "/" + escapePointer(p)
+	}
+	out := make([]PatchOp, len(ops))
+	for i, op := range ops {
+		op.Path = prefix + op.Path
+		out[i] = op
+	}
+	return out
 }
 
 // ObjectReport says what happened to one object of a stream.
@@ -215,6 +261,7 @@ func (i *Injector) InjectManifests(ctx context.Context, m *Manifests) ([]ObjectR
 						newItems = append([]any(nil), items...)
 					}
 					newItems[k] = r.Object.Object
+					d.Ops = append(d.Ops, docOps(r.Patch, "/items/"+strconv.Itoa(k), r.TemplatePath)...)
 				}
 			}
 			if newItems != nil {
@@ -234,6 +281,7 @@ func (i *Injector) InjectManifests(ctx context.Context, m *Manifests) ([]ObjectR
 		reports = append(reports, report(r, d.Line))
 		if r.Injected {
 			d.Out = r.Object.Object
+			d.Ops = docOps(r.Patch, "", r.TemplatePath)
 		}
 	}
 	return reports, nil

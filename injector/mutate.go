@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"sort"
 	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/restart-supervisor/restart-supervisor/rules"
@@ -80,9 +82,9 @@ func (i *Injector) mutate(ctx context.Context, in *corev1.Pod, specPath, object 
 	out.Spec.Volumes = append(out.Spec.Volumes, i.volumes()...)
 	install := i.installContainer(in)
 	if len(in.Spec.InitContainers) == 0 {
-		p.add("/spec/initContainers", []corev1.Container{install})
+		p.add("/spec/initContainers", []any{withoutEmptyResources(install)})
 	} else {
-		p.add("/spec/initContainers/0", install)
+		p.add("/spec/initContainers/0", withoutEmptyResources(install))
 	}
 	out.Spec.InitContainers = append([]corev1.Container{install}, out.Spec.InitContainers...)
 
@@ -107,7 +109,10 @@ func (i *Injector) mutate(ctx context.Context, in *corev1.Pod, specPath, object 
 	}
 
 	st, _ := json.Marshal(status)
-	if len(in.Annotations) == 0 {
+	if reflect.DeepEqual(in.ObjectMeta, metav1.ObjectMeta{}) {
+		// Pod templates may have no metadata at all.
+		p.add("/metadata", map[string]any{"annotations": map[string]string{AnnotationStatus: string(st)}})
+	} else if len(in.Annotations) == 0 {
 		p.add("/metadata/annotations", map[string]string{AnnotationStatus: string(st)})
 	} else {
 		p.add("/metadata/annotations/"+escapePointer(AnnotationStatus), string(st))
@@ -199,6 +204,19 @@ func (i *Injector) installContainer(pod *corev1.Pod) corev1.Container {
 		c.Resources = *i.opts.InitResources.DeepCopy()
 	}
 	return c
+}
+
+// withoutEmptyResources renders c for a patch, leaving out the
+// "resources: {}" that encoding/json writes for a container without any.
+func withoutEmptyResources(c corev1.Container) any {
+	if len(c.Resources.Requests) > 0 || len(c.Resources.Limits) > 0 || len(c.Resources.Claims) > 0 {
+		return c
+	}
+	b, _ := json.Marshal(c)
+	var m map[string]any
+	_ = json.Unmarshal(b, &m)
+	delete(m, "resources")
+	return m
 }
 
 // isBestEffort applies the kubelet's QoS rule: no container (init or

@@ -1,0 +1,131 @@
+package injector
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/out from the current output")
+
+// goldenInjector injects with the registry of seedGoldenImages; the pull
+// secret for private.test is what the webhook would read from the API.
+func goldenInjector(t testing.TB) (*Injector, *testRegistry) {
+	tr := newTestRegistry(t)
+	seedGoldenImages(t, tr)
+	res := NewResolver(ResolverOptions{
+		Transport: tr.transport,
+		PullSecrets: func(_ context.Context, ns string, names []string) ([]corev1.Secret, error) {
+			var out []corev1.Secret
+			for _, n := range names {
+				if n == "private-pull" {
+					out = append(out, dockerConfigSecret(n, "private.test", privateUser, privatePass))
+				}
+			}
+			return out, nil
+		},
+	})
+	return New(Options{SupervisorImage: "registry.test/restart-supervisor:golden", Resolver: res}), tr
+}
+
+func dockerConfigSecret(name, registry, user, pass string) corev1.Secret {
+	cfg := `{"auths":{"https://` + registry + `":{"username":"` + user + `","password":"` + pass + `"}}}`
+	return corev1.Secret{
+		Type: corev1.SecretTypeDockerConfigJson,
+		Data: map[string][]byte{corev1.DockerConfigJsonKey: []byte(cfg)},
+	}
+}
+
+func injectBytes(t testing.TB, inj *Injector, in []byte) ([]byte, []ObjectReport) {
+	t.Helper()
+	m, err := ReadManifests(in)
+	if err != nil {
+		t.Fatalf("ReadManifests: %v", err)
+	}
+	reports, err := inj.InjectManifests(context.Background(), m)
+	if err != nil {
+		t.Fatalf("InjectManifests: %v", err)
+	}
+	var out bytes.Buffer
+	if _, err := m.WriteTo(&out); err != nil {
+		t.Fatal(err)
+	}
+	return out.Bytes(), reports
+}
+
+func goldenInputs(t testing.TB) []string {
+	files, err := filepath.Glob("testdata/in/*")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no golden inputs: %v", err)
+	}
+	return files
+}
+
+// TestGolden runs every manifest in testdata/in through the offline path
+// and compares with testdata/out; run with -update to accept new output.
+// Injecting the output again must change nothing.
+func TestGolden(t *testing.T) {
+	inj, _ := goldenInjector(t)
+	for _, in := range goldenInputs(t) {
+		name := filepath.Base(in)
+		t.Run(name, func(t *testing.T) {
+			src, err := os.ReadFile(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := injectBytes(t, inj, src)
+			want := filepath.Join("testdata", "out", name)
+			if *update {
+				if err := os.WriteFile(want, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			exp, err := os.ReadFile(want)
+			if err != nil {
+				t.Fatalf("%v (run go test -update)", err)
+			}
+			if !bytes.Equal(got, exp) {
+				t.Errorf("output differs from %s (go test ./injector -run TestGolden -update to accept):\n%s", want, lineDiff(string(exp), string(got)))
+			}
+			again, reports := injectBytes(t, inj, got)
+			if !bytes.Equal(again, got) {
+				t.Errorf("second injection changed the output:\n%s", lineDiff(string(got), string(again)))
+			}
+			for _, r := range reports {
+				if r.Injected {
+					t.Errorf("second injection reports %s as injected", r.Object)
+				}
+			}
+		})
+	}
+}
+
+// lineDiff shows the first differing lines, enough to locate a change.
+func lineDiff(a, b string) string {
+	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
+	var out []string
+	for i := 0; i < len(al) || i < len(bl); i++ {
+		var x, y string
+		if i < len(al) {
+			x = al[i]
+		}
+		if i < len(bl) {
+			y = bl[i]
+		}
+		if x != y {
+			out = append(out, "line "+strconv.Itoa(i+1)+":\n- "+x+"\n+ "+y)
+			if len(out) == 5 {
+				break
+			}
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
