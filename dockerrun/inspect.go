@@ -31,7 +31,7 @@ func InspectLocal(ctx context.Context, dockerCLI, image string) (ImageConfig, er
 			return ImageConfig{}, fmt.Errorf("image %s: %w", image, ErrNoSuchImage)
 		}
 		if msg == "" {
-			msg = err.Error()
+			return ImageConfig{}, fmt.Errorf("image %s: docker image inspect: %w", image, err)
 		}
 		return ImageConfig{}, fmt.Errorf("image %s: docker image inspect: %s", image, firstLine(msg))
 	}

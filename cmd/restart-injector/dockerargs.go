@@ -11,8 +11,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
 
 	"github.com/restart-supervisor/restart-supervisor/dockerrun"
+	"github.com/restart-supervisor/restart-supervisor/injector"
 	"github.com/restart-supervisor/restart-supervisor/rules"
 )
 
@@ -28,8 +35,10 @@ const dockerArgsUsage = `usage: restart-injector docker-args IMAGE [flags] [-- A
 Prints, as one shell-quoted line, the arguments that follow 'docker run' to run
 IMAGE under restart-supervisor without rebuilding it: the supervisor binary
 mounted read-only at /opt/restart-supervisor, set as the entrypoint, the rules
-in RESTART_SUPERVISOR_CONFIG and the image's own ENTRYPOINT and CMD (read from
-the local engine) after '--'. ARGS after '--' replace the image's CMD, as they
+in RESTART_SUPERVISOR_CONFIG and the image's own ENTRYPOINT and CMD after '--'.
+The image config comes from the local engine ('docker image inspect') or, when
+the engine does not have the image, from its registry (credentials from
+'docker login'). ARGS after '--' replace the image's CMD, as they
 would after 'docker run IMAGE'.
 
 Docker itself restarts nothing (--restart no), which is a pod restartPolicy of
@@ -50,6 +59,9 @@ func dockerArgs(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	dockerCLI := fs.String("docker", "docker", "docker CLI `COMMAND` used to read the image config")
 	format := fs.String("format", "shell", "output `FORMAT`: shell (one quoted line) or json (an array of arguments)")
 	logFormat := fs.String("log-format", "", "pass --log-format `text|json` to the supervisor")
+	source := fs.String("source", "auto", "where to read the image config: `auto` (local engine, then registry), local or registry")
+	platform := fs.String("platform", "", "`os/arch[/variant]` to take from a multi-platform image in a registry (default: this machine's, "+runtime.GOOS+"/"+runtime.GOARCH+")")
+	timeout := fs.Duration("timeout", 30*time.Second, "registry lookup timeout")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, dockerArgsUsage)
 		fs.PrintDefaults()
@@ -87,6 +99,10 @@ func dockerArgs(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		fmt.Fprintf(stderr, "restart-injector docker-args: --format: unsupported value %q: supported values: \"shell\", \"json\"\n", *format)
 		return exitUsage
 	}
+	if *source != "auto" && *source != "local" && *source != "registry" {
+		fmt.Fprintf(stderr, "restart-injector docker-args: --source: unsupported value %q: supported values: \"auto\", \"local\", \"registry\"\n", *source)
+		return exitUsage
+	}
 	if *logFormat != "" && *logFormat != "text" && *logFormat != "json" {
 		fmt.Fprintf(stderr, "restart-injector docker-args: --log-format: unsupported value %q: supported values: \"text\", \"json\"\n", *logFormat)
 		return exitUsage
@@ -119,10 +135,7 @@ func dockerArgs(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		return exitUsage
 	}
 
-	cfg, err := dockerrun.InspectLocal(ctx, *dockerCLI, image)
-	if errors.Is(err, dockerrun.ErrNoSuchImage) {
-		return fail(fmt.Errorf("image %s: not in the local engine; pull or build it first (docker pull %s)", image, image))
-	}
+	cfg, err := imageConfig(ctx, image, *source, *dockerCLI, *platform, *timeout)
 	if err != nil {
 		return fail(err)
 	}
@@ -204,4 +217,70 @@ func supervisorBinary(path string, stderr io.Writer) (string, error) {
 		f.Close()
 	}
 	return abs, nil
+}
+
+// imageConfig reads the image's ENTRYPOINT and CMD from the local engine
+// (what `docker run` will use when the image is there) or, when the engine
+// does not have it, from the registry `docker run` would pull it from.
+func imageConfig(ctx context.Context, image, source, dockerCLI, platform string, timeout time.Duration) (dockerrun.ImageConfig, error) {
+	if source != "registry" {
+		cfg, err := dockerrun.InspectLocal(ctx, dockerCLI, image)
+		if err == nil || source == "local" {
+			if errors.Is(err, dockerrun.ErrNoSuchImage) {
+				return cfg, fmt.Errorf("image %s: not in the local engine; pull or build it first, or use --source registry", image)
+			}
+			return cfg, err
+		}
+		// Only an image the engine lacks, or no docker CLI at all, sends the
+		// lookup to the registry; an engine that cannot be asked is an error
+		// rather than a silent read of a maybe different registry image.
+		if !errors.Is(err, dockerrun.ErrNoSuchImage) && !errors.Is(err, exec.ErrNotFound) {
+			return cfg, fmt.Errorf("%v (use --source registry to read the image config from its registry)", err)
+		}
+	}
+	res, err := injector.NewResolver(injector.ResolverOptions{Keychain: authn.DefaultKeychain, Timeout: timeout}).Resolve(ctx, image, "", nil)
+	if err != nil {
+		where := "registry"
+		if source == "auto" {
+			where = "not in the local engine, and its registry"
+		}
+		return dockerrun.ImageConfig{}, fmt.Errorf("image %s: %s: %v", image, where, err)
+	}
+	return pickPlatform(image, res, platform)
+}
+
+// pickPlatform takes the configuration of one platform of a registry image,
+// as `docker run --platform` would: the exact key, then the key without its
+// variant.
+func pickPlatform(image string, res *injector.ResolvedImage, platform string) (dockerrun.ImageConfig, error) {
+	if platform == "" {
+		platform = runtime.GOOS + "/" + runtime.GOARCH
+	}
+	want := []string{platform}
+	if parts := strings.Split(platform, "/"); len(parts) == 3 {
+		want = append(want, parts[0]+"/"+parts[1])
+	}
+	for _, k := range want {
+		if c, ok := res.Platforms[k]; ok {
+			return dockerrun.ImageConfig{Entrypoint: c.Entrypoint, Cmd: c.Cmd, Platform: k}, nil
+		}
+	}
+	// A platform asked for without variant matches a single variant of it.
+	var match []string
+	for k := range res.Platforms {
+		if strings.HasPrefix(k, platform+"/") {
+			match = append(match, k)
+		}
+	}
+	if len(match) == 1 {
+		c := res.Platforms[match[0]]
+		return dockerrun.ImageConfig{Entrypoint: c.Entrypoint, Cmd: c.Cmd, Platform: match[0]}, nil
+	}
+	keys := make([]string, 0, len(res.Platforms))
+	for k := range res.Platforms {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return dockerrun.ImageConfig{}, fmt.Errorf("image %s: no %s image in the registry; available platforms: %s (choose one with --platform)",
+		image, platform, strings.Join(keys, ", "))
 }

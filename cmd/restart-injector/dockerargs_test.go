@@ -3,11 +3,21 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
+	"log"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 )
 
 // fakeDocker writes a docker CLI stand-in that answers `docker image inspect`
@@ -105,11 +115,78 @@ func TestDockerArgsErrors(t *testing.T) {
 		{[]string{"app:1", "--docker", docker, "--supervisor", "/nonexistent/rs"}, exitFailure, "--supervisor /nonexistent/rs: no such file or directory"},
 		{[]string{"app:1", "--docker", docker, "--supervisor", bad}, exitFailure, "not an executable file"},
 		{[]string{"app:1", "--docker", docker, "--supervisor", sup, "--volume", "v"}, exitUsage, "give only one of them"},
-		{[]string{"other:2", "--docker", docker, "--supervisor", sup}, exitFailure, "image other:2: not in the local engine"},
+		{[]string{"other:2", "--docker", docker, "--supervisor", sup, "--source", "local"}, exitFailure, "image other:2: not in the local engine"},
+		{[]string{"app:1", "--supervisor", sup, "--source", "store"}, exitUsage, `--source: unsupported value "store"`},
 	} {
 		code, _, errOut := runDockerArgs(t, "", tc.args...)
 		if code != tc.code || !strings.Contains(errOut, tc.want) {
 			t.Errorf("docker-args %q: exit %d, stderr %q; want exit %d and %q", tc.args, code, errOut, tc.code, tc.want)
 		}
+	}
+}
+
+// A registry image, read through the registry protocol from an in-process
+// registry on loopback: the engine does not have it, so auto falls back.
+func TestDockerArgsFromRegistry(t *testing.T) {
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(srv.Close)
+	host := strings.TrimPrefix(srv.URL, "http://")
+
+	push := func(ref string, img v1.Image) {
+		r, err := name.ParseReference(ref, name.Insecure)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := remote.Write(r, img); err != nil {
+			t.Fatal(err)
+		}
+	}
+	withConfig := func(arch, variant string, entry, cmd []string) v1.Image {
+		cf, err := empty.Image.ConfigFile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cf = cf.DeepCopy()
+		cf.OS, cf.Architecture, cf.Variant = "linux", arch, variant
+		cf.Config.Entrypoint, cf.Config.Cmd = entry, cmd
+		img, err := mutate.ConfigFile(empty.Image, cf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return img
+	}
+	push(host+"/app:single", withConfig("amd64", "", []string{"/app"}, []string{"--serve"}))
+	idx := mutate.AppendManifests(empty.Index,
+		mutate.IndexAddendum{Add: withConfig("amd64", "", []string{"/app-amd64"}, nil), Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},
+		mutate.IndexAddendum{Add: withConfig("arm", "v7", []string{"/app-armv7"}, nil), Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm", Variant: "v7"}}},
+	)
+	r, _ := name.ParseReference(host+"/app:multi", name.Insecure)
+	if err := remote.WriteIndex(r, idx); err != nil {
+		t.Fatal(err)
+	}
+
+	docker := fakeDocker(t, "none", "[]")
+	sup := fakeSupervisor(t)
+	tail := func(args ...string) string {
+		t.Helper()
+		code, out, errOut := runDockerArgs(t, "", append([]string{"--docker", docker, "--supervisor", sup}, args...)...)
+		if code != exitOK {
+			t.Fatalf("docker-args %q: exit %d: %s", args, code, errOut)
+		}
+		_, after, _ := strings.Cut(strings.TrimSpace(out), " -- ")
+		return after
+	}
+	if got := tail(host + "/app:single"); got != "/app --serve" {
+		t.Errorf("single-platform image: command %q", got)
+	}
+	if got := tail(host+"/app:multi", "--source", "registry", "--platform", "linux/amd64"); got != "/app-amd64" {
+		t.Errorf("index, linux/amd64: command %q", got)
+	}
+	if got := tail(host+"/app:multi", "--platform", "linux/arm"); got != "/app-armv7" {
+		t.Errorf("index, linux/arm: command %q", got)
+	}
+	code, _, errOut := runDockerArgs(t, "", "--docker", docker, "--supervisor", sup, host+"/app:multi", "--platform", "linux/s390x")
+	if code != exitFailure || !strings.Contains(errOut, "no linux/s390x image in the registry; available platforms: linux/amd64, linux/arm/v7") {
+		t.Errorf("missing platform: exit %d, %s", code, errOut)
 	}
 }
