@@ -39,10 +39,7 @@ CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$work/restart-supervisor" 
 go build -o "$work/restart-injector" ./cmd/restart-injector
 
 # A registry-free image: Debian's static busybox and a link per applet.
-mkdir -p "$work/rootfs/bin" "$work/rootfs/tmp" "$work/rootfs/data"
-cp /bin/busybox "$work/rootfs/bin/busybox"
-for a in $(/bin/busybox --list); do [ "$a" = busybox ] || ln -s busybox "$work/rootfs/bin/$a"; done
-tar -C "$work/rootfs" -c . | docker import --change 'CMD ["/bin/sh"]' - "$image" >/dev/null
+bash test/docker/busybox-image.sh "$image" >/dev/null
 
 # Each run: count itself, stamp its start; the last run exits 0, the others
 # stamp their exit and exit 1.
