@@ -262,8 +262,17 @@ func (w *Watcher) deliver(g Generation) {
 
 // Member is one container's part in pod restarts: it knows the generation
 // the container's current run belongs to, announces with it, and accepts
-// each newer generation exactly once. Its methods are safe for concurrent
-// use.
+// each newer generation exactly once.
+//
+// Call Announce and Accept from the goroutine that owns the workload, at
+// the moment the exit or the restart is handled, not where the generation
+// was received: whether a generation still asks for a restart depends on
+// what the workload did in between. An exit handled first announces (or
+// learns of) the generation and restarts into it, so the delivery that
+// follows is not accepted; a generation handled first restarts the
+// workload, and the exit that the kill causes is not announced. The
+// methods are safe for concurrent use, but only that ordering gives
+// exactly-once.
 type Member struct {
 	dir, name string
 	w         *Watcher

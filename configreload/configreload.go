@@ -1,0 +1,260 @@
+// Package configreload owns live reloading of the supervisor's --config
+// file: it notices edits, validates the new document with rules.Parse and
+// makes it the configuration in force, or reports why it was rejected and
+// keeps the old one.
+//
+// It watches the file's directory rather than the file, because editors
+// and the kubelet replace files instead of writing them: a ConfigMap volume
+// holds config.yaml -> ..data/config.yaml, and an update writes a new
+// timestamped directory, points ..data_tmp at it and renames ..data_tmp
+// over ..data. A watch on the file (or on the old timestamped directory)
+// would never see that. Any event in the directory, or in the directory the
+// file resolves to, leads to a re-read; only a change of content counts.
+package configreload
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/restart-supervisor/restart-supervisor/rules"
+)
+
+// Defaults for Options.
+const (
+	DefaultDebounce     = 100 * time.Millisecond
+	DefaultPollInterval = time.Second
+)
+
+// Options tune a Reloader. The callbacks run on the reloader's goroutine,
+// one at a time; they should log and return.
+type Options struct {
+	// OnReload receives each new configuration after it took effect.
+	OnReload func(rules.Config)
+	// OnError receives why a changed file was not taken: unreadable,
+	// missing or invalid. The configuration in force stays. A failure is
+	// reported once, after it lasted one more Debounce period (a writer
+	// that truncates before writing shows an empty file for a moment).
+	OnError func(error)
+	// Debounce is how quiet the directory must be before the file is read:
+	// an editor's truncate-then-write or the kubelet's several renames are
+	// one change. Bursts longer than ten times Debounce are read anyway.
+	Debounce time.Duration
+	// ForcePoll skips inotify and polls; inotify is also skipped when it
+	// cannot be set up.
+	ForcePoll    bool
+	PollInterval time.Duration
+}
+
+// Reloader holds the configuration in force and keeps it current.
+type Reloader struct {
+	path string
+	opts Options
+	cfg  atomic.Pointer[rules.Config]
+
+	fs       *fsnotify.Watcher
+	resolved string // directory the file resolved to, when it differs
+
+	seen string // content (or read error) last evaluated
+	// suspect is bad content seen once: reported only if it is still
+	// there one quiet period later, since a writer that truncates and
+	// then writes shows an empty file for a moment.
+	suspect string
+
+	done chan struct{}
+	wg   sync.WaitGroup
+	once sync.Once
+}
+
+// Watch reads and validates path and keeps watching it. An error means the
+// file cannot be used at start-up (the supervisor exits 2 with it).
+func Watch(path string, opts Options) (*Reloader, error) {
+	if opts.Debounce <= 0 {
+		opts.Debounce = DefaultDebounce
+	}
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = DefaultPollInterval
+	}
+	if path == "" {
+		return nil, fmt.Errorf("--config: no file given")
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("--config %s: %w", path, err)
+	}
+	r := &Reloader{path: abs, opts: opts, done: make(chan struct{})}
+	data, err := os.ReadFile(abs)
+	if err != nil {
+		return nil, fmt.Errorf("--config: %w", err)
+	}
+	cfg, err := rules.Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("--config %s: %w", path, err)
+	}
+	r.cfg.Store(&cfg)
+	r.seen = string(data)
+	if !opts.ForcePoll {
+		if w, err := fsnotify.NewWatcher(); err == nil {
+			if err := w.Add(filepath.Dir(abs)); err == nil {
+				r.fs = w
+				r.followResolved()
+			} else {
+				w.Close()
+			}
+		}
+	}
+	r.wg.Add(1)
+	go r.run()
+	return r, nil
+}
+
+// Get returns the configuration in force. Decide every exit with what Get
+// returns at that moment.
+func (r *Reloader) Get() rules.Config { return *r.cfg.Load() }
+
+// Polling reports whether the reloader polls instead of using inotify.
+func (r *Reloader) Polling() bool { return r.fs == nil }
+
+// Close stops watching.
+func (r *Reloader) Close() error {
+	r.once.Do(func() { close(r.done) })
+	r.wg.Wait()
+	if r.fs != nil {
+		return r.fs.Close()
+	}
+	return nil
+}
+
+// followResolved also watches the directory the file's symlinks lead to,
+// so that an in-place write to the target is seen. In a ConfigMap volume
+// that is the current timestamped directory, which the kubelet deletes
+// after each update; the watch on it then ends by itself.
+func (r *Reloader) followResolved() {
+	real, err := filepath.EvalSymlinks(r.path)
+	if err != nil {
+		return
+	}
+	dir := filepath.Dir(real)
+	if dir == filepath.Dir(r.path) || dir == r.resolved {
+		return
+	}
+	if r.resolved != "" {
+		_ = r.fs.Remove(r.resolved) // fails when the directory is gone
+	}
+	r.resolved = ""
+	if r.fs.Add(dir) == nil {
+		r.resolved = dir
+	}
+}
+
+func (r *Reloader) run() {
+	defer r.wg.Done()
+	var events <-chan fsnotify.Event
+	var errs <-chan error
+	var tick <-chan time.Time
+	if r.fs != nil {
+		events, errs = r.fs.Events, r.fs.Errors
+	} else {
+		t := time.NewTicker(r.opts.PollInterval)
+		defer t.Stop()
+		tick = t.C
+	}
+	quiet := time.NewTimer(time.Hour)
+	quiet.Stop()
+	var burstStart time.Time // zero when no change is pending
+	changed := func() {
+		now := time.Now()
+		if burstStart.IsZero() {
+			burstStart = now
+		}
+		wait := r.opts.Debounce
+		if limit := burstStart.Add(10 * r.opts.Debounce).Sub(now); limit < wait {
+			wait = max(limit, 0)
+		}
+		quiet.Reset(wait)
+	}
+	// The file may have changed between its first read and the watch.
+	if r.read() != r.seen {
+		changed()
+	}
+	for {
+		select {
+		case <-r.done:
+			quiet.Stop()
+			return
+		case _, ok := <-events:
+			if !ok {
+				return
+			}
+			changed()
+		case <-errs:
+			// Events were lost; reading again finds what they said.
+			changed()
+		case <-tick:
+			if burstStart.IsZero() && r.read() != r.seen {
+				changed()
+			}
+		case <-quiet.C:
+			burstStart = time.Time{}
+			if r.reload() {
+				quiet.Reset(r.opts.Debounce)
+			}
+			if r.fs != nil {
+				r.followResolved()
+			}
+		}
+	}
+}
+
+// read returns the file's content, or a description of why it cannot be
+// read that differs from any content.
+func (r *Reloader) read() string {
+	data, err := os.ReadFile(r.path)
+	if err != nil {
+		return "\x00" + err.Error()
+	}
+	return string(data)
+}
+
+// reload evaluates the file. It returns true when the content is bad but
+// may be a write in progress, to be looked at again.
+func (r *Reloader) reload() (again bool) {
+	content := r.read()
+	if content == r.seen {
+		r.suspect = ""
+		return false
+	}
+	var err error
+	var cfg rules.Config
+	if len(content) > 0 && content[0] == 0 {
+		err = fmt.Errorf("--config %s: %s; keeping the rules in force", r.path, content[1:])
+	} else if cfg, err = rules.Parse([]byte(content)); err != nil {
+		err = fmt.Errorf("--config %s: rejected: %w; keeping the rules in force", r.path, err)
+	}
+	if err != nil {
+		if content != r.suspect {
+			r.suspect = content
+			return true
+		}
+		r.suspect, r.seen = "", content
+		if r.opts.OnError != nil {
+			r.opts.OnError(err)
+		}
+		return false
+	}
+	r.suspect, r.seen = "", content
+	if reflect.DeepEqual(cfg, r.Get()) {
+		return false // comments or formatting changed
+	}
+	r.cfg.Store(&cfg)
+	if r.opts.OnReload != nil {
+		r.opts.OnReload(cfg)
+	}
+	return false
+}
