@@ -1,0 +1,234 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/restart-supervisor/restart-supervisor/injector"
+)
+
+// MaxRequestBytes caps an AdmissionReview body. The API server itself refuses
+// request bodies over 3 MiB, and a review carries the object once (twice for
+// updates, which this webhook never receives), so anything larger is not a
+// review the API server sent.
+const MaxRequestBytes = 3<<20 + 64<<10
+
+// Mutator is what the webhook needs from the injector.
+type Mutator interface {
+	MutatePod(ctx context.Context, pod *corev1.Pod) (*injector.Result, error)
+}
+
+// EntrypointPolicy says what to do with a pod whose image entrypoint cannot be
+// resolved.
+type EntrypointPolicy string
+
+const (
+	// EntrypointDeny refuses the pod with a message naming container and image.
+	EntrypointDeny EntrypointPolicy = "deny"
+	// EntrypointAllow admits the pod without the supervisor and returns a
+	// warning, which kubectl prints.
+	EntrypointAllow EntrypointPolicy = "allow"
+)
+
+// NativeMode selects between injecting and relying on the cluster's own
+// support for restartPolicyRules.
+type NativeMode string
+
+const (
+	NativeOff  NativeMode = "off"  // always inject
+	NativeAuto NativeMode = "auto" // inject unless the cluster honours the fields
+	NativeOn   NativeMode = "on"   // never inject
+)
+
+// NativeState reports whether the cluster currently honours the native fields.
+type NativeState interface{ Honoured() bool }
+
+// Handler answers admission/v1 AdmissionReviews for pod CREATE on /mutate.
+type Handler struct {
+	Mutator    Mutator
+	Entrypoint EntrypointPolicy
+	Native     NativeMode
+	// NativeState is consulted in NativeAuto mode; nil means "not honoured".
+	NativeState NativeState
+	Metrics     *Metrics
+	Log         *slog.Logger
+}
+
+var reviewTypeMeta = metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"}
+
+var podGVK = metav1.GroupVersionKind{Group: "", Version: "v1", Kind: "Pod"}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	result := ResultBadInput
+	defer func() {
+		if h.Metrics != nil {
+			h.Metrics.Reviews.WithLabelValues(result).Inc()
+			h.Metrics.Latency.Observe(time.Since(start).Seconds())
+		}
+	}()
+
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		http.Error(w, "admission reviews are POSTed", http.StatusMethodNotAllowed)
+		return
+	}
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		http.Error(w, fmt.Sprintf("Content-Type %q: expected application/json", r.Header.Get("Content-Type")), http.StatusUnsupportedMediaType)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			http.Error(w, fmt.Sprintf("request body exceeds %d bytes", MaxRequestBytes), http.StatusRequestEntityTooLarge)
+			return
+		}
+		http.Error(w, "read request body: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	var review admissionv1.AdmissionReview
+	if err := json.Unmarshal(body, &review); err != nil {
+		http.Error(w, "decode AdmissionReview: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	if review.Request == nil {
+		http.Error(w, "AdmissionReview has no request", http.StatusBadRequest)
+		return
+	}
+	if review.APIVersion != "" && review.APIVersion != reviewTypeMeta.APIVersion {
+		http.Error(w, fmt.Sprintf("AdmissionReview apiVersion %q: only %s is served", review.APIVersion, reviewTypeMeta.APIVersion), http.StatusBadRequest)
+		return
+	}
+
+	ctx := r.Context()
+	// The API server tells us its deadline in ?timeout=; answer before it so
+	// a slow registry yields our own clear message rather than its timeout.
+	if t, err := time.ParseDuration(r.URL.Query().Get("timeout")); err == nil && t > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, t*9/10)
+		defer cancel()
+	}
+
+	resp, res := h.review(ctx, review.Request)
+	result = res
+	resp.UID = review.Request.UID
+	out, err := json.Marshal(admissionv1.AdmissionReview{TypeMeta: reviewTypeMeta, Response: resp})
+	if err != nil {
+		// Only a patch value that cannot be encoded gets here.
+		h.log().Error("encode AdmissionReview response", "err", err)
+		http.Error(w, "encode response: "+err.Error(), http.StatusInternalServerError)
+		result = ResultBadInput
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(out)
+}
+
+func (h *Handler) log() *slog.Logger {
+	if h.Log == nil {
+		return slog.Default()
+	}
+	return h.Log
+}
+
+func deny(code int32, reason metav1.StatusReason, msg string) *admissionv1.AdmissionResponse {
+	return &admissionv1.AdmissionResponse{
+		Allowed: false,
+		Result:  &metav1.Status{Status: metav1.StatusFailure, Code: code, Reason: reason, Message: msg},
+	}
+}
+
+// review decides one request. It never returns nil.
+func (h *Handler) review(ctx context.Context, req *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, string) {
+	log := h.log().With("uid", req.UID, "namespace", req.Namespace, "name", req.Name)
+	if req.Kind != podGVK || req.Resource.Resource != "pods" || req.SubResource != "" {
+		msg := fmt.Sprintf("restart-injector only reviews core/v1 pods, got %s %s/%s resource %q subresource %q",
+			req.Kind.Kind, req.Kind.Group, req.Kind.Version, req.Resource.Resource, req.SubResource)
+		log.Warn("unexpected admission request; check the webhook configuration's rules", "detail", msg)
+		return deny(http.StatusBadRequest, metav1.StatusReasonBadRequest, msg), ResultBadInput
+	}
+	if req.Operation != admissionv1.Create {
+		// A pod's spec is immutable after creation: nothing to inject.
+		return &admissionv1.AdmissionResponse{Allowed: true}, ResultUntouched
+	}
+	var pod corev1.Pod
+	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
+		return deny(http.StatusBadRequest, metav1.StatusReasonBadRequest, "decode Pod: "+err.Error()), ResultBadInput
+	}
+	if pod.Namespace == "" {
+		pod.Namespace = req.Namespace
+	}
+	podName := pod.Name
+	if podName == "" {
+		podName = pod.GenerateName + "<generated>"
+	}
+	log = log.With("pod", podName)
+
+	switch h.Native {
+	case NativeOn:
+		return allowNative(&pod, "--native=on"), ResultUntouched
+	case NativeAuto:
+		// The annotation carrier is this project's own: a cluster that honours
+		// the native fields still ignores it, so such pods are still injected.
+		if h.NativeState != nil && h.NativeState.Honoured() && pod.Annotations[injector.AnnotationRules] == "" {
+			return &admissionv1.AdmissionResponse{Allowed: true}, ResultUntouched
+		}
+	}
+
+	res, err := h.Mutator.MutatePod(ctx, &pod)
+	if err != nil {
+		var epErr *injector.EntrypointError
+		if errors.As(err, &epErr) {
+			if h.Entrypoint == EntrypointAllow {
+				msg := "restart rules NOT applied: " + err.Error()
+				log.Warn("admitted without supervisor", "err", err)
+				return &admissionv1.AdmissionResponse{Allowed: true, Warnings: []string{msg}}, ResultWarned
+			}
+			log.Info("denied: entrypoint unresolved", "err", err)
+			return deny(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, err.Error()), ResultDenied
+		}
+		if ctx.Err() != nil {
+			log.Warn("denied: review deadline exceeded", "err", err)
+			return deny(http.StatusGatewayTimeout, metav1.StatusReasonTimeout, err.Error()), ResultDenied
+		}
+		log.Info("denied", "err", err)
+		return deny(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, err.Error()), ResultDenied
+	}
+	if res == nil || !res.Injected || len(res.Patch) == 0 {
+		resp := &admissionv1.AdmissionResponse{Allowed: true}
+		if res != nil {
+			resp.Warnings = res.Warnings
+		}
+		return resp, ResultUntouched
+	}
+	patch, err := json.Marshal(res.Patch)
+	if err != nil {
+		log.Error("encode JSON patch", "err", err)
+		return deny(http.StatusInternalServerError, metav1.StatusReasonInternalError, "encode JSON patch: "+err.Error()), ResultDenied
+	}
+	pt := admissionv1.PatchTypeJSONPatch
+	log.Info("injected", "containers", res.Containers)
+	return &admissionv1.AdmissionResponse{Allowed: true, Patch: patch, PatchType: &pt, Warnings: res.Warnings}, ResultInjected
+}
+
+// allowNative admits a pod untouched under --native=on, warning when the pod
+// relies on the annotation, which only the injector reads.
+func allowNative(pod *corev1.Pod, why string) *admissionv1.AdmissionResponse {
+	resp := &admissionv1.AdmissionResponse{Allowed: true}
+	if pod.Annotations[injector.AnnotationRules] != "" {
+		resp.Warnings = []string{fmt.Sprintf("annotation %s is ignored (%s): use the containers' restartPolicyRules fields", injector.AnnotationRules, why)}
+	}
+	return resp
+}

@@ -1,0 +1,170 @@
+package webhook
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+)
+
+// MinNativeKubelet is the first kubelet release with ContainerRestartRules on
+// by default (beta in 1.35).
+var MinNativeKubelet = version.MustParseGeneric("1.35.0")
+
+// NativeProbePodName names the pod the detector creates with dryRun=All; it
+// is never stored.
+const NativeProbePodName = "restart-injector-native-probe"
+
+// NativeDetector finds out whether the cluster honours restartPolicyRules by
+// itself: the API server keeps the fields (checked with a server-side dry-run
+// create, which runs the real defaulting, validation and field dropping
+// without storing anything) and every node runs a kubelet that acts on them.
+// Until the first check succeeds the answer is "no", so pods are injected:
+// injecting on a cluster that would also have honoured the fields is safe,
+// the opposite is not.
+type NativeDetector struct {
+	Client    kubernetes.Interface
+	Namespace string // where the probe pod is dry-run created; the webhook's own
+	Interval  time.Duration
+	Log       *slog.Logger
+	Metrics   *Metrics
+
+	honoured atomic.Bool
+}
+
+// Honoured reports the latest conclusion.
+func (d *NativeDetector) Honoured() bool { return d.honoured.Load() }
+
+// Run checks now and then every Interval until ctx is done.
+func (d *NativeDetector) Run(ctx context.Context) {
+	interval := d.Interval
+	if interval <= 0 {
+		interval = 5 * time.Minute
+	}
+	var last string
+	for {
+		ok, why, err := d.Check(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			// Keep the previous conclusion: a transient API error must not
+			// flip a cluster between injecting and not.
+			d.log().Warn("native restart rules: check failed; keeping previous conclusion", "honoured", d.Honoured(), "err", err)
+		} else {
+			d.honoured.Store(ok)
+			if d.Metrics != nil {
+				d.Metrics.NativeHonoured.Set(map[bool]float64{false: 0, true: 1}[ok])
+			}
+			if why != last {
+				d.log().Info("native restart rules", "honoured", ok, "reason", why,
+					"effect", map[bool]string{true: "pods with restartPolicyRules are admitted untouched", false: "pods with rules are injected"}[ok])
+				last = why
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(interval):
+		}
+	}
+}
+
+func (d *NativeDetector) log() *slog.Logger {
+	if d.Log == nil {
+		return slog.Default()
+	}
+	return d.Log
+}
+
+// Check performs both checks once. why explains the conclusion in one line.
+func (d *NativeDetector) Check(ctx context.Context) (honoured bool, why string, err error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	kept, err := d.apiServerKeepsFields(ctx)
+	if err != nil {
+		return false, "", err
+	}
+	if !kept {
+		return false, "the API server drops restartPolicyRules (ContainerRestartRules gate off or server older than 1.34)", nil
+	}
+	nodes, err := d.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return false, "", fmt.Errorf("list nodes: %w", err)
+	}
+	if len(nodes.Items) == 0 {
+		return false, "the API server keeps restartPolicyRules but there are no nodes to check", nil
+	}
+	var old []string
+	for _, n := range nodes.Items {
+		kv := n.Status.NodeInfo.KubeletVersion
+		v, err := version.ParseGeneric(kv)
+		if err != nil || v.LessThan(MinNativeKubelet) {
+			old = append(old, fmt.Sprintf("%s (%s)", n.Name, kv))
+		}
+	}
+	if len(old) > 0 {
+		if len(old) > 5 {
+			old = append(old[:5], fmt.Sprintf("and %d more", len(old)-5))
+		}
+		return false, fmt.Sprintf("the API server keeps restartPolicyRules but kubelets older than %s run on %s", MinNativeKubelet, strings.Join(old, ", ")), nil
+	}
+	return true, fmt.Sprintf("the API server keeps restartPolicyRules and all %d kubelets are %s or newer", len(nodes.Items), MinNativeKubelet), nil
+}
+
+func (d *NativeDetector) apiServerKeepsFields(ctx context.Context) (bool, error) {
+	pod := NativeProbePod(d.Namespace)
+	got, err := d.Client.CoreV1().Pods(d.Namespace).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if err != nil {
+		return false, fmt.Errorf("dry-run create of pod %s/%s: %w", d.Namespace, pod.Name, err)
+	}
+	for _, c := range got.Spec.Containers {
+		if len(c.RestartPolicyRules) > 0 && c.RestartPolicy != nil {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// NativeProbePod is the pod the detector dry-run creates: one container
+// with a restart rule, compliant with the restricted Pod Security profile so
+// that it is judged on its restart fields alone.
+func NativeProbePod(namespace string) *corev1.Pod {
+	never := corev1.ContainerRestartPolicyNever
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: NativeProbePodName, Namespace: namespace},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                corev1.RestartPolicyNever,
+			AutomountServiceAccountToken: ptr.To(false),
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot:   ptr.To(true),
+				RunAsUser:      ptr.To[int64](65532),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Containers: []corev1.Container{{
+				Name:          "probe",
+				Image:         "registry.k8s.io/pause:3.10",
+				RestartPolicy: &never,
+				RestartPolicyRules: []corev1.ContainerRestartRule{{
+					Action: corev1.ContainerRestartRuleActionRestart,
+					ExitCodes: &corev1.ContainerRestartRuleOnExitCodes{
+						Operator: corev1.ContainerRestartRuleOnExitCodesOpIn,
+						Values:   []int32{42},
+					},
+				}},
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: ptr.To(false),
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				},
+			}},
+		},
+	}
+}
