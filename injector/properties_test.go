@@ -1,0 +1,354 @@
+package injector
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"regexp"
+	"testing"
+
+	jsonpatch "github.com/evanphx/json-patch/v5"
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	psaapi "k8s.io/pod-security-admission/api"
+	"k8s.io/pod-security-admission/policy"
+	"k8s.io/utils/ptr"
+)
+
+// goldenPods returns every Pod and pod template of the golden inputs.
+func goldenPods(t *testing.T) map[string]*corev1.Pod {
+	pods := map[string]*corev1.Pod{}
+	for _, f := range goldenInputs(t) {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := ReadManifests(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var visit func(obj map[string]any)
+		visit = func(obj map[string]any) {
+			u := &unstructured.Unstructured{Object: obj}
+			if items, ok := obj["items"].([]any); ok {
+				for _, it := range items {
+					visit(it.(map[string]any))
+				}
+				return
+			}
+			pod, _, object, ok, err := podOf(u)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok {
+				pods[f+" "+object] = pod
+			}
+		}
+		for _, d := range m.Docs {
+			if d.Object != nil {
+				visit(d.Object)
+			}
+		}
+	}
+	if len(pods) < 15 {
+		t.Fatalf("only %d pods in the golden inputs", len(pods))
+	}
+	return pods
+}
+
+// TestPatchMatchesMutatedPod: the webhook's patch applied to the input
+// (by an independent RFC 6902 implementation) gives exactly Result.Pod, the
+// input is left alone, and a second run on the output yields no operation.
+func TestPatchMatchesMutatedPod(t *testing.T) {
+	inj, _ := goldenInjector(t)
+	injected := 0
+	for name, pod := range goldenPods(t) {
+		before := pod.DeepCopy()
+		res, err := inj.MutatePod(context.Background(), pod)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !apiequality.Semantic.DeepEqual(pod, before) {
+			t.Errorf("%s: MutatePod modified its input", name)
+		}
+		if !res.Injected {
+			if len(res.Patch) != 0 || !apiequality.Semantic.DeepEqual(res.Pod, pod) {
+				t.Errorf("%s: not injected but patch %v / pod changed", name, res.Patch)
+			}
+			continue
+		}
+		injected++
+		orig, _ := json.Marshal(pod)
+		ops, _ := json.Marshal(res.Patch)
+		patch, err := jsonpatch.DecodePatch(ops)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		patched, err := patch.Apply(orig)
+		if err != nil {
+			t.Fatalf("%s: patch does not apply: %v\n%s", name, err, ops)
+		}
+		var got corev1.Pod
+		if err := json.Unmarshal(patched, &got); err != nil {
+			t.Fatal(err)
+		}
+		if !apiequality.Semantic.DeepEqual(&got, res.Pod) {
+			want, _ := json.Marshal(res.Pod)
+			t.Errorf("%s: patched input differs from Result.Pod\npatched: %s\nmutated: %s", name, patched, want)
+		}
+		again, err := inj.MutatePod(context.Background(), res.Pod)
+		if err != nil {
+			t.Fatalf("%s: second run: %v", name, err)
+		}
+		if again.Injected || len(again.Patch) != 0 {
+			t.Errorf("%s: second run produced %v", name, again.Patch)
+		}
+	}
+	if injected < 10 {
+		t.Fatalf("only %d golden pods were injected", injected)
+	}
+}
+
+// TestPatchArrayTraps checks the operations that fail when done naively.
+func TestPatchArrayTraps(t *testing.T) {
+	inj := New(Options{})
+	bare := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{
+		Name: "a", Image: "x", Command: []string{"/a"}, RestartPolicy: ptr.To(corev1.ContainerRestartPolicyNever)}}}}
+	res, err := inj.MutatePod(context.Background(), bare)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{"/metadata": true, "/spec/volumes": true, "/spec/initContainers": true,
+		"/spec/containers/0/env": true, "/spec/containers/0/volumeMounts": true}
+	for _, op := range res.Patch {
+		delete(want, op.Path)
+	}
+	if len(want) != 0 {
+		t.Errorf("pod without metadata, volumes, init containers, env or mounts: missing whole-array/object adds %v in %v", want, res.Patch)
+	}
+
+	full := bare.DeepCopy()
+	full.Annotations = map[string]string{"a/b~c": "x"}
+	full.Spec.Volumes = []corev1.Volume{{Name: "v"}}
+	full.Spec.InitContainers = []corev1.Container{{Name: "i", Image: "x", Command: []string{"/i"}}}
+	full.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "E", Value: "1"}}
+	full.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "v", MountPath: "/v"}}
+	res, err = inj.MutatePod(context.Background(), full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = map[string]bool{"/metadata/annotations/restart-supervisor.dev~1status": true, "/spec/volumes/-": true,
+		"/spec/initContainers/0": true, "/spec/containers/0/env/-": true, "/spec/containers/0/volumeMounts/-": true,
+		"/spec/containers/0/restartPolicy": true}
+	for _, op := range res.Patch {
+		delete(want, op.Path)
+	}
+	if len(want) != 0 {
+		t.Errorf("missing append/insert operations %v in %v", want, res.Patch)
+	}
+	if got := escapePointer("a/b~c"); got != "a~1b~0c" {
+		t.Errorf("escapePointer = %q", got)
+	}
+}
+
+// harden makes a pod meet the restricted profile the way a careful user
+// would, so that any violation in the output is the injector's.
+func harden(pod *corev1.Pod) *corev1.Pod {
+	p := pod.DeepCopy()
+	p.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true),
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
+	for _, list := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
+		for i := range list {
+			if list[i].Name == InstallContainer {
+				continue
+			}
+			list[i].SecurityContext = &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false),
+				Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}
+		}
+	}
+	return p
+}
+
+func TestOutputPassesRestrictedPSS(t *testing.T) {
+	ev, err := policy.NewEvaluator(policy.DefaultChecks(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lv := psaapi.LevelVersion{Level: psaapi.LevelRestricted, Version: psaapi.LatestVersion()}
+	check := func(name string, pod *corev1.Pod) bool {
+		r := policy.AggregateCheckResults(ev.EvaluatePod(lv, &pod.ObjectMeta, &pod.Spec))
+		if !r.Allowed {
+			t.Errorf("%s: restricted: %s", name, r.ForbiddenDetail())
+		}
+		return r.Allowed
+	}
+	inj, _ := goldenInjector(t)
+	for name, pod := range goldenPods(t) {
+		in := harden(pod)
+		if !check(name+" (input)", in) {
+			continue
+		}
+		res, err := inj.MutatePod(context.Background(), in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(name+" (output)", res.Pod)
+	}
+	// The install container alone, in a pod that sets nothing at pod level.
+	res, err := inj.MutatePod(context.Background(), &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{
+		Name: "a", Image: "x", Command: []string{"/a"}, RestartPolicy: ptr.To(corev1.ContainerRestartPolicyNever)}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	only := &corev1.Pod{Spec: corev1.PodSpec{InitContainers: res.Pod.Spec.InitContainers[:1], Volumes: res.Pod.Spec.Volumes,
+		Containers: []corev1.Container{*harden(&corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c"}}}}).Spec.Containers[0].DeepCopy()}}}
+	only.Spec.Containers[0].SecurityContext.RunAsNonRoot = ptr.To(true)
+	only.Spec.Containers[0].SecurityContext.SeccompProfile = &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}
+	check("install container", only)
+}
+
+// qosClass follows the kubelet's GetPodQOS (pkg/apis/core/v1/helper/qos)
+// for pods without pod-level resources.
+func qosClass(pod *corev1.Pod) corev1.PodQOSClass {
+	requests, limits := corev1.ResourceList{}, corev1.ResourceList{}
+	guaranteed := true
+	supported := func(n corev1.ResourceName) bool { return n == corev1.ResourceCPU || n == corev1.ResourceMemory }
+	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range list {
+			for n, q := range c.Resources.Requests {
+				if supported(n) && q.Sign() > 0 {
+					sum := requests[n]
+					sum.Add(q)
+					requests[n] = sum
+				}
+			}
+			found := 0
+			for n, q := range c.Resources.Limits {
+				if supported(n) && q.Sign() > 0 {
+					found++
+					sum := limits[n]
+					sum.Add(q)
+					limits[n] = sum
+				}
+			}
+			if found != 2 {
+				guaranteed = false
+			}
+		}
+	}
+	if len(requests) == 0 && len(limits) == 0 {
+		return corev1.PodQOSBestEffort
+	}
+	if guaranteed {
+		for n, r := range requests {
+			if l, ok := limits[n]; !ok || l.Cmp(r) != 0 {
+				guaranteed = false
+			}
+		}
+	}
+	if guaranteed && len(requests) == len(limits) {
+		return corev1.PodQOSGuaranteed
+	}
+	return corev1.PodQOSBurstable
+}
+
+func TestQoSClassPreserved(t *testing.T) {
+	inj, _ := goldenInjector(t)
+	seen := map[corev1.PodQOSClass]bool{}
+	for name, pod := range goldenPods(t) {
+		res, err := inj.MutatePod(context.Background(), pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before, after := qosClass(pod), qosClass(res.Pod)
+		if before != after {
+			t.Errorf("%s: QoS %s became %s", name, before, after)
+		}
+		if res.Injected {
+			seen[before] = true
+		}
+	}
+	for _, c := range []corev1.PodQOSClass{corev1.PodQOSGuaranteed, corev1.PodQOSBurstable, corev1.PodQOSBestEffort} {
+		if !seen[c] {
+			t.Errorf("no injected golden pod of class %s", c)
+		}
+	}
+}
+
+var envName = regexp.MustCompile(`^[-._a-zA-Z][-._a-zA-Z0-9]*$`)
+
+// TestOutputIsValidPod reproduces the API server's pod validation rules
+// that an injection could break.
+func TestOutputIsValidPod(t *testing.T) {
+	inj, _ := goldenInjector(t)
+	for name, pod := range goldenPods(t) {
+		res, err := inj.MutatePod(context.Background(), pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range validatePod(res.Pod, res.Containers) {
+			t.Errorf("%s: %s", name, e)
+		}
+	}
+}
+
+func validatePod(p *corev1.Pod, wrapped []string) []string {
+	var errs []string
+	bad := func(s string) { errs = append(errs, s) }
+	vols := map[string]bool{}
+	for _, v := range p.Spec.Volumes {
+		if vols[v.Name] {
+			bad("duplicate volume " + v.Name)
+		}
+		vols[v.Name] = true
+		if v.EmptyDir != nil && v.EmptyDir.SizeLimit != nil && v.EmptyDir.SizeLimit.Cmp(resource.Quantity{}) <= 0 {
+			bad("emptyDir sizeLimit must be positive: " + v.Name)
+		}
+	}
+	names := map[string]bool{}
+	isWrapped := map[string]bool{}
+	for _, n := range wrapped {
+		isWrapped[n] = true
+	}
+	for li, list := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
+		for _, c := range list {
+			if names[c.Name] {
+				bad("duplicate container name " + c.Name)
+			}
+			names[c.Name] = true
+			if li == 1 && (c.RestartPolicy != nil || len(c.RestartPolicyRules) > 0) {
+				bad(c.Name + ": regular container keeps restartPolicy/restartPolicyRules, which an API server without KEP-5307 rejects")
+			}
+			if li == 0 && (len(c.RestartPolicyRules) > 0 || (c.RestartPolicy != nil && *c.RestartPolicy != corev1.ContainerRestartPolicyAlways)) {
+				bad(c.Name + ": init container keeps KEP-5307 fields")
+			}
+			paths := map[string]bool{}
+			for _, m := range c.VolumeMounts {
+				if !vols[m.Name] {
+					bad(c.Name + ": mount of unknown volume " + m.Name)
+				}
+				if paths[m.MountPath] {
+					bad(c.Name + ": duplicate mountPath " + m.MountPath)
+				}
+				paths[m.MountPath] = true
+				if m.Name == BinVolume && c.Name != InstallContainer && !m.ReadOnly {
+					bad(c.Name + ": supervisor binary mounted read-write")
+				}
+			}
+			for _, e := range c.Env {
+				if !envName.MatchString(e.Name) {
+					bad(c.Name + ": invalid env name " + e.Name)
+				}
+			}
+			if isWrapped[c.Name] && (len(c.Command) < 2 || c.Command[0] != SupervisorPath) {
+				bad(c.Name + ": wrapped container does not start the supervisor")
+			}
+		}
+	}
+	if len(wrapped) > 0 && (len(p.Spec.InitContainers) == 0 || p.Spec.InitContainers[0].Name != InstallContainer) {
+		bad("install container is not the first init container")
+	}
+	return errs
+}
