@@ -131,6 +131,11 @@ type supervisor struct {
 // exit with. Signal handlers are installed before the first fork, so that
 // neither an early stop request nor a fast child's SIGCHLD is lost; while
 // Run runs, the calling process must start no other children.
+//
+// The handlers stay installed when Run returns: the caller is expected to
+// exit with Result.Status at once, and a SIGTERM arriving in between must
+// not replace that status with a death by signal. (Removing them would
+// also cost a hand-off to the runtime's signal thread per signal.)
 func Run(o Options) Result {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
@@ -150,7 +155,6 @@ func Run(o Options) Result {
 	// itself may coalesce, which the drain loop and the tick allow for.
 	sigs := make(chan os.Signal, 64)
 	signal.Notify(sigs, notify...)
-	defer signal.Stop(sigs)
 
 	if err := becomeSubreaper(); err != nil {
 		s.log.Warn("cannot become a child subreaper; orphaned processes will escape supervision", "err", err)

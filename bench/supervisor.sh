@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Measures restart-supervisor against tini, dumb-init and a bare command, in
+# one run on this machine, and prints medians and ratios:
+#   1. stripped static binary size
+#   2. start overhead of `X -- /bin/true`
+#   3. in-place restart latency (workload exit -> next workload running),
+#      backoff 0, against the smallest possible fork/exec/wait loop
+#   4. resident memory of the supervisor while supervising
+#   5. go test -bench for the supervisor loop and the rules engine
+# Environment: N (start-overhead rounds, default 300), RESTARTS (default 3000).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N=${N:-300}
+RESTARTS=${RESTARTS:-3000}
+
+missing=()
+command -v tini >/dev/null || missing+=(tini)
+command -v dumb-init >/dev/null || missing+=(dumb-init)
+if ((${#missing[@]})); then
+	echo "installing ${missing[*]} (Debian packages)" >&2
+	apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2
+fi
+
+work=$(mktemp -d)
+bgpid=
+cleanup() { [[ -n $bgpid ]] && kill -KILL "$bgpid" 2>/dev/null; rm -rf "$work"; }
+trap cleanup EXIT
+
+sup=$work/restart-supervisor
+CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$sup" ./cmd/restart-supervisor
+go build -o "$work/benchtool" ./bench/supervisor/benchtool
+if command -v gcc >/dev/null && gcc -O2 -static -o "$work/probe" bench/supervisor/cprobe/probe.c 2>/dev/null; then
+	probe=("$work/probe")
+	probekind="static C probe"
+else
+	probe=("$work/benchtool" probe)
+	probekind="Go probe (no static C toolchain; Go start-up adds to every figure)"
+fi
+tini=$(command -v tini)
+dumbinit=$(command -v dumb-init)
+
+echo "== machine: $(nproc) CPUs, $(uname -sr), $(go version | cut -d' ' -f3)"
+echo
+echo "== 1. binary size (CGO_ENABLED=0 -trimpath -ldflags='-s -w'), target < 2.5 MB"
+size=$(stat -c %s "$sup")
+printf "%-28s %9d bytes (%.2f MB)\n" restart-supervisor "$size" "$(echo "$size/1000000" | bc -l)"
+for f in "$tini" /usr/bin/tini-static "$dumbinit"; do
+	[[ -e $f ]] && printf "%-28s %9d bytes (%s)\n" "$(basename "$f")" "$(stat -c %s "$f")" "$(file -b "$f" | grep -o 'statically linked\|dynamically linked')"
+done
+echo
+echo "== 2. start overhead of X -- /bin/true ($N interleaved rounds), target <= 1.5x tini"
+cmds=(bare=/bin/true "tini=$tini -- /bin/true")
+[[ -x /usr/bin/tini-static ]] && cmds+=("tini-static=/usr/bin/tini-static -- /bin/true")
+cmds+=("dumb-init=$dumbinit /bin/true" "restart-supervisor=$sup -- /bin/true")
+"$work/benchtool" spawn -n "$N" "${cmds[@]}"
+echo
+echo "== 3. in-place restart latency, workload exit -> next workload running, backoff 0 ($RESTARTS runs, $probekind)"
+echo "   target: median < 1 ms, >= 1000 restarts/s"
+cfg='{"restartPolicy":"Never","podRestartPolicy":"Never","backoff":{"initial":"0s"},"restartPolicyRules":[{"action":"Restart","exitCodes":{"operator":"In","values":[42]}}]}'
+PROBE_LOG=$work/base.log PROBE_N=$RESTARTS "$work/benchtool" respawn "${probe[@]}"
+printf "%-28s " "bare fork/exec/wait4 loop"
+"$work/benchtool" latency "$work/base.log"
+PROBE_LOG=$work/sup.log PROBE_N=$RESTARTS RESTART_SUPERVISOR_CONFIG=$cfg "$sup" -- "${probe[@]}" 2>"$work/sup.stderr"
+printf "%-28s " "restart-supervisor"
+"$work/benchtool" latency "$work/sup.log"
+restarts=$(grep -c 'restarting in place' "$work/sup.stderr")
+echo "   (supervisor logged $restarts in-place restarts to a file; log lines are part of the measured path)"
+echo
+echo "== 4. resident memory while supervising (VmRSS / VmHWM from /proc/PID/status), target < 4 MiB"
+rss() { # label, then the command
+	local label=$1
+	shift
+	"$@" 2>/dev/null &
+	bgpid=$!
+	sleep 1
+	printf "%-28s %s / %s\n" "$label" "$(awk '/^VmRSS/{print $2" "$3}' /proc/$bgpid/status)" "$(awk '/^VmHWM/{print $2" "$3}' /proc/$bgpid/status)"
+	kill -TERM "$bgpid" 2>/dev/null
+	wait "$bgpid" 2>/dev/null || true
+	bgpid=
+}
+rss "tini (idle, sleep)" "$tini" -- sleep 30
+rss "dumb-init (idle, sleep)" "$dumbinit" sleep 30
+rss "restart-supervisor (idle)" "$sup" -- sleep 30
+rm -f "$work/storm.log" "$work/storm.log.count"
+PROBE_LOG=$work/storm.log PROBE_N=100000000 RESTART_SUPERVISOR_CONFIG=$cfg \
+	rss "restart-supervisor (restarting)" "$sup" -- "${probe[@]}"
+echo
+echo "== 5. go test -bench"
+go test -run '^$' -bench . -benchtime 2000x ./supervise | grep -E '^Benchmark'
+go test -run '^$' -bench . ./rules | grep -E '^Benchmark'

@@ -1,0 +1,192 @@
+// Command benchtool holds the measuring parts of bench/supervisor.sh.
+//
+//	benchtool spawn -n N LABEL=COMMAND...   start overhead, interleaved runs
+//	benchtool probe                         restart-latency workload (Go fallback for cprobe)
+//	benchtool respawn ARGV...                 baseline: the smallest possible restart loop
+//	benchtool latency LOGFILE               exit→next-start latencies from a probe log
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: benchtool spawn|probe|respawn|latency ...")
+		os.Exit(2)
+	}
+	switch os.Args[1] {
+	case "spawn":
+		spawn(os.Args[2:])
+	case "probe":
+		probe()
+	case "respawn":
+		respawn(os.Args[2:])
+	case "latency":
+		latency(os.Args[2])
+	default:
+		fmt.Fprintln(os.Stderr, "unknown mode", os.Args[1])
+		os.Exit(2)
+	}
+}
+
+func median(d []time.Duration) time.Duration {
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
+}
+
+func pct(d []time.Duration, p float64) time.Duration {
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[int(float64(len(s)-1)*p)]
+}
+
+// spawn runs every command N times, round-robin so that machine noise hits
+// all of them alike, and prints the median wall time of each and its ratio
+// to the first (bare) and to the one labelled tini.
+func spawn(args []string) {
+	n := 300
+	if len(args) > 1 && args[0] == "-n" {
+		n, _ = strconv.Atoi(args[1])
+		args = args[2:]
+	}
+	type cmd struct {
+		label string
+		argv  []string
+		times []time.Duration
+	}
+	var cmds []*cmd
+	for _, a := range args {
+		label, c, _ := strings.Cut(a, "=")
+		cmds = append(cmds, &cmd{label: label, argv: strings.Fields(c)})
+	}
+	for i := 0; i < n+10; i++ {
+		for _, c := range cmds {
+			t0 := time.Now()
+			x := exec.Command(c.argv[0], c.argv[1:]...)
+			if err := x.Run(); err != nil {
+				fmt.Fprintf(os.Stderr, "%s: %v\n", c.label, err)
+				os.Exit(1)
+			}
+			if i >= 10 { // warm-up rounds are discarded
+				c.times = append(c.times, time.Since(t0))
+			}
+		}
+	}
+	base := median(cmds[0].times)
+	var tini time.Duration
+	for _, c := range cmds {
+		if c.label == "tini" {
+			tini = median(c.times)
+		}
+	}
+	fmt.Printf("%-20s %10s %10s %9s %9s\n", "start overhead", "median", "p90", "×bare", "×tini")
+	for _, c := range cmds {
+		m := median(c.times)
+		rt := "-"
+		if tini > 0 {
+			rt = fmt.Sprintf("%.2f", float64(m)/float64(tini))
+		}
+		fmt.Printf("%-20s %10s %10s %9.2f %9s\n", c.label, m.Round(time.Microsecond), pct(c.times, 0.9).Round(time.Microsecond), float64(m)/float64(base), rt)
+	}
+}
+
+func now() int64 {
+	var ts unix.Timespec
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return ts.Nano()
+}
+
+// probe is the Go version of cprobe/probe.c: it appends "S <ns>" on
+// start and "E <ns>" right before exiting, exits 42 until it has run
+// PROBE_N times, then 0.
+func probe() {
+	start := now()
+	log := os.Getenv("PROBE_LOG")
+	f, err := os.OpenFile(log, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		os.Exit(3)
+	}
+	fmt.Fprintf(f, "S %d\n", start)
+	n, _ := strconv.Atoi(os.Getenv("PROBE_N"))
+	cnt := countFile(log + ".count")
+	code := 42
+	if cnt >= n {
+		code = 0
+	}
+	fmt.Fprintf(f, "E %d\n", now())
+	os.Exit(code)
+}
+
+func countFile(p string) int {
+	b, _ := os.ReadFile(p)
+	c, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	c++
+	os.WriteFile(p, []byte(strconv.Itoa(c)), 0o644)
+	return c
+}
+
+// respawn is the baseline: fork/exec, wait4, again, as fast as a process
+// can do it, with nothing else. The supervisor's latency minus this one
+// is what the supervisor itself costs.
+func respawn(argv []string) {
+	for {
+		pid, err := syscall.ForkExec(argv[0], argv, &syscall.ProcAttr{Env: os.Environ(), Files: []uintptr{0, 1, 2}})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		var ws syscall.WaitStatus
+		syscall.Wait4(pid, &ws, 0, nil)
+		if ws.ExitStatus() != 42 {
+			return
+		}
+	}
+}
+
+// latency pairs each "E" with the next "S" and reports the gaps.
+func latency(path string) {
+	f, err := os.Open(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	var gaps []time.Duration
+	var firstS, lastE, pendingE int64 = -1, 0, -1
+	runs := 0
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		kind, v, _ := strings.Cut(sc.Text(), " ")
+		ns, _ := strconv.ParseInt(v, 10, 64)
+		switch kind {
+		case "S":
+			runs++
+			if firstS < 0 {
+				firstS = ns
+			}
+			if pendingE >= 0 {
+				gaps = append(gaps, time.Duration(ns-pendingE))
+			}
+		case "E":
+			pendingE, lastE = ns, ns
+		}
+	}
+	if len(gaps) == 0 {
+		fmt.Fprintln(os.Stderr, "no restarts in", path)
+		os.Exit(1)
+	}
+	total := time.Duration(lastE - firstS)
+	fmt.Printf("runs=%d median=%s p90=%s p99=%s restarts/s=%.0f\n", runs, median(gaps).Round(time.Microsecond),
+		pct(gaps, 0.9).Round(time.Microsecond), pct(gaps, 0.99).Round(time.Microsecond), float64(len(gaps))/total.Seconds())
+}
