@@ -807,3 +807,20 @@ func TestJSONLogsAndStatusFile(t *testing.T) {
 		t.Errorf("termination message %q", msg)
 	}
 }
+
+// TestExampleExit42 runs examples/exit42 as examples/run.sh does.
+func TestExampleExit42(t *testing.T) {
+	state := t.TempDir()
+	s := start(t, []string{"EXAMPLE_STATE_DIR=" + state}, bin,
+		"--config", "../../examples/exit42/config.yaml", "--", "../../examples/exit42/workload.sh")
+	if st := s.wait(20 * time.Second); st != 0 {
+		t.Fatalf("exit status = %d, want 0", st)
+	}
+	log := s.stderr.String()
+	if c := strings.Count(log, "restarting in place"); c != 2 {
+		t.Fatalf("%d in-place restarts logged, want 2", c)
+	}
+	if !strings.Contains(log, "delay=500ms") || !strings.Contains(log, "status=0 restarts=2") {
+		t.Fatalf("log lacks the backoff or the final line")
+	}
+}
