@@ -42,7 +42,12 @@ type Options struct {
 	Argv []string
 	Env  []string
 
+	// Config holds the restart rules, the pod policy and the backoff.
 	Config rules.Config
+	// Rules, when set, is called at every exit and its result used in
+	// place of Config, so that a reloaded configuration decides each exit
+	// from the moment it is in force.
+	Rules func() rules.Config
 
 	// GracePeriod is how long the workload may take to exit after a stop
 	// signal before its process group is SIGKILLed.
@@ -54,19 +59,35 @@ type Options struct {
 
 	Log *slog.Logger
 
-	// RestartRequests are restarts asked for from outside the process
-	// (the pod-wide RestartAllContainers generation). The running
-	// workload gets SIGTERM, then SIGKILL after GracePeriod, and starts
-	// again at once, whatever its exit code.
-	RestartRequests <-chan RestartRequest
+	// Pod, when set, carries out RestartAllContainers across the pod.
+	// Without it such a rule restarts this container only (with backoff)
+	// and says so in the log.
+	Pod PodRestarter
 
 	// OnChange, when set, is called from the supervising goroutine after
 	// every change of State.
 	OnChange func(State)
 }
 
-// RestartRequest is a restart asked for from outside.
-type RestartRequest struct{ Reason string }
+// PodRestarter connects the loop to pod-wide restarts (KEP-5532
+// RestartAllContainers). Its methods are called from the supervising
+// goroutine at the moment an exit or a pod restart is handled, which is
+// what makes each pod restart restart this workload exactly once: an exit
+// handled first announces and restarts, so the pod restart it caused is
+// then not accepted again; a pod restart handled first kills and restarts
+// the workload, and the exit that the kill causes is neither judged by the
+// rules nor announced.
+type PodRestarter interface {
+	// Announce asks every container of the pod to restart because this
+	// workload exited with exitCode under a RestartAllContainers rule. The
+	// workload itself is restarted at once whatever Announce returns.
+	Announce(exitCode int32) error
+	// Pending delivers pod restarts (generation numbers) announced by any
+	// container of the pod, including this one.
+	Pending() <-chan uint64
+	// Accept reports whether generation gen asks this workload to restart.
+	Accept(gen uint64) bool
+}
 
 // Phase is what the supervisor is doing.
 type Phase string
@@ -79,16 +100,29 @@ const (
 	Exited     Phase = "Exited"
 )
 
+// Exit is one exit of the workload and what was decided on it.
+type Exit struct {
+	ExitStatus
+	// Rule is the index of the first matching rule, -1 when none matched
+	// or the exit was not judged by the rules (a stop, a pod restart).
+	Rule   int
+	Action rules.Action
+	At     time.Time
+}
+
 // State is a snapshot for status reporting.
 type State struct {
-	Phase    Phase
-	PID      int // of the running workload, 0 when none runs
-	Restarts int // in-place restarts so far
-	LastExit *ExitStatus
+	Phase       Phase
+	PID         int // of the running workload, 0 when none runs
+	Restarts    int // in-place restarts so far, all causes
+	PodRestarts int // how many of them were pod restarts
+	LastExit    *Exit
+	// LastRestart is the exit that caused the most recent in-place restart.
+	LastRestart *Exit
 	// StartedAt is when the current or last run started.
 	StartedAt time.Time
-	// FinishedAt is when the last run ended.
-	FinishedAt time.Time
+	// NextStartAt is when a workload in backoff starts again.
+	NextStartAt time.Time
 	// Status is the supervisor's exit status once Phase is Exited.
 	Status int
 }
@@ -109,22 +143,24 @@ type supervisor struct {
 	tty  bool
 	stop map[syscall.Signal]bool
 
-	proc       *process
-	last       *ExitStatus
-	lastEnd    time.Time
-	lastStart  time.Time
-	restarts   int // all in-place restarts
-	backoffN   int // restarts since the backoff was last reset
-	stopping   bool
-	holding    bool
-	pending    *RestartRequest
-	drainPgid  int // group left behind by a workload that exited during a stop
-	backoff    *time.Timer
-	grace      *time.Timer
-	gracePgid  int
-	done       bool
-	result     Result
-	reapedOrph int
+	proc        *process
+	last        *Exit
+	lastRestart *Exit
+	lastStart   time.Time
+	nextStart   time.Time
+	restarts    int // all in-place restarts
+	podRestarts int
+	backoffN    int // restarts since the backoff was last reset
+	stopping    bool
+	holding     bool
+	pending     *uint64 // pod restart generation awaiting the workload's exit
+	drainPgid   int     // group left behind by a workload that exited during a stop
+	backoff     *time.Timer
+	grace       *time.Timer
+	gracePgid   int
+	done        bool
+	result      Result
+	reapedOrph  int
 }
 
 // Run supervises the workload until it is over and returns the status to
@@ -175,11 +211,25 @@ func Run(o Options) Result {
 			s.start()
 		case <-timerC(s.grace):
 			s.onGraceExpired()
-		case req := <-o.RestartRequests:
-			s.onRestartRequest(req)
+		case gen := <-s.podPending():
+			s.onPodRestart(gen)
 		}
 	}
 	return s.result
+}
+
+func (s *supervisor) podPending() <-chan uint64 {
+	if s.o.Pod == nil {
+		return nil
+	}
+	return s.o.Pod.Pending()
+}
+
+func (s *supervisor) config() rules.Config {
+	if s.o.Rules != nil {
+		return s.o.Rules()
+	}
+	return s.o.Config
 }
 
 func timerC(t *time.Timer) <-chan time.Time {
@@ -196,7 +246,7 @@ func (s *supervisor) changed() {
 }
 
 func (s *supervisor) state() State {
-	st := State{Restarts: s.restarts, LastExit: s.last, StartedAt: s.lastStart, FinishedAt: s.lastEnd}
+	st := State{Restarts: s.restarts, PodRestarts: s.podRestarts, LastExit: s.last, LastRestart: s.lastRestart, StartedAt: s.lastStart}
 	switch {
 	case s.done:
 		st.Phase, st.Status = Exited, s.result.Status
@@ -207,7 +257,7 @@ func (s *supervisor) state() State {
 	case s.holding:
 		st.Phase = Holding
 	default:
-		st.Phase = BackingOff
+		st.Phase, st.NextStartAt = BackingOff, s.nextStart
 	}
 	if s.proc != nil {
 		st.PID = s.proc.pid
@@ -226,6 +276,7 @@ func (s *supervisor) start() {
 	}
 	s.proc = p
 	s.lastStart = p.started
+	s.nextStart = time.Time{}
 	s.log.Info("workload started", "pid", p.pid, "command", s.o.Argv[0], "restarts", s.restarts)
 	s.changed()
 }
@@ -357,9 +408,9 @@ func (s *supervisor) reap() {
 func (s *supervisor) onWorkloadExit(st ExitStatus) {
 	p := s.proc
 	s.proc = nil
-	s.last = &st
-	s.lastEnd = time.Now()
-	ran := s.lastEnd.Sub(p.started)
+	exit := &Exit{ExitStatus: st, Rule: -1, At: time.Now()}
+	s.last = exit
+	ran := exit.At.Sub(p.started)
 
 	if s.stopping {
 		// The rest of the group got the stop signal too; let it finish
@@ -381,15 +432,21 @@ func (s *supervisor) onWorkloadExit(st ExitStatus) {
 		s.log.Warn("processes of the previous run survived SIGKILL", "pgid", p.pid, "waited", groupDrainTimeout)
 	}
 
-	if req := s.pending; req != nil {
+	if gen := s.pending; gen != nil {
+		// Killed by a pod restart: the exit is the pod restart's doing,
+		// not the workload's, so the rules do not judge it.
 		s.pending = nil
 		s.restarts++
-		s.log.Info("workload exited; restarting on request", append(exitAttrs(p.pid, st, ran), "reason", req.Reason, "restarts", s.restarts)...)
+		s.podRestarts++
+		s.lastRestart = exit
+		s.log.Info("workload killed for a pod restart; restarting", append(exitAttrs(p.pid, st, ran), "generation", *gen, "restarts", s.restarts)...)
 		s.start()
 		return
 	}
 
-	d, h := rules.Plan(s.o.Config.Container, s.o.Config.Pod(), int32(st.Code))
+	cfg := s.config()
+	d, h := rules.Plan(cfg.Container, cfg.Pod(), int32(st.Code))
+	exit.Rule, exit.Action = d.Rule, d.Action
 	attrs := append(exitAttrs(p.pid, st, ran),
 		"rule", d.Rule, "action", string(d.Action), "decidedBy", string(d.Source), "handling", h.String())
 	switch h {
@@ -399,23 +456,36 @@ func (s *supervisor) onWorkloadExit(st ExitStatus) {
 	case rules.Hold:
 		s.holding = true
 		s.log.Warn("workload exited and must not restart, but the pod's restartPolicy would make the kubelet restart the container; holding the container idle until it is stopped",
-			append(attrs, "restarts", s.restarts, "podRestartPolicy", string(s.o.Config.Pod()))...)
+			append(attrs, "restarts", s.restarts, "podRestartPolicy", string(cfg.Pod()))...)
 		s.changed()
 	case rules.RestartInPlace:
-		if ran >= s.o.Config.Backoff.ResetAfterDuration() {
+		s.restarts++
+		s.lastRestart = exit
+		if d.Action == rules.ActionRestartAllContainers && s.o.Pod != nil {
+			// A pod restart starts every container at once, as the
+			// kubelet does; the backoff is not consulted.
+			s.podRestarts++
+			s.log.Info("workload exited; restarting the pod's containers in place", append(attrs, "restarts", s.restarts, "delay", time.Duration(0))...)
+			if err := s.o.Pod.Announce(int32(st.Code)); err != nil {
+				s.log.Warn("cannot announce the pod restart; restarting this container only", "err", err)
+			}
+			s.start()
+			return
+		}
+		if ran >= cfg.Backoff.ResetAfterDuration() {
 			s.backoffN = 0
 		}
-		delay := s.o.Config.Backoff.Delay(s.backoffN)
+		delay := cfg.Backoff.Delay(s.backoffN)
 		s.backoffN++
-		s.restarts++
 		s.log.Info("workload exited; restarting in place", append(attrs, "restarts", s.restarts, "delay", delay)...)
 		if d.Action == rules.ActionRestartAllContainers {
-			s.log.Warn("RestartAllContainers: restarting this container only; the other containers of the pod were not restarted")
+			s.log.Warn("RestartAllContainers: restarting this container only; the other containers of the pod were not restarted (no pod state directory)")
 		}
 		if delay <= 0 {
 			s.start()
 			return
 		}
+		s.nextStart = time.Now().Add(delay)
 		s.backoff = time.NewTimer(delay)
 		s.changed()
 	}
@@ -429,19 +499,19 @@ func exitAttrs(pid int, st ExitStatus, ran time.Duration) []any {
 	return append(a, "ranFor", ran.Round(time.Millisecond))
 }
 
-func (s *supervisor) onRestartRequest(req RestartRequest) {
-	if s.stopping || s.done {
+// onPodRestart handles a pod restart announced by any container. Like the
+// kubelet's, it gives no grace period: the workload's whole group is
+// SIGKILLed, and its exit then restarts it without consulting the rules.
+// A workload in backoff or held starts at once.
+func (s *supervisor) onPodRestart(gen uint64) {
+	if s.stopping || s.done || !s.o.Pod.Accept(gen) {
 		return
 	}
 	switch {
 	case s.proc != nil:
-		if s.pending != nil {
-			return
-		}
-		s.pending = &req
-		s.log.Info("restart requested; stopping the workload", "reason", req.Reason, "pid", s.proc.pid, "gracePeriod", s.o.GracePeriod)
-		s.forward(s.proc.pid, unix.SIGTERM)
-		s.armGrace(s.proc.pid)
+		s.pending = &gen
+		s.log.Info("pod restart; killing the workload", "generation", gen, "pid", s.proc.pid)
+		s.forward(s.proc.pid, unix.SIGKILL)
 	default:
 		if s.backoff != nil {
 			s.backoff.Stop()
@@ -449,7 +519,8 @@ func (s *supervisor) onRestartRequest(req RestartRequest) {
 		}
 		s.holding = false
 		s.restarts++
-		s.log.Info("restart requested; starting the workload", "reason", req.Reason, "restarts", s.restarts)
+		s.podRestarts++
+		s.log.Info("pod restart; starting the workload", "generation", gen, "restarts", s.restarts)
 		s.start()
 	}
 }

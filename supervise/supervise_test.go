@@ -65,23 +65,49 @@ exit 7`, dir))
 	}
 }
 
-func TestRestartRequests(t *testing.T) {
+// fakePod is a PodRestarter in one process: generations come from the
+// test, Accept takes each newer one once, Announce records its codes.
+type fakePod struct {
+	gens      chan uint64
+	current   uint64
+	announced []int32
+}
+
+func (f *fakePod) Announce(code int32) error {
+	f.announced = append(f.announced, code)
+	f.current++
+	return nil
+}
+func (f *fakePod) Pending() <-chan uint64 { return f.gens }
+func (f *fakePod) Accept(g uint64) bool {
+	if g <= f.current {
+		return false
+	}
+	f.current = g
+	return true
+}
+
+func TestPodRestarts(t *testing.T) {
 	dir := t.TempDir()
-	// Run 1 waits for SIGTERM (the request); run 2 exits 0, which the
-	// container policy Never under pod Always turns into a hold; a request
-	// during the hold starts run 3, which holds again.
+	// Run 1 ignores SIGTERM and waits: only the pod restart's SIGKILL
+	// ends it. Run 2 exits 88, whose rule says RestartAllContainers: it is
+	// announced and restarted at once. Run 3 exits 0: container Never
+	// under pod Always holds. A pod restart during the hold starts run 4,
+	// which holds again.
 	o := shell(fmt.Sprintf(`
 n=$(cat %[1]s/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > %[1]s/n
 case $n in
-1) trap 'exit 143' TERM; echo > %[1]s/ready; while :; do sleep 0.02; done ;;
+1) trap '' TERM; echo > %[1]s/ready; while :; do sleep 0.02; done ;;
+2) exit 88 ;;
 esac
 exit 0`, dir))
-	o.Config = mustParse(t, `{"restartPolicy":"Never","podRestartPolicy":"Always"}`)
-	reqs := make(chan RestartRequest)
-	o.RestartRequests = reqs
+	o.Config = mustParse(t, `{"restartPolicy":"Never","podRestartPolicy":"Always","backoff":{"initial":"1h"},
+	  "restartPolicyRules":[{"action":"RestartAllContainers","exitCodes":{"operator":"In","values":[88]}}]}`)
 	if testing.Verbose() {
 		o.Log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
+	pod := &fakePod{gens: make(chan uint64)}
+	o.Pod = pod
 	states := make(chan State, 100)
 	o.OnChange = func(s State) { states <- s }
 	done := runAsync(o)
@@ -94,14 +120,14 @@ exit 0`, dir))
 		}
 	})
 
-	waitPhase := func(p Phase, restarts int) {
+	waitPhase := func(p Phase, restarts int) State {
 		t.Helper()
 		deadline := time.After(20 * time.Second)
 		for {
 			select {
 			case s := <-states:
 				if s.Phase == p && s.Restarts == restarts {
-					return
+					return s
 				}
 			case <-deadline:
 				t.Fatalf("no state %s with %d restarts", p, restarts)
@@ -117,21 +143,27 @@ exit 0`, dir))
 			t.Fatal("workload not ready")
 		}
 	}
-	reqs <- RestartRequest{Reason: "test: running"}
-	// The restarted run exits 0: container Never under pod Always holds.
-	waitPhase(Holding, 1)
-	reqs <- RestartRequest{Reason: "test: holding"}
-	waitPhase(Holding, 2)
-	if b, _ := os.ReadFile(filepath.Join(dir, "n")); strings.TrimSpace(string(b)) != "3" {
-		t.Fatalf("workload ran %s times, want 3", b)
+	pod.gens <- 1
+	st := waitPhase(Holding, 2)
+	if st.PodRestarts != 2 || st.LastRestart == nil || st.LastRestart.Code != 88 || st.LastRestart.Action != rules.ActionRestartAllContainers {
+		t.Fatalf("state %+v: want 2 pod restarts, the last caused by exit 88", st)
 	}
-	// A stop now ends supervision with the last status.
+	if len(pod.announced) != 1 || pod.announced[0] != 88 {
+		t.Fatalf("announced %v, want [88]", pod.announced)
+	}
+	// Generation 2 was the announcement itself: not accepted again.
+	pod.gens <- 2
+	pod.gens <- 3
+	waitPhase(Holding, 3)
+	if b, _ := os.ReadFile(filepath.Join(dir, "n")); strings.TrimSpace(string(b)) != "4" {
+		t.Fatalf("workload ran %s times, want 4", b)
+	}
 	p, _ := os.FindProcess(os.Getpid())
 	p.Signal(os.Interrupt)
 	r := waitResult(t, done)
 	result = &r
-	if r.Status != 0 || r.Restarts != 2 {
-		t.Fatalf("result %+v, want status 0 after 2 restarts", r)
+	if r.Status != 0 || r.Restarts != 3 {
+		t.Fatalf("result %+v, want status 0 after 3 restarts", r)
 	}
 }
 

@@ -25,6 +25,10 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/restart-supervisor/restart-supervisor/configreload"
+	"github.com/restart-supervisor/restart-supervisor/podstate"
 	"github.com/restart-supervisor/restart-supervisor/rules"
 	"github.com/restart-supervisor/restart-supervisor/supervise"
 )
@@ -54,7 +58,7 @@ func run(args []string) int {
 			fmt.Printf("restart-supervisor %s %s %s/%s\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 			return 0
 		case "status":
-			return statusCmd(args[1:])
+			return podstate.StatusCommand(args[1:], os.Stdout, os.Stderr)
 		}
 	}
 	return supervisorCmd(args)
@@ -88,7 +92,7 @@ func supervisorCmd(args []string) int {
 	fs.StringVar(&f.logFormat, "log-format", envOr(envLogFormat, "text"), "log format on stderr: text or json ($"+envLogFormat+")")
 	fs.StringVar(&f.stateDir, "state-dir", os.Getenv(envStateDir), "directory for the status file shared by the pod's containers ($"+envStateDir+")")
 	fs.StringVar(&f.name, "name", os.Getenv(envName), "container name used in logs and the status file ($"+envName+")")
-	fs.StringVar(&f.termPath, "termination-message-path", "/dev/termination-log", "file to write a restart summary to on exit when the workload left it empty")
+	fs.StringVar(&f.termPath, "termination-message-path", "", "file for the restart summary written on exit (default "+podstate.DefaultTerminationMessagePath+" when --state-dir is set)")
 	fs.StringVar(&f.stopSignals, "stop-signals", envOr(envStopSignals, "SIGTERM,SIGINT"), "comma-separated signals that stop the container instead of being only forwarded ($"+envStopSignals+")")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -104,6 +108,10 @@ func supervisorCmd(args []string) int {
 	}
 	argv := fs.Args()
 
+	logger, err := newLogger(f.logFormat, os.Stderr, f.name)
+	if err != nil {
+		return usageError("%v", err)
+	}
 	cfg, src, err := loadConfig(f.config)
 	if err != nil {
 		if src == "" {
@@ -111,9 +119,21 @@ func supervisorCmd(args []string) int {
 		}
 		return usageError("invalid config (%s): %v", src, err)
 	}
-	logger, err := newLogger(f.logFormat, os.Stderr, f.name)
-	if err != nil {
-		return usageError("%v", err)
+	// A config file is watched: an edit (or a ConfigMap update) decides
+	// every exit from the moment it is valid and in force.
+	var current func() rules.Config
+	if f.config != "" {
+		r, err := configreload.Watch(f.config, configreload.Options{
+			OnReload: func(rules.Config) { logger.Info("configuration reloaded", "config", f.config) },
+			OnError: func(err error) {
+				logger.Warn("configuration change rejected; the rules in force stay", "config", f.config, "err", err)
+			},
+		})
+		if err != nil {
+			return usageError("invalid config (--config %s): %v", f.config, err)
+		}
+		defer r.Close()
+		current = r.Get
 	}
 	stops, err := parseStopSignals(f.stopSignals)
 	if err != nil {
@@ -137,23 +157,41 @@ func supervisorCmd(args []string) int {
 		return se.Status()
 	}
 
-	status := newStatusWriter(f.stateDir, f.name, logger)
+	p, err := joinPod(f.stateDir, f.name, logger)
+	if err != nil {
+		return usageError("--state-dir %s: %v", f.stateDir, err)
+	}
+	var final supervise.State
 	res := supervise.Run(supervise.Options{
 		Path:        path,
 		Argv:        argv,
 		Env:         os.Environ(),
 		Config:      cfg,
+		Rules:       current,
 		GracePeriod: f.grace,
 		StopSignals: stops,
 		Log:         logger,
-		OnChange:    status.write,
+		Pod:         p.restarter(),
+		OnChange: func(st supervise.State) {
+			final = st
+			p.update(st)
+		},
 	})
 	if res.StartErr != nil {
 		fmt.Fprintf(os.Stderr, "restart-supervisor: %v\n", res.StartErr)
 	}
-	writeTerminationMessage(f.termPath, res)
+	summary := p.close(final).Summary()
+	// The kubelet shows the termination message in the container status,
+	// the one place where in-place restarts become visible without logs.
+	if term := f.termPath; term != "" || f.stateDir != "" {
+		if err := podstate.WriteTerminationMessage(term, summary); err != nil {
+			logger.Warn("cannot write the termination message", "err", err)
+		}
+	}
 	return res.Status
 }
+
+func signalName(sig syscall.Signal) string { return unix.SignalName(sig) }
 
 func envOr(key, def string) string {
 	if v, ok := os.LookupEnv(key); ok && v != "" {

@@ -178,8 +178,12 @@ esac
 }
 
 func runs(t *testing.T, dir string) int {
+	return countIn(t, dir, "count")
+}
+
+func countIn(t *testing.T, dir, file string) int {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, "count"))
+	b, err := os.ReadFile(filepath.Join(dir, file))
 	if err != nil {
 		return 0
 	}
@@ -790,20 +794,20 @@ func TestJSONLogsAndStatusFile(t *testing.T) {
 	if !strings.Contains(s.stderr.String(), `"exitCode":42,"ranFor":`) || !strings.Contains(s.stderr.String(), `"rule":0,"action":"Restart"`) {
 		t.Errorf("JSON log lacks the exit fields")
 	}
-	b, err := os.ReadFile(filepath.Join(state, "app.json"))
+	b, err := os.ReadFile(filepath.Join(state, "status", "app.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"name":"app"`, `"phase":"Exited"`, `"restarts":1`, `"lastExitCode":5`, `"exitStatus":5`} {
+	for _, want := range []string{`"container":"app"`, `"state":"exited"`, `"restarts":1`, `"lastExit":{"code":5,`, `"lastRestart":{"code":42,"rule":0,"action":"Restart",`} {
 		if !strings.Contains(string(b), want) {
-			t.Errorf("status file %s lacks %s", b, want)
+			t.Errorf("status document %s lacks %s", b, want)
 		}
 	}
 	out, err := exec.Command(bin, "status", "--state-dir", state).Output()
-	if err != nil || !strings.Contains(string(out), "app") || !strings.Contains(string(out), "Exited") {
+	if err != nil || !strings.Contains(string(out), "app") || !strings.Contains(string(out), "exited") {
 		t.Errorf("status: %q %v", out, err)
 	}
-	if msg, _ := os.ReadFile(term); string(msg) != "restart-supervisor: exit status 5 after 1 in-place restart(s)\n" {
+	if msg, _ := os.ReadFile(term); string(msg) != "restart-supervisor: 1 in-place restart; last exit 42 (rule 0 Restart); final exit 5" {
 		t.Errorf("termination message %q", msg)
 	}
 }
