@@ -1,0 +1,613 @@
+// Package cluster brings up and tears down a real single-node Kubernetes
+// cluster for the end-to-end conformance tests: Debian's containerd and runc,
+// and etcd, kube-apiserver, kubelet and (optionally) kube-controller-manager
+// built from source by hack/kube-binaries.sh. Everything it creates lives
+// under one state directory, every process it starts is recorded there, and
+// Down removes all of it (processes, mounts, kubepods cgroups, the sysctls
+// the kubelet changes), so a cluster left up by hand is torn down the same way.
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// DefaultDir is where the cluster keeps all of its state.
+const DefaultDir = "/tmp/restart-supervisor-e2e"
+
+// NodeName is the single node's name.
+const NodeName = "restart-supervisor-e2e"
+
+// Options chooses what Up starts.
+type Options struct {
+	Dir    string // state directory (DefaultDir when empty)
+	BinDir string // etcd, kube-apiserver, kubelet, kube-controller-manager
+	Repo   string // repository root, for building the local images
+	// RestartRules turns the ContainerRestartRules feature gate on in the
+	// API server and the kubelet (native KEP-5307 behaviour).
+	RestartRules bool
+	// ControllerManager starts kube-controller-manager with only the job
+	// controller (pods carry spec.nodeName, so no scheduler is needed).
+	ControllerManager bool
+	// SupervisorImage builds the supervisor image from ./cmd/restart-supervisor
+	// and imports it as SupervisorImage.
+	SupervisorImage bool
+	Log             io.Writer
+}
+
+// State is what a running cluster records in Dir/state.json.
+type State struct {
+	Dir          string `json:"dir"`
+	Kubeconfig   string `json:"kubeconfig"`
+	APIServer    string `json:"apiServer"`
+	Token        string `json:"token"`
+	NodeName     string `json:"nodeName"`
+	NodeIP       string `json:"nodeIP"`
+	RestartRules bool   `json:"restartRules"`
+	Containerd   string `json:"containerdSocket"`
+	// Processes in start order: name → pid.
+	Processes []Proc `json:"processes"`
+}
+
+// Proc is one process the harness started.
+type Proc struct {
+	Name string `json:"name"`
+	PID  int    `json:"pid"`
+	Exe  string `json:"exe"`
+}
+
+// Cluster is a running cluster.
+type Cluster struct {
+	State
+	Config *rest.Config
+	Client kubernetes.Interface
+	log    io.Writer
+	exited map[string]chan struct{}
+}
+
+func (c *Cluster) logf(format string, a ...any) {
+	fmt.Fprintf(c.log, "[e2e-cluster] "+format+"\n", a...)
+}
+
+func (c *Cluster) path(p ...string) string { return filepath.Join(append([]string{c.Dir}, p...)...) }
+
+// sysctls the kubelet sets on start (pkg/kubelet/cm setupNode); Down puts
+// the saved values back.
+var kubeletSysctls = []string{
+	"vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
+	"kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes",
+}
+
+// Up starts a cluster from nothing. A cluster left in opts.Dir is torn down
+// first. On failure everything started so far is torn down again.
+func Up(ctx context.Context, opts Options) (c *Cluster, err error) {
+	if opts.Dir == "" {
+		opts.Dir = DefaultDir
+	}
+	if opts.Log == nil {
+		opts.Log = os.Stderr
+	}
+	if os.Geteuid() != 0 {
+		return nil, errors.New("e2e cluster: must run as root (containerd, kubelet, mounts, cgroups)")
+	}
+	if _, err := os.Stat(opts.Dir); err == nil {
+		if err := Down(opts.Dir, opts.Log); err != nil {
+			return nil, fmt.Errorf("e2e cluster: tearing down the previous cluster in %s: %w", opts.Dir, err)
+		}
+	}
+	for _, bin := range []string{"etcd", "kube-apiserver", "kubelet"} {
+		if _, err := os.Stat(filepath.Join(opts.BinDir, bin)); err != nil {
+			return nil, fmt.Errorf("e2e cluster: %s missing in %q (run hack/kube-binaries.sh)", bin, opts.BinDir)
+		}
+	}
+	for _, tool := range []string{"containerd", "ctr", "runc"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return nil, fmt.Errorf("e2e cluster: %s not found (run test/e2e/setup.sh)", tool)
+		}
+	}
+	c = &Cluster{State: State{Dir: opts.Dir, NodeName: NodeName, RestartRules: opts.RestartRules},
+		log: opts.Log, exited: map[string]chan struct{}{}}
+	defer func() {
+		if err != nil {
+			c.logf("bring-up failed: %v; tearing down", err)
+			_ = Down(opts.Dir, opts.Log)
+			c = nil
+		}
+	}()
+	start := time.Now()
+	for _, d := range []string{"logs", "images", "pki", "etcd", "containerd", "cni/net.d", "kubelet", "pod-logs"} {
+		if err := os.MkdirAll(c.path(d), 0o755); err != nil {
+			return c, err
+		}
+	}
+	if err := c.saveSysctls(); err != nil {
+		return c, err
+	}
+	if c.NodeIP, err = nodeIP(); err != nil {
+		return c, err
+	}
+	if err := c.writeState(); err != nil {
+		return c, err
+	}
+
+	// Images are built while nothing runs yet; importing needs containerd.
+	images := []string{}
+	c.logf("building images")
+	for _, build := range []func() (string, error){
+		func() (string, error) { return buildPauseImage(opts.Repo, c.path("images")) },
+		func() (string, error) { return buildBusyboxImage(c.path("images")) },
+	} {
+		p, err := build()
+		if err != nil {
+			return c, err
+		}
+		images = append(images, p)
+	}
+	if opts.SupervisorImage {
+		p, err := buildSupervisorImage(opts.Repo, c.path("images"))
+		if err != nil {
+			return c, err
+		}
+		images = append(images, p)
+	}
+
+	if err := c.startContainerd(ctx, images); err != nil {
+		return c, err
+	}
+	if err := c.startControlPlane(ctx, opts); err != nil {
+		return c, err
+	}
+	if err := c.startKubelet(ctx, opts); err != nil {
+		return c, err
+	}
+	if opts.ControllerManager {
+		if err := c.startControllerManager(ctx, opts); err != nil {
+			return c, err
+		}
+	}
+	c.logf("cluster up in %s (ContainerRestartRules=%v); KUBECONFIG=%s", time.Since(start).Round(100*time.Millisecond), opts.RestartRules, c.Kubeconfig)
+	return c, nil
+}
+
+// Load attaches to a cluster started earlier (for example by hack/e2e-up.sh).
+func Load(dir string) (*Cluster, error) {
+	if dir == "" {
+		dir = DefaultDir
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "state.json"))
+	if err != nil {
+		return nil, fmt.Errorf("e2e cluster: no cluster in %s: %w", dir, err)
+	}
+	c := &Cluster{log: os.Stderr, exited: map[string]chan struct{}{}}
+	if err := json.Unmarshal(b, &c.State); err != nil {
+		return nil, fmt.Errorf("e2e cluster: %s/state.json: %w", dir, err)
+	}
+	return c, c.connect()
+}
+
+func (c *Cluster) writeState() error {
+	b, _ := json.MarshalIndent(c.State, "", "  ")
+	tmp := c.path("state.json.tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, c.path("state.json"))
+}
+
+// LogPath is the log file of a component (etcd, kube-apiserver, kubelet, ...).
+func (c *Cluster) LogPath(name string) string { return c.path("logs", name+".log") }
+
+// Start runs a long-lived process in its own session, logging to
+// Dir/logs/name.log, and records it for Down.
+func (c *Cluster) Start(name string, argv []string, env []string) error {
+	logf, err := os.OpenFile(c.LogPath(name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", name, err)
+	}
+	done := make(chan struct{})
+	c.exited[name] = done
+	go func() { _ = cmd.Wait(); close(done) }()
+	exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", cmd.Process.Pid))
+	c.Processes = append(c.Processes, Proc{Name: name, PID: cmd.Process.Pid, Exe: exe})
+	return c.writeState()
+}
+
+// waitFor polls ok until it returns nil, the process name dies, or timeout.
+func (c *Cluster) waitFor(ctx context.Context, name string, timeout time.Duration, ok func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := ok()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-c.exited[name]:
+			return fmt.Errorf("%s exited during start-up; log tail:\n%s", name, tail(c.LogPath(name), 25))
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready after %s: %v; log tail:\n%s", name, timeout, err, tail(c.LogPath(name), 25))
+		}
+	}
+}
+
+func tail(path string, n int) string {
+	b, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// --- containerd ---------------------------------------------------------------
+
+func cniBinDir() (string, error) {
+	out, err := exec.Command("dpkg", "-L", "containernetworking-plugins").Output()
+	if err == nil {
+		for _, l := range strings.Split(string(out), "\n") {
+			if strings.HasSuffix(l, "/bridge") {
+				return filepath.Dir(l), nil
+			}
+		}
+	}
+	return "", errors.New("e2e cluster: CNI plugins not found (dpkg -L containernetworking-plugins)")
+}
+
+func (c *Cluster) startContainerd(ctx context.Context, images []string) error {
+	cni, err := cniBinDir()
+	if err != nil {
+		return err
+	}
+	c.Containerd = c.path("containerd", "containerd.sock")
+	// restrict_oom_score_adj: root here lacks CAP_SYS_RESOURCE, so runc could
+	// not lower the sandbox's oom_score_adj and every sandbox would fail.
+	cfg := fmt.Sprintf(`version = 2
+root = %[1]q
+state = %[2]q
+[grpc]
+  address = %[3]q
+[ttrpc]
+  address = %[4]q
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = %[5]q
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = %[6]q
+    conf_dir = %[7]q
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        Root = %[8]q
+`, c.path("containerd", "root"), c.path("containerd", "state"), c.Containerd, c.Containerd+".ttrpc",
+		PauseImage, cni, c.path("cni", "net.d"), c.path("containerd", "runc"))
+	if err := os.WriteFile(c.path("containerd", "config.toml"), []byte(cfg), 0o644); err != nil {
+		return err
+	}
+	// The conflist only makes the runtime report NetworkReady (and so the
+	// node Ready); every scenario pod uses the host network.
+	conflist := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"restart-supervisor-e2e","plugins":[
+ {"type":"bridge","bridge":"rse2e0","isGateway":true,"ipMasq":false,
+  "ipam":{"type":"host-local","ranges":[[{"subnet":"10.244.0.0/24"}]],"dataDir":%q}}]}`, c.path("cni", "ipam"))
+	if err := os.WriteFile(c.path("cni", "net.d", "10-e2e.conflist"), []byte(conflist), 0o644); err != nil {
+		return err
+	}
+	if err := c.Start("containerd", []string{"containerd", "--config", c.path("containerd", "config.toml")}, nil); err != nil {
+		return err
+	}
+	err = c.waitFor(ctx, "containerd", 30*time.Second, func() error {
+		return exec.Command("ctr", "--address", c.Containerd, "version").Run()
+	})
+	if err != nil {
+		return err
+	}
+	for _, img := range images {
+		out, err := exec.CommandContext(ctx, "ctr", "--address", c.Containerd, "-n", "k8s.io", "images", "import", "--no-unpack=false", img).CombinedOutput()
+		if err != nil {
+			// Older ctr has no --no-unpack flag; retry plainly.
+			out, err = exec.CommandContext(ctx, "ctr", "--address", c.Containerd, "-n", "k8s.io", "images", "import", img).CombinedOutput()
+		}
+		if err != nil {
+			return fmt.Errorf("ctr images import %s: %v\n%s", img, err, out)
+		}
+	}
+	return nil
+}
+
+// --- control plane ------------------------------------------------------------
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func (c *Cluster) startControlPlane(ctx context.Context, opts Options) error {
+	ports := make([]int, 3)
+	for i := range ports {
+		p, err := freePort()
+		if err != nil {
+			return err
+		}
+		ports[i] = p
+	}
+	etcdClient := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+	etcdPeer := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
+	err := c.Start("etcd", []string{filepath.Join(opts.BinDir, "etcd"),
+		"--data-dir", c.path("etcd", "data"), "--name", "e2e",
+		"--listen-client-urls", etcdClient, "--advertise-client-urls", etcdClient,
+		"--listen-peer-urls", etcdPeer, "--initial-advertise-peer-urls", etcdPeer,
+		"--initial-cluster", "e2e=" + etcdPeer, "--unsafe-no-fsync", "--log-level", "warn"}, nil)
+	if err != nil {
+		return err
+	}
+
+	// Service-account signing key, admin token, kubeconfig.
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return err
+	}
+	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
+	if err := os.WriteFile(c.path("pki", "sa.key"), keyPEM, 0o600); err != nil {
+		return err
+	}
+	tok := make([]byte, 16)
+	_, _ = rand.Read(tok)
+	c.Token = hex.EncodeToString(tok)
+	if err := os.WriteFile(c.path("pki", "tokens.csv"), []byte(c.Token+",admin,admin,system:masters\n"), 0o600); err != nil {
+		return err
+	}
+	c.APIServer = fmt.Sprintf("https://127.0.0.1:%d", ports[2])
+	c.Kubeconfig = c.path("kubeconfig")
+	kubeconfig := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: e2e
+  cluster:
+    server: %s
+    insecure-skip-tls-verify: true
+users:
+- name: admin
+  user:
+    token: %s
+contexts:
+- name: e2e
+  context: {cluster: e2e, user: admin, namespace: default}
+current-context: e2e
+`, c.APIServer, c.Token)
+	if err := os.WriteFile(c.Kubeconfig, []byte(kubeconfig), 0o600); err != nil {
+		return err
+	}
+	if err := c.writeState(); err != nil {
+		return err
+	}
+	err = c.Start("kube-apiserver", []string{filepath.Join(opts.BinDir, "kube-apiserver"),
+		"--etcd-servers", etcdClient,
+		"--bind-address", "127.0.0.1", fmt.Sprintf("--secure-port=%d", ports[2]),
+		"--cert-dir", c.path("pki", "apiserver"),
+		"--token-auth-file", c.path("pki", "tokens.csv"),
+		"--authorization-mode", "Node,RBAC",
+		"--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file", c.path("pki", "sa.key"),
+		"--service-account-signing-key-file", c.path("pki", "sa.key"),
+		"--service-cluster-ip-range", "10.0.0.0/24",
+		"--allow-privileged=true",
+		"--kubelet-preferred-address-types", "InternalIP",
+		fmt.Sprintf("--feature-gates=ContainerRestartRules=%v", opts.RestartRules),
+	}, nil)
+	if err != nil {
+		return err
+	}
+	if err := c.connect(); err != nil {
+		return err
+	}
+	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	err = c.waitFor(ctx, "kube-apiserver", 60*time.Second, func() error {
+		req, _ := http.NewRequest("GET", c.APIServer+"/readyz", nil)
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+		resp, err := hc.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("readyz %d", resp.StatusCode)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	// Without a controller-manager nobody creates the default ServiceAccount,
+	// and the ServiceAccount admission plugin refuses pods without it.
+	return c.waitFor(ctx, "kube-apiserver", 30*time.Second, func() error {
+		_, err := c.Client.CoreV1().ServiceAccounts("default").Create(ctx,
+			&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	})
+}
+
+func (c *Cluster) connect() error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+	if err != nil {
+		return fmt.Errorf("e2e cluster: kubeconfig: %w", err)
+	}
+	cfg.QPS, cfg.Burst = 100, 200
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	c.Config, c.Client = cfg, cs
+	return nil
+}
+
+// --- kubelet ------------------------------------------------------------------
+
+func nodeIP() (string, error) {
+	// The address of the interface that carries the default route: 127.0.0.1
+	// would leave the node without an InternalIP.
+	conn, err := net.Dial("udp", "192.0.2.254:9")
+	if err == nil {
+		defer conn.Close()
+		if a, ok := conn.LocalAddr().(*net.UDPAddr); ok && !a.IP.IsLoopback() {
+			return a.IP.String(), nil
+		}
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return "", err
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() {
+			return n.IP.String(), nil
+		}
+	}
+	return "", errors.New("e2e cluster: no non-loopback IPv4 address for the node")
+}
+
+func (c *Cluster) startKubelet(ctx context.Context, opts Options) error {
+	sock := "unix://" + c.Containerd
+	cfg := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+containerRuntimeEndpoint: %[1]s
+imageServiceEndpoint: %[1]s
+cgroupDriver: cgroupfs
+failSwapOn: false
+failCgroupV1: false
+address: %[2]s
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+authentication:
+  anonymous: {enabled: true}
+  webhook: {enabled: false}
+authorization: {mode: AlwaysAllow}
+evictionHard:
+  memory.available: "1Mi"
+  nodefs.available: "1%%"
+  nodefs.inodesFree: "1%%"
+  imagefs.available: "1%%"
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+serializeImagePulls: false
+podLogsDir: %[3]s
+featureGates:
+  ContainerRestartRules: %[4]v
+`, sock, c.NodeIP, c.path("pod-logs"), opts.RestartRules)
+	if err := os.WriteFile(c.path("kubelet", "config.yaml"), []byte(cfg), 0o644); err != nil {
+		return err
+	}
+	err := c.Start("kubelet", []string{filepath.Join(opts.BinDir, "kubelet"),
+		"--config", c.path("kubelet", "config.yaml"),
+		"--kubeconfig", c.Kubeconfig,
+		"--root-dir", c.path("kubelet", "root"),
+		"--hostname-override", c.NodeName,
+		"--node-ip", c.NodeIP,
+		"--v=2",
+	}, nil)
+	if err != nil {
+		return err
+	}
+	return c.waitFor(ctx, "kubelet", 90*time.Second, func() error {
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, c.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == corev1.NodeReady {
+				if cond.Status == corev1.ConditionTrue {
+					return nil
+				}
+				return fmt.Errorf("node Ready=%s: %s", cond.Status, cond.Message)
+			}
+		}
+		return errors.New("node has no Ready condition yet")
+	})
+}
+
+func (c *Cluster) startControllerManager(ctx context.Context, opts Options) error {
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	err = c.Start("kube-controller-manager", []string{filepath.Join(opts.BinDir, "kube-controller-manager"),
+		"--kubeconfig", c.Kubeconfig,
+		"--authentication-kubeconfig", c.Kubeconfig,
+		"--authorization-kubeconfig", c.Kubeconfig,
+		"--controllers", "job",
+		"--leader-elect=false",
+		"--bind-address", "127.0.0.1", fmt.Sprintf("--secure-port=%d", port),
+		"--cert-dir", c.path("pki", "kcm"),
+	}, nil)
+	if err != nil {
+		return err
+	}
+	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	return c.waitFor(ctx, "kube-controller-manager", 60*time.Second, func() error {
+		resp, err := hc.Get(fmt.Sprintf("https://127.0.0.1:%d/healthz", port))
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("healthz %d", resp.StatusCode)
+		}
+		return nil
+	})
+}
+
+// --- sysctls ------------------------------------------------------------------
+
+func (c *Cluster) saveSysctls() error {
+	saved := map[string]string{}
+	for _, k := range kubeletSysctls {
+		if b, err := os.ReadFile("/proc/sys/" + k); err == nil {
+			saved[k] = strings.TrimSpace(string(b))
+		}
+	}
+	b, _ := json.Marshal(saved)
+	return os.WriteFile(c.path("sysctl.saved.json"), b, 0o600)
+}

@@ -1,0 +1,119 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/restart-supervisor/restart-supervisor/injector"
+	"github.com/restart-supervisor/restart-supervisor/webhook"
+)
+
+// StartWebhook runs `restart-injector serve` on the host and registers the
+// MutatingWebhookConfiguration from deploy/base/webhook.yaml, with its
+// clientConfig pointed at the host process (https://127.0.0.1:PORT/mutate)
+// and a caBundle from a CA made here. It returns once the API server
+// actually calls the webhook (configurations arrive through an informer).
+func (c *Cluster) StartWebhook(ctx context.Context, repo string) error {
+	bin := c.path("bin", "restart-injector")
+	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
+		return err
+	}
+	if err := goBuildStatic(repo, "./cmd/restart-injector", bin); err != nil {
+		return err
+	}
+	now := time.Now()
+	ca, err := webhook.NewCA("restart-supervisor-e2e-ca", now)
+	if err != nil {
+		return err
+	}
+	serving, err := webhook.NewServingCert(ca, []string{"localhost"}, []string{"127.0.0.1"}, now)
+	if err != nil {
+		return err
+	}
+	certDir := c.path("pki", "webhook")
+	if err := webhook.WriteKeyPair(certDir, serving, ca.CertPEM); err != nil {
+		return err
+	}
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	health, err := freePort()
+	if err != nil {
+		return err
+	}
+	err = c.Start("restart-injector", []string{bin, "serve",
+		fmt.Sprintf("--listen=127.0.0.1:%d", port),
+		fmt.Sprintf("--health-listen=127.0.0.1:%d", health),
+		"--cert-dir", certDir, "--cert-mode=files",
+		"--kubeconfig", c.Kubeconfig, "--namespace=default",
+		// The scenarios compare against the native kubelet, so always
+		// inject; their containers all have a command, so no lookups.
+		"--native=off", "--registry-lookup=false",
+		"--supervisor-image", SupervisorImage, "--image-pull-policy=Never",
+		"--log-format=text",
+	}, nil)
+	if err != nil {
+		return err
+	}
+	err = c.waitFor(ctx, "restart-injector", 30*time.Second, func() error {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", health))
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("readyz %d", resp.StatusCode)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+
+	raw, err := os.ReadFile(filepath.Join(repo, "deploy", "base", "webhook.yaml"))
+	if err != nil {
+		return err
+	}
+	var cfg admissionv1.MutatingWebhookConfiguration
+	if err := yaml.UnmarshalStrict(raw, &cfg); err != nil {
+		return fmt.Errorf("deploy/base/webhook.yaml: %w", err)
+	}
+	url := fmt.Sprintf("https://127.0.0.1:%d/mutate", port)
+	for i := range cfg.Webhooks {
+		cfg.Webhooks[i].ClientConfig = admissionv1.WebhookClientConfig{URL: &url, CABundle: ca.CertPEM}
+	}
+	if _, err := c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, &cfg, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create MutatingWebhookConfiguration %s: %w", cfg.Name, err)
+	}
+	// A dry-run pod with a rule shows when the API server calls the webhook.
+	never := corev1.ContainerRestartPolicyNever
+	probe := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "webhook-probe", Namespace: "default"},
+		Spec: corev1.PodSpec{NodeName: c.NodeName, RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{
+			Name: "c", Image: BusyboxImage, Command: []string{"true"}, RestartPolicy: &never,
+			RestartPolicyRules: []corev1.ContainerRestartRule{{Action: corev1.ContainerRestartRuleActionRestart,
+				ExitCodes: &corev1.ContainerRestartRuleOnExitCodes{Operator: corev1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{42}}}},
+		}}},
+	}
+	return c.waitFor(ctx, "restart-injector", 30*time.Second, func() error {
+		got, err := c.Client.CoreV1().Pods("default").Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			return err
+		}
+		if _, ok := got.Annotations[injector.AnnotationStatus]; !ok {
+			return fmt.Errorf("pod not mutated yet")
+		}
+		return nil
+	})
+}
