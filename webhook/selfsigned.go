@@ -228,7 +228,7 @@ func (s *SelfManaged) EnsureCA(ctx context.Context) (KeyPair, error) {
 		created, cerr := secrets.Create(ctx, sec, metav1.CreateOptions{})
 		switch {
 		case cerr == nil:
-			sec = created
+			sec, err = created, nil
 		case apierrors.IsAlreadyExists(cerr):
 			sec, err = secrets.Get(ctx, s.CASecret, metav1.GetOptions{})
 		default:
