@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -35,14 +36,24 @@ func TestMain(m *testing.M) {
 func announceRole() int {
 	dir, start := os.Getenv("PODSTATE_DIR"), os.Getenv("PODSTATE_START")
 	observed, _ := strconv.ParseUint(os.Getenv("PODSTATE_OBSERVED"), 10, 64)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if _, err := os.Stat(start); err == nil {
 			break
 		}
+		if time.Now().After(deadline) {
+			fmt.Fprintln(os.Stderr, "start file never appeared:", start)
+			return 1
+		}
 		time.Sleep(100 * time.Microsecond)
 	}
-	g, won, err := Announce(dir, observed, os.Getenv("PODSTATE_NAME"), 42)
+	name := os.Getenv("PODSTATE_NAME")
+	g, won, err := Announce(dir, observed, name, 42)
 	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := WriteStatus(dir, Status{Container: name, State: StateRunning, Generation: g.N, SupervisorPID: os.Getpid()}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -146,21 +157,28 @@ func TestAnnounceConcurrentGoroutines(t *testing.T) {
 	}
 }
 
-// announcers starts n processes that announce together with the given
-// observed generation; wrap, when not nil, prefixes the command of process i.
-func runAnnouncers(t *testing.T, dir string, n int, observed uint64, wrap func(i int) ([]string, string)) []string {
+// runAnnouncers starts n processes that announce together with the given
+// observed generation; prep, when not nil, may change the command of
+// process i (later Env entries override earlier ones).
+func runAnnouncers(t *testing.T, dir string, n int, observed uint64, prep func(i int, cmd *exec.Cmd)) []string {
 	t.Helper()
-	start := filepath.Join(t.TempDir(), "start")
+	// The start file must be visible to announcers running as other users.
+	sdir, err := os.MkdirTemp("", "podstate-start-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(sdir)
+	os.Chmod(sdir, 0o755)
+	start := filepath.Join(sdir, "start")
 	var cmds []*exec.Cmd
 	var outs []*strings.Builder
 	for i := 0; i < n; i++ {
-		argv, pdir := []string{os.Args[0]}, dir
-		if wrap != nil {
-			argv, pdir = wrap(i)
-		}
-		cmd := exec.Command(argv[0], argv[1:]...)
-		cmd.Env = append(os.Environ(), "PODSTATE_TEST_ROLE=announce", "PODSTATE_DIR="+pdir, "PODSTATE_START="+start,
+		cmd := exec.Command(os.Args[0])
+		cmd.Env = append(os.Environ(), "PODSTATE_TEST_ROLE=announce", "PODSTATE_DIR="+dir, "PODSTATE_START="+start,
 			"PODSTATE_OBSERVED="+strconv.FormatUint(observed, 10), fmt.Sprintf("PODSTATE_NAME=c%d", i))
+		if prep != nil {
+			prep(i, cmd)
+		}
 		out := &strings.Builder{}
 		cmd.Stdout, cmd.Stderr = out, out
 		if err := cmd.Start(); err != nil {
@@ -220,14 +238,16 @@ func TestAnnounceAcrossMountNamespaces(t *testing.T) {
 	}
 	shared := t.TempDir()
 	exe, _ := filepath.Abs(os.Args[0])
-	wrap := func(i int) ([]string, string) {
+	prep := func(i int, cmd *exec.Cmd) {
 		mnt := filepath.Join(t.TempDir(), "run-restart-supervisor")
 		os.Mkdir(mnt, 0o755)
 		script := `mount --bind "$1" "$2" && shift 2 && exec "$@"`
-		return []string{unshare, "--mount", "--propagation", "private", "--", "sh", "-c", script, "sh", shared, mnt, exe}, mnt
+		cmd.Path = unshare
+		cmd.Args = []string{unshare, "--mount", "--propagation", "private", "--", "sh", "-c", script, "sh", shared, mnt, exe}
+		cmd.Env = append(cmd.Env, "PODSTATE_DIR="+mnt)
 	}
 	for round := uint64(0); round < 3; round++ {
-		checkOneWinner(t, runAnnouncers(t, shared, 4, round, wrap), round+1)
+		checkOneWinner(t, runAnnouncers(t, shared, 4, round, prep), round+1)
 	}
 	if n, _ := Current(shared); n != 3 {
 		t.Fatalf("current %d in the shared directory, want 3", n)
@@ -414,4 +434,59 @@ func decodeStatus(t *testing.T, path string) Status {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// Containers of a pod may run as different users: each must be able to
+// create the shared subdirectories, replace its own status document,
+// announce, and read everybody's files.
+func TestSharedAcrossUIDs(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("needs root in CI")
+		}
+		t.Skip("needs root to run processes as other users")
+	}
+	// t.TempDir's parent is private: use a directory every user can enter.
+	base, err := os.MkdirTemp("", "podstate-uids-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	os.Chmod(base, 0o755)
+	bin := filepath.Join(base, "podstate.test")
+	data, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(bin, data, 0o755)
+	// An emptyDir's root is 0777.
+	shared := filepath.Join(base, "state")
+	os.Mkdir(shared, 0o777)
+	os.Chmod(shared, 0o777)
+	prep := func(i int, cmd *exec.Cmd) {
+		cmd.Path, cmd.Args = bin, []string{bin}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(1001 + i), Gid: uint32(1001 + i)}}
+	}
+	// All users start at once on a fresh directory, racing to create the
+	// subdirectories; then twice more, replacing their documents.
+	for round := uint64(0); round < 3; round++ {
+		checkOneWinner(t, runAnnouncers(t, shared, 4, round, prep), round+1)
+	}
+	for _, sub := range []string{"status", "pod-restarts"} {
+		fi, err := os.Stat(filepath.Join(shared, sub))
+		if err != nil || fi.Mode().Perm() != 0o777 {
+			t.Fatalf("%s: %v %v", sub, fi.Mode(), err)
+		}
+	}
+	st, err := ReadAll(shared)
+	if err != nil || len(st) != 4 {
+		t.Fatalf("statuses %+v: %v", st, err)
+	}
+	for i, s := range st {
+		fi, _ := os.Stat(StatusPath(shared, s.Container))
+		owner := fi.Sys().(*syscall.Stat_t).Uid
+		if s.Generation != 3 || owner != uint32(1001+i) || fi.Mode().Perm() != 0o644 {
+			t.Fatalf("%s: generation %d, owner %d, mode %v", s.Container, s.Generation, owner, fi.Mode().Perm())
+		}
+	}
 }

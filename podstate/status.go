@@ -26,6 +26,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/restart-supervisor/restart-supervisor/rules"
 )
 
@@ -185,18 +187,38 @@ func ReadAll(dir string) ([]Status, error) {
 }
 
 // sharedSubdir creates dir/name if needed, writable by every UID of the
-// pod (umask would otherwise strip the group and other bits).
+// pod. The directory is made under a temporary name, given its mode (which
+// mkdir's umask would have narrowed) and moved into place with
+// RENAME_NOREPLACE, so no container ever sees it with a narrower mode and
+// a directory another container already uses (and watches) is never
+// replaced.
 func sharedSubdir(dir, name string) (string, error) {
 	p := filepath.Join(dir, name)
 	if fi, err := os.Stat(p); err == nil && fi.IsDir() {
 		return p, nil
 	}
-	if err := os.Mkdir(p, sharedDirMode); err != nil && !errors.Is(err, os.ErrExist) {
+	tmp, err := os.MkdirTemp(dir, "."+name+"-")
+	if err != nil {
 		return "", fmt.Errorf("state directory: %w", err)
-	} else if err == nil {
-		// Only the creator may chmod; a failure leaves the umask's mode,
-		// which still works when all containers share a UID.
-		_ = os.Chmod(p, sharedDirMode)
+	}
+	defer os.Remove(tmp) // fails harmlessly once renamed
+	if err := os.Chmod(tmp, sharedDirMode); err != nil {
+		return "", fmt.Errorf("state directory: %w", err)
+	}
+	err = unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, p, unix.RENAME_NOREPLACE)
+	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
+		// A filesystem without RENAME_NOREPLACE: mkdir, then widen the
+		// mode. Only the creator may chmod; if another container wins
+		// the mkdir, its own chmod follows.
+		if err = os.Mkdir(p, sharedDirMode); err == nil {
+			err = os.Chmod(p, sharedDirMode)
+		}
+	}
+	if err != nil && !errors.Is(err, os.ErrExist) {
+		return "", fmt.Errorf("state directory: %w", err)
+	}
+	if fi, err := os.Stat(p); err != nil || !fi.IsDir() {
+		return "", fmt.Errorf("state directory: %s is not a directory", p)
 	}
 	return p, nil
 }
