@@ -59,9 +59,10 @@ func dockerArgs(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	dockerCLI := fs.String("docker", "docker", "docker CLI `COMMAND` used to read the image config")
 	format := fs.String("format", "shell", "output `FORMAT`: shell (one quoted line) or json (an array of arguments)")
 	logFormat := fs.String("log-format", "", "pass --log-format `text|json` to the supervisor")
-	source := fs.String("source", "auto", "where to read the image config: `auto` (local engine, then registry), local or registry")
+	source := fs.String("source", "auto", "`WHERE` to read the image config: auto (local engine, then registry), local or registry")
 	platform := fs.String("platform", "", "`os/arch[/variant]` to take from a multi-platform image in a registry (default: this machine's, "+runtime.GOOS+"/"+runtime.GOARCH+")")
 	timeout := fs.Duration("timeout", 30*time.Second, "registry lookup timeout")
+	grace := fs.Duration("grace-period", 0, "pass --grace-period `DURATION` to the supervisor; keep it below docker stop's timeout (10s unless -t or --stop-timeout says otherwise) so the supervisor, not Docker, kills a workload that ignores SIGTERM")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, dockerArgsUsage)
 		fs.PrintDefaults()
@@ -115,7 +116,14 @@ func dockerArgs(ctx context.Context, args []string, stdin io.Reader, stdout, std
 
 	opts := dockerrun.Options{Image: image, Args: rest, HasArgs: hasArgs, Volume: *volume}
 	if *logFormat != "" {
-		opts.SupervisorFlags = []string{"--log-format", *logFormat}
+		opts.SupervisorFlags = append(opts.SupervisorFlags, "--log-format", *logFormat)
+	}
+	if *grace < 0 {
+		fmt.Fprintf(stderr, "restart-injector docker-args: --grace-period: must not be negative\n")
+		return exitUsage
+	}
+	if *grace > 0 {
+		opts.SupervisorFlags = append(opts.SupervisorFlags, "--grace-period", grace.String())
 	}
 	if *rulesFile != "" {
 		doc, err := readRules(*rulesFile, stdin)

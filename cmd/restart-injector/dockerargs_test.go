@@ -66,7 +66,7 @@ func TestDockerArgsFlagsAroundImage(t *testing.T) {
 	os.WriteFile(rules, []byte("restartPolicy: Never\nrestartPolicyRules:\n- action: Restart\n  exitCodes: {operator: In, values: [42]}\n"), 0o644)
 
 	// Flags before and after IMAGE, args after -- replace CMD.
-	code, out, errOut := runDockerArgs(t, "", "--docker", docker, "app:1", "--rules", rules, "--supervisor", sup, "--format", "json", "--", "sh", "-c", "exit 42")
+	code, out, errOut := runDockerArgs(t, "", "--docker", docker, "app:1", "--rules", rules, "--supervisor", sup, "--format", "json", "--grace-period", "8s", "--", "sh", "-c", "exit 42")
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -76,7 +76,7 @@ func TestDockerArgsFlagsAroundImage(t *testing.T) {
 	}
 	want := []string{"-v", sup + ":/opt/restart-supervisor/restart-supervisor:ro", "--entrypoint", "/opt/restart-supervisor/restart-supervisor",
 		"-e", `RESTART_SUPERVISOR_CONFIG={"restartPolicy":"Never","restartPolicyRules":[{"action":"Restart","exitCodes":{"operator":"In","values":[42]}}],"podRestartPolicy":"Never"}`,
-		"app:1", "--", "/entry.sh", "sh", "-c", "exit 42"}
+		"app:1", "--grace-period", "8s", "--", "/entry.sh", "sh", "-c", "exit 42"}
 	if !reflect.DeepEqual(argv, want) {
 		t.Errorf("argv:\n got %q\nwant %q", argv, want)
 	}

@@ -147,6 +147,31 @@ func TestStopWhileRunning(t *testing.T) {
 	})
 }
 
+// A workload that ignores SIGTERM is SIGKILLed by the supervisor after its
+// grace period, which docker-args --grace-period puts below docker stop's
+// timeout: the stop ends then, not when Docker gives up.
+func TestStopGracePeriodBelowDockerTimeout(t *testing.T) {
+	need(t)
+	c := startContainer(t, dockerArgsWith(t, []string{"--grace-period", "2s"}, busyboxImage, rulesAlways, "sh", "-c",
+		counter+`trap '' TERM; echo ignoring TERM; while :; do sleep 0.1; done`)...)
+	waitLog(t, c, "ignoring TERM", 30*time.Second)
+	took := stop(t, c)
+	code := waitExit(t, c, time.Minute)
+	if took >= stopTimeout/2*time.Second {
+		t.Errorf("docker stop took %v: the supervisor's 2s grace period did not end the workload", took)
+	}
+	if took < 2*time.Second {
+		t.Errorf("docker stop took %v, less than the 2s grace period the workload was owed", took)
+	}
+	if code != 137 {
+		t.Errorf("exit code %d, want 137 (workload SIGKILLed after the grace period)", code)
+	}
+	if l := logs(t, c); strings.Contains(l, "run 2") {
+		t.Errorf("restarted after the stop:\n%s", l)
+	}
+	t.Logf("docker stop -t %d returned after %v, exit code %d", stopTimeout, took.Round(time.Millisecond), code)
+}
+
 func TestStopDuringBackoff(t *testing.T) {
 	need(t)
 	rules := "restartPolicy: Always\nbackoff: {initial: 5m, max: 5m}\n"

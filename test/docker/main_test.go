@@ -71,14 +71,24 @@ func setUp() error {
 	}
 	env.supervisor = filepath.Join(env.bin, "restart-supervisor")
 	env.injector = filepath.Join(env.bin, "restart-injector")
-	for pkg, out := range map[string]string{"./cmd/restart-supervisor": env.supervisor, "./cmd/restart-injector": env.injector} {
-		// The binary that is bind-mounted into images must be static, as
-		// the release build is.
-		cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, pkg)
+	// The supervisor is bind-mounted into images, so it is built static, as
+	// the release build is. The injector runs on the host only; built with
+	// the default flags it reuses the build cache of go vet and go test
+	// instead of compiling the Kubernetes client packages once more.
+	builds := []struct {
+		pkg, out string
+		flags    []string
+		env      []string
+	}{
+		{"./cmd/restart-supervisor", env.supervisor, []string{"-trimpath", "-ldflags=-s -w"}, []string{"CGO_ENABLED=0"}},
+		{"./cmd/restart-injector", env.injector, nil, nil},
+	}
+	for _, b := range builds {
+		cmd := exec.Command("go", append(append([]string{"build"}, b.flags...), "-o", b.out, b.pkg)...)
 		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if b, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
+		cmd.Env = append(os.Environ(), b.env...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build %s: %v\n%s", b.pkg, err, out)
 		}
 	}
 	if err := importBusybox(); err != nil {
@@ -237,7 +247,13 @@ func startContainer(t *testing.T, args ...string) string {
 // not nil, replaces the image's CMD.
 func dockerArgs(t *testing.T, image, rulesDoc string, cmd ...string) []string {
 	t.Helper()
-	args := []string{"docker-args", image, "--supervisor", env.supervisor, "--format", "json"}
+	return dockerArgsWith(t, nil, image, rulesDoc, cmd...)
+}
+
+// dockerArgsWith is dockerArgs with extra docker-args flags.
+func dockerArgsWith(t *testing.T, flags []string, image, rulesDoc string, cmd ...string) []string {
+	t.Helper()
+	args := append([]string{"docker-args", image, "--supervisor", env.supervisor, "--format", "json"}, flags...)
 	if rulesDoc != "" {
 		f := filepath.Join(t.TempDir(), "rules.yaml")
 		if err := os.WriteFile(f, []byte(rulesDoc), 0o644); err != nil {
