@@ -29,6 +29,7 @@ trap cleanup EXIT
 sup=$work/restart-supervisor
 CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$sup" ./cmd/restart-supervisor
 go build -o "$work/benchtool" ./bench/supervisor/benchtool
+CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$work/gofloor" ./bench/supervisor/gofloor
 if command -v gcc >/dev/null && gcc -O2 -static -o "$work/probe" bench/supervisor/cprobe/probe.c 2>/dev/null; then
 	probe=("$work/probe")
 	probekind="static C probe"
@@ -39,7 +40,7 @@ fi
 tini=$(command -v tini)
 dumbinit=$(command -v dumb-init)
 
-echo "== machine: $(nproc) CPUs, $(uname -sr), $(go version | cut -d' ' -f3)"
+echo "== machine: $(nproc) CPUs, $(uname -sr), $(go version | cut -d' ' -f3), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 echo "== 1. binary size (CGO_ENABLED=0 -trimpath -ldflags='-s -w'), target < 2.5 MB"
 size=$(stat -c %s "$sup")
@@ -49,9 +50,11 @@ for f in "$tini" /usr/bin/tini-static "$dumbinit"; do
 done
 echo
 echo "== 2. start overhead of X -- /bin/true ($N interleaved rounds), target <= 1.5x tini"
+echo "   go-floor: the smallest Go program that fork/execs and waits (the Go runtime's own start-up)"
+echo "   cpu: user+system time of X and everything it reaped"
 cmds=(bare=/bin/true "tini=$tini -- /bin/true")
 [[ -x /usr/bin/tini-static ]] && cmds+=("tini-static=/usr/bin/tini-static -- /bin/true")
-cmds+=("dumb-init=$dumbinit /bin/true" "restart-supervisor=$sup -- /bin/true")
+cmds+=("dumb-init=$dumbinit /bin/true" "go-floor=$work/gofloor -- /bin/true" "restart-supervisor=$sup -- /bin/true")
 "$work/benchtool" spawn -n "$N" "${cmds[@]}"
 echo
 echo "== 3. in-place restart latency, workload exit -> next workload running, backoff 0 ($RESTARTS runs, $probekind)"

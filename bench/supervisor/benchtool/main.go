@@ -65,6 +65,7 @@ func spawn(args []string) {
 		label string
 		argv  []string
 		times []time.Duration
+		cpu   []time.Duration // user+system of the process and what it reaped
 	}
 	var cmds []*cmd
 	for _, a := range args {
@@ -81,24 +82,27 @@ func spawn(args []string) {
 			}
 			if i >= 10 { // warm-up rounds are discarded
 				c.times = append(c.times, time.Since(t0))
+				c.cpu = append(c.cpu, x.ProcessState.UserTime()+x.ProcessState.SystemTime())
 			}
 		}
 	}
 	base := median(cmds[0].times)
-	var tini time.Duration
+	var tini, tiniCPU time.Duration
 	for _, c := range cmds {
 		if c.label == "tini" {
-			tini = median(c.times)
+			tini, tiniCPU = median(c.times), median(c.cpu)
 		}
 	}
-	fmt.Printf("%-20s %10s %10s %9s %9s\n", "start overhead", "median", "p90", "×bare", "×tini")
+	fmt.Printf("%-20s %10s %10s %9s %9s %10s %9s\n", "start overhead", "median", "p90", "×bare", "×tini", "cpu", "cpu×tini")
 	for _, c := range cmds {
-		m := median(c.times)
-		rt := "-"
+		m, cpu := median(c.times), median(c.cpu)
+		rt, rc := "-", "-"
 		if tini > 0 {
 			rt = fmt.Sprintf("%.2f", float64(m)/float64(tini))
+			rc = fmt.Sprintf("%.2f", float64(cpu)/float64(tiniCPU))
 		}
-		fmt.Printf("%-20s %10s %10s %9.2f %9s\n", c.label, m.Round(time.Microsecond), pct(c.times, 0.9).Round(time.Microsecond), float64(m)/float64(base), rt)
+		fmt.Printf("%-20s %10s %10s %9.2f %9s %10s %9s\n", c.label, m.Round(time.Microsecond), pct(c.times, 0.9).Round(time.Microsecond),
+			float64(m)/float64(base), rt, cpu.Round(time.Microsecond), rc)
 	}
 }
 
