@@ -264,22 +264,41 @@ func TestSummaryAndTerminationMessage(t *testing.T) {
 
 	dir := t.TempDir()
 	path := filepath.Join(dir, "termination-log")
-	os.WriteFile(path, []byte(strings.Repeat("old ", 2000)), 0o644)
 	if err := WriteTerminationMessage(path, want); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := os.ReadFile(path); string(got) != want {
 		t.Fatalf("file holds %q", got)
 	}
-	// Cut at 4096 bytes without splitting a UTF-8 sequence.
-	long := strings.Repeat("a", 4095) + "é" + strings.Repeat("b", 100)
-	if err := WriteTerminationMessage(path, long); err != nil {
+
+	// The workload's own message stays first and whole.
+	os.WriteFile(path, []byte("checkpoint corrupt"), 0o644)
+	if err := WriteTerminationMessage(path, want); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(path); string(got) != "checkpoint corrupt\n"+want {
+		t.Fatalf("file holds %q", got)
+	}
+
+	// Cut to the kubelet's 4096 bytes without splitting a UTF-8 sequence.
+	os.WriteFile(path, []byte(strings.Repeat("w", 4000)+"\n"), 0o644)
+	if err := WriteTerminationMessage(path, strings.Repeat("a", 94)+"é"+strings.Repeat("b", 100)); err != nil {
 		t.Fatal(err)
 	}
 	got, _ := os.ReadFile(path)
-	if string(got) != strings.Repeat("a", 4095) {
-		t.Fatalf("truncated to %d bytes, last %q", len(got), got[len(got)-2:])
+	if len(got) != 4095 || !strings.HasSuffix(string(got), "\n"+strings.Repeat("a", 94)) {
+		t.Fatalf("%d bytes, ending %q", len(got), got[len(got)-4:])
 	}
+	// No room left: the workload's message is not touched.
+	full := strings.Repeat("w", 4096)
+	os.WriteFile(path, []byte(full), 0o644)
+	if err := WriteTerminationMessage(path, want); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(path); string(got) != full {
+		t.Fatalf("a full message was changed")
+	}
+
 	if err := WriteTerminationMessage(filepath.Join(dir, "missing", "log"), want); err == nil {
 		t.Fatal("a missing directory must be reported")
 	}

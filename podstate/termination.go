@@ -57,25 +57,39 @@ func plural(n int, one, many string) string {
 	return many
 }
 
-// WriteTerminationMessage writes msg to the container's termination message
-// file (DefaultTerminationMessagePath when path is empty), cut to the
-// kubelet's limit on a UTF-8 boundary. The file is created if missing but
-// its directory is not: without it the kubelet is not reading there, and
-// the error is for the caller to log, not to change the exit status.
+// WriteTerminationMessage adds msg as a line to the container's termination
+// message file (DefaultTerminationMessagePath when path is empty). What the
+// workload wrote there itself stays first and whole: the kubelet keeps the
+// first MaxTerminationMessageBytes, and msg is cut (on a UTF-8 boundary) to
+// the room left, or left out when there is none. The file is created if
+// missing but its directory is not: without it the kubelet is not reading
+// there, and the error is for the caller to log, not to change the exit
+// status.
 func WriteTerminationMessage(path, msg string) error {
 	if path == "" {
 		path = DefaultTerminationMessagePath
 	}
-	msg = truncateUTF8(msg, MaxTerminationMessageBytes)
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, fileMode)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, fileMode)
 	if err != nil {
 		return fmt.Errorf("termination message: %w", err)
 	}
-	_, err = f.WriteString(msg)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
+	defer f.Close()
+	fi, err := f.Stat()
 	if err != nil {
+		return fmt.Errorf("termination message: %w", err)
+	}
+	size := fi.Size()
+	if size > 0 && fi.Mode().IsRegular() {
+		last := make([]byte, 1)
+		if _, err := f.ReadAt(last, size-1); err == nil && last[0] != '\n' {
+			msg = "\n" + msg
+		}
+	}
+	room := MaxTerminationMessageBytes - int(size)
+	if room <= 0 || strings.TrimSpace(msg) == "" {
+		return nil
+	}
+	if _, err := f.WriteString(truncateUTF8(msg, room)); err != nil {
 		return fmt.Errorf("termination message: %w", err)
 	}
 	return nil
