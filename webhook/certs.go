@@ -90,8 +90,18 @@ func (w *CertWatcher) Watch(ctx context.Context) error {
 		return fmt.Errorf("watch %s: %w", w.dir, err)
 	}
 	defer fw.Close()
-	if err := fw.Add(w.dir); err != nil {
-		return fmt.Errorf("watch %s: %w", w.dir, err)
+	// The directory may not exist yet (a volume still being populated):
+	// keep trying, loading whatever appears.
+	for err := fw.Add(w.dir); err != nil; err = fw.Add(w.dir) {
+		w.log.Warn("cannot watch certificate directory yet; retrying", "dir", w.dir, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(2 * time.Second):
+		}
+	}
+	if err := w.Load(); err != nil {
+		w.log.Debug("certificate not loadable yet", "err", err)
 	}
 	resync := time.NewTicker(time.Minute)
 	defer resync.Stop()
