@@ -2,7 +2,9 @@ package injector
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -142,10 +144,20 @@ func parseRulesAnnotation(ann map[string]string) (map[string]rules.Container, er
 		if err.Error() == "EOF" {
 			return nil, fmt.Errorf("%s: is empty: want a map from container name to {restartPolicy, restartPolicyRules}", field)
 		}
+		var te *yaml.TypeError
+		if errors.As(err, &te) {
+			msgs := make([]string, len(te.Errors))
+			for i, e := range te.Errors {
+				msgs[i] = unknownField.ReplaceAllString(e, `unknown field "$1"`)
+			}
+			return nil, fmt.Errorf("%s: %s", field, strings.Join(msgs, "; "))
+		}
 		return nil, fmt.Errorf("%s: %s", field, oneLine(err))
 	}
 	return m, nil
 }
+
+var unknownField = regexp.MustCompile(`field (\S+) not found in type rules\.\w+`)
 
 // merge combines the two carriers. A field may come from either; when both
 // set it they must agree.

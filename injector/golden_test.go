@@ -128,4 +128,3 @@ func lineDiff(a, b string) string {
 	}
 	return strings.Join(out, "\n")
 }
-

@@ -1,0 +1,207 @@
+package injector
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	corev1 "k8s.io/api/core/v1"
+)
+
+func TestResolveSingleArch(t *testing.T) {
+	tr := newTestRegistry(t)
+	tr.push(t, "registry.test/app:1", testImage(t, "linux", "amd64", []string{"/app"}, []string{"serve"}))
+	r := NewResolver(ResolverOptions{Transport: tr.transport})
+	img, err := r.Resolve(context.Background(), "registry.test/app:1", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, ok := img.Uniform()
+	if !ok || strings.Join(cfg.Entrypoint, " ") != "/app" || strings.Join(cfg.Cmd, " ") != "serve" {
+		t.Errorf("got %+v", img)
+	}
+	if _, ok := img.Platforms["linux/amd64"]; !ok || !strings.HasPrefix(img.Digest, "sha256:") {
+		t.Errorf("platforms %v digest %q", img.Platforms, img.Digest)
+	}
+}
+
+func TestResolveCmdOnly(t *testing.T) {
+	tr := newTestRegistry(t)
+	tr.push(t, "registry.test/py:1", testImage(t, "linux", "amd64", nil, []string{"python", "main.py"}))
+	img, err := NewResolver(ResolverOptions{Transport: tr.transport}).Resolve(context.Background(), "registry.test/py:1", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, _ := img.Uniform()
+	if len(cfg.Entrypoint) != 0 || strings.Join(cfg.Cmd, " ") != "python main.py" {
+		t.Errorf("got %+v", cfg)
+	}
+	// The Kubernetes table: no ENTRYPOINT + args → args alone; no args → CMD.
+	if got := imageArgv(cfg, true); len(got) != 0 {
+		t.Errorf("with args: %v", got)
+	}
+	if got := imageArgv(cfg, false); strings.Join(got, " ") != "python main.py" {
+		t.Errorf("without args: %v", got)
+	}
+	cfg.Entrypoint = []string{"/e"}
+	if got := imageArgv(cfg, true); strings.Join(got, " ") != "/e" {
+		t.Errorf("entrypoint with args: %v", got)
+	}
+	if got := imageArgv(cfg, false); strings.Join(got, " ") != "/e python main.py" {
+		t.Errorf("entrypoint without args: %v", got)
+	}
+}
+
+func TestResolveMultiArchIndex(t *testing.T) {
+	tr := newTestRegistry(t)
+	tr.pushIndex(t, "registry.test/multi:1", testIndex(
+		platformImage{v1.Platform{OS: "linux", Architecture: "amd64"}, testImage(t, "linux", "amd64", []string{"/amd64"}, nil)},
+		platformImage{v1.Platform{OS: "linux", Architecture: "arm", Variant: "v7"}, testImage(t, "linux", "arm", []string{"/armv7"}, nil)},
+		platformImage{v1.Platform{OS: "unknown", Architecture: "unknown"}, testImage(t, "unknown", "unknown", nil, nil)},
+	))
+	img, err := NewResolver(ResolverOptions{Transport: tr.transport}).Resolve(context.Background(), "registry.test/multi:1", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(img.Platforms) != 2 || img.Platforms["linux/amd64"].Entrypoint[0] != "/amd64" || img.Platforms["linux/arm/v7"].Entrypoint[0] != "/armv7" {
+		t.Errorf("platforms: %+v", img.Platforms)
+	}
+	if _, ok := img.Uniform(); ok {
+		t.Error("differing platforms reported uniform")
+	}
+}
+
+func TestResolveAuth(t *testing.T) {
+	tr := newTestRegistry(t)
+	tr.push(t, "private.test/team/app:2", testImage(t, "linux", "amd64", []string{"/p"}, nil))
+	var gotNS string
+	var gotNames []string
+	r := NewResolver(ResolverOptions{Transport: tr.transport,
+		PullSecrets: func(_ context.Context, ns string, names []string) ([]corev1.Secret, error) {
+			gotNS, gotNames = ns, names
+			return []corev1.Secret{
+				dockerConfigSecret("other", "elsewhere.test", "x", "y"),
+				dockerConfigSecret("right", "private.test/team", privateUser, privatePass),
+			}, nil
+		}})
+	if _, err := r.Resolve(context.Background(), "private.test/team/app:2", "prod", nil); err == nil || !strings.Contains(err.Error(), "UNAUTHORIZED") {
+		t.Errorf("without pull secrets: %v", err)
+	}
+	img, err := r.Resolve(context.Background(), "private.test/team/app:2", "prod", []string{"other", "right"})
+	if err != nil {
+		t.Fatalf("with pull secrets: %v", err)
+	}
+	if img.Platforms["linux/amd64"].Entrypoint[0] != "/p" || gotNS != "prod" || len(gotNames) != 2 {
+		t.Errorf("got %+v, secrets asked in %q: %v", img, gotNS, gotNames)
+	}
+	// Wrong credentials fail.
+	r = NewResolver(ResolverOptions{Transport: tr.transport, Keychain: staticKeychain{authn.FromConfig(authn.AuthConfig{Username: "robot", Password: "wrong"})}})
+	if _, err := r.Resolve(context.Background(), "private.test/team/app:2", "", nil); err == nil {
+		t.Error("wrong password accepted")
+	}
+}
+
+type staticKeychain struct{ a authn.Authenticator }
+
+func (k staticKeychain) Resolve(authn.Resource) (authn.Authenticator, error) { return k.a, nil }
+
+func TestResolveTimeout(t *testing.T) {
+	tr := newTestRegistry(t)
+	r := NewResolver(ResolverOptions{Transport: tr.transport, Timeout: 300 * time.Millisecond})
+	start := time.Now()
+	_, err := r.Resolve(context.Background(), "slow.test/app:1", "", nil)
+	if err == nil || err.Error() != "registry lookup timed out after 300ms" {
+		t.Errorf("got %v", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("lookup took %s despite a 300ms timeout", d)
+	}
+	// Through the injector: an *EntrypointError naming container and image.
+	pod := podYAML(t, `
+metadata: {name: p}
+spec:
+  containers: [{name: app, image: "slow.test/app:1", restartPolicy: Never}]`)
+	_, err = New(Options{Resolver: r}).MutatePod(context.Background(), pod)
+	if ee, ok := err.(*EntrypointError); !ok || ee.Image != "slow.test/app:1" || !strings.Contains(err.Error(), "timed out") {
+		t.Errorf("got %v", err)
+	}
+}
+
+func TestResolveCache(t *testing.T) {
+	tr := newTestRegistry(t)
+	tr.push(t, "registry.test/app:1", testImage(t, "linux", "amd64", []string{"/v1"}, nil))
+	r := NewResolver(ResolverOptions{Transport: tr.transport, TagTTL: time.Minute})
+	now := time.Now()
+	r.now = func() time.Time { return now }
+	ctx := context.Background()
+
+	// Concurrent misses share one request.
+	var wg sync.WaitGroup
+	for i := 0; i < 16; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := r.Resolve(ctx, "registry.test/app:1", "", nil); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	first, _ := r.Resolve(ctx, "registry.test/app:1", "", nil)
+	if n := tr.manifests.Load(); n != 1 {
+		t.Errorf("%d manifest requests for 17 lookups of one tag, want 1", n)
+	}
+	// By digest: served from the cache, no request at all.
+	if _, err := r.Resolve(ctx, "registry.test/app@"+first.Digest, "", nil); err != nil || tr.manifests.Load() != 1 {
+		t.Errorf("digest lookup: err %v, %d requests", err, tr.manifests.Load())
+	}
+	// The tag moves; within the TTL the old digest is still used, after it
+	// the new image is seen.
+	tr.push(t, "registry.test/app:1", testImage(t, "linux", "amd64", []string{"/v2"}, nil))
+	if img, _ := r.Resolve(ctx, "registry.test/app:1", "", nil); img.Platforms["linux/amd64"].Entrypoint[0] != "/v1" {
+		t.Errorf("within TTL: %+v", img)
+	}
+	now = now.Add(2 * time.Minute)
+	img, err := r.Resolve(ctx, "registry.test/app:1", "", nil)
+	if err != nil || img.Platforms["linux/amd64"].Entrypoint[0] != "/v2" || tr.manifests.Load() != 2 {
+		t.Errorf("after TTL: %+v %v, %d requests", img, err, tr.manifests.Load())
+	}
+}
+
+func TestKeychainMatching(t *testing.T) {
+	secret := func(key string) corev1.Secret { return dockerConfigSecret("s", key, "u-"+key, "p") }
+	kc, err := KeychainFromSecrets([]corev1.Secret{
+		secret("*.example.com"), secret("registry.example.com/team"), secret("index.docker.io/v1"), secret("localhost:5000"),
+		{Type: corev1.SecretTypeOpaque},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ref, want := range map[string]string{
+		"registry.example.com/team/app:1":  "u-registry.example.com/team",
+		"registry.example.com/other/app:1": "u-*.example.com",
+		"a.b.example.com/app:1":            "", // "*" is one DNS label
+		"busybox:1":                        "u-index.docker.io/v1",
+		"localhost:5000/app:1":             "u-localhost:5000",
+		"localhost:5001/app:1":             "",
+	} {
+		r, err := name.ParseReference(ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, _ := kc.Resolve(r.Context())
+		cfg, _ := a.Authorization()
+		if cfg.Username != want {
+			t.Errorf("%s: user %q, want %q", ref, cfg.Username, want)
+		}
+	}
+	if _, err := KeychainFromSecrets([]corev1.Secret{{Type: corev1.SecretTypeDockerConfigJson,
+		Data: map[string][]byte{corev1.DockerConfigJsonKey: []byte("{")}}}); err == nil {
+		t.Error("invalid dockerconfigjson accepted")
+	}
+}
