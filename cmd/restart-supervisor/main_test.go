@@ -73,6 +73,9 @@ func start(t *testing.T, env []string, argv ...string) *sup {
 	s.cmd = exec.Command(argv[0], argv[1:]...)
 	s.cmd.Env = append(os.Environ(), env...)
 	s.cmd.Stderr = s.stderr
+	// A workload left behind by a failed test must not hold the stderr
+	// pipe, and with it the test, open.
+	s.cmd.WaitDelay = 2 * time.Second
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
