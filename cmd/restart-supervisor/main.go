@@ -23,6 +23,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -48,16 +49,19 @@ const (
 	envStopSignals      = "RESTART_SUPERVISOR_STOP_SIGNALS"
 )
 
-func main() {
-	// The supervisor's live heap is a few hundred KiB, but Go's default lets
-	// the heap grow to 4 MiB before the first collection; a restart storm
-	// would then hold that much. Collecting at +10% keeps the resident set
-	// near its idle size at the cost of frequent, tiny collections.
+func main() { os.Exit(run(os.Args[1:])) }
+
+// tightenGC is called at the first in-place restart. The supervisor's live
+// heap is a few hundred KiB, but Go's default lets the heap grow to 4 MiB
+// before the first collection, which a restart storm reaches: collecting at
+// +10% keeps the resident set near its idle size at the cost of frequent,
+// tiny collections. It is not done at start-up, where changing the GC
+// percentage costs a collection and start-up time. GOGC, when set, wins.
+var tightenGC = sync.OnceFunc(func() {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(10)
 	}
-	os.Exit(run(os.Args[1:]))
-}
+})
 
 func run(args []string) int {
 	if len(args) > 0 {
@@ -183,6 +187,9 @@ func supervisorCmd(args []string) int {
 		Log:         logger,
 		Pod:         p.restarter(),
 		OnChange: func(st supervise.State) {
+			if st.Restarts > 0 {
+				tightenGC()
+			}
 			final = st
 			p.update(st)
 		},
