@@ -28,7 +28,8 @@ import (
 // metrics endpoint. Health lives on its own port so probes and scrapes need
 // no TLS and never compete with the API server's connections.
 type Server struct {
-	Handler *Handler
+	// Handler answers /mutate; normally a *Handler.
+	Handler http.Handler
 	Certs   *CertWatcher
 	Metrics *Metrics
 	Log     *slog.Logger

@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -54,14 +55,20 @@ func issue(t testing.TB, dir string, names ...string) KeyPair {
 
 func startServer(t testing.TB, h *Handler) *testServer {
 	t.Helper()
-	dir := t.TempDir()
-	ca := issue(t, dir, "localhost")
-	m := NewMetrics()
-	h.Metrics = m
+	if h.Metrics == nil {
+		h.Metrics = NewMetrics()
+	}
 	if h.Log == nil {
 		h.Log = testLogger(t)
 	}
-	certs := NewCertWatcher(dir, h.Log, func(nt time.Time) { m.CertExpiry.Set(float64(nt.Unix())) })
+	return startServerWith(t, h, h.Metrics, h.Log)
+}
+
+func startServerWith(t testing.TB, h http.Handler, m *Metrics, log *slog.Logger) *testServer {
+	t.Helper()
+	dir := t.TempDir()
+	ca := issue(t, dir, "localhost")
+	certs := NewCertWatcher(dir, log, func(nt time.Time) { m.CertExpiry.Set(float64(nt.Unix())) })
 	if err := certs.Load(); err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +80,7 @@ func startServer(t testing.TB, h *Handler) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Server{Handler: h, Certs: certs, Metrics: m, Log: h.Log, ShutdownTimeout: 10 * time.Second}
+	s := &Server{Handler: h, Certs: certs, Metrics: m, Log: log, ShutdownTimeout: 10 * time.Second}
 	ctx, cancel := context.WithCancel(context.Background())
 	ts := &testServer{
 		URL:       "https://" + ml.Addr().String() + "/mutate",
