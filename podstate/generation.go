@@ -189,20 +189,24 @@ func Watch(dir string, from uint64, opts WatchOptions) (*Watcher, error) {
 // C delivers each new generation once, in increasing order. It holds at
 // most one pending generation: when the receiver is late, a newer
 // generation replaces the pending one, since one restart answers both.
-// C is never closed.
+// Close closes C.
 func (w *Watcher) C() <-chan Generation { return w.c }
 
 // Polling reports whether the watcher polls instead of using inotify.
 func (w *Watcher) Polling() bool { return w.polling }
 
-// Close stops the watcher and waits for it to finish.
+// Close stops the watcher, waits for it to finish and closes C.
 func (w *Watcher) Close() error {
-	w.once.Do(func() { close(w.done) })
-	w.wg.Wait()
-	if w.fs != nil {
-		return w.fs.Close()
-	}
-	return nil
+	var err error
+	w.once.Do(func() {
+		close(w.done)
+		w.wg.Wait()
+		close(w.c)
+		if w.fs != nil {
+			err = w.fs.Close()
+		}
+	})
+	return err
 }
 
 func (w *Watcher) run(dir string, last uint64, interval time.Duration) {
@@ -320,8 +324,8 @@ func (m *Member) Announce(exitCode int32) (g Generation, won bool, err error) {
 	return g, won, err
 }
 
-// Restarts delivers generations announced by any container of the pod.
-// Pass each to Accept.
+// Restarts delivers generations announced by any container of the pod;
+// Close closes it. Pass each to Accept.
 func (m *Member) Restarts() <-chan Generation { return m.w.C() }
 
 // Accept reports whether g asks this container to restart: true the first

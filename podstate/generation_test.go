@@ -360,6 +360,9 @@ func TestWatchNeedsStateDir(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
+	if _, ok := <-w.C(); ok {
+		t.Fatal("C still open after Close")
+	}
 	w.Close() // twice is fine
 }
 
