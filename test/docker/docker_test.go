@@ -136,8 +136,8 @@ func TestStopWhileRunning(t *testing.T) {
 	})
 	t.Run("workload's own exit code", func(t *testing.T) {
 		c := startContainer(t, dockerArgs(t, busyboxImage, rulesAlways, "sh", "-c",
-			counter+`trap 'echo cleaning up; exit 7' TERM; while :; do sleep 1; done`)...)
-		waitLog(t, c, "run 1", 30*time.Second)
+			counter+`trap 'echo cleaning up; exit 7' TERM; echo ready; while :; do sleep 1; done`)...)
+		waitLog(t, c, "ready", 30*time.Second)
 		took := stop(t, c)
 		checkStopped(t, c, took, 7)
 		l := logs(t, c)
@@ -200,8 +200,8 @@ func TestStopDuringBackoff(t *testing.T) {
 func TestKillSignalIsForwarded(t *testing.T) {
 	need(t)
 	c := startContainer(t, dockerArgs(t, busyboxImage, rulesAlways, "sh", "-c",
-		counter+`trap 'echo got USR1' USR1; trap 'echo got HUP; exit 5' HUP; while :; do sleep 0.2; done`)...)
-	waitLog(t, c, "run 1", 30*time.Second)
+		counter+`trap 'echo got USR1' USR1; trap 'echo got HUP; exit 5' HUP; echo ready; while :; do sleep 0.2; done`)...)
+	waitLog(t, c, "ready", 30*time.Second)
 	run(t, "kill", "-s", "USR1", c)
 	waitLog(t, c, "got USR1", 30*time.Second)
 	time.Sleep(500 * time.Millisecond)
@@ -259,9 +259,10 @@ func TestOrphansAreReaped(t *testing.T) {
 	need(t)
 	const orphans = 100
 	// Each (sleep &) subshell exits at once, so its sleep is re-parented to
-	// PID 1; the workload itself never waits for them.
+	// PID 1; the workload itself never waits for them. They live 10s, long
+	// enough to be seen adopted on a slow machine.
 	c := startContainer(t, dockerArgs(t, busyboxImage, rules42, "sh", "-c",
-		`i=0; while [ $i -lt `+strconv.Itoa(orphans)+` ]; do (sleep 2 &); i=$((i+1)); done; echo spawned; exec sleep 1000`)...)
+		`i=0; while [ $i -lt `+strconv.Itoa(orphans)+` ]; do (sleep 10 &); i=$((i+1)); done; echo spawned; exec sleep 1000`)...)
 	waitLog(t, c, "spawned", 30*time.Second)
 	adopted := 0
 	for _, p := range procs(t, c) {
@@ -272,7 +273,7 @@ func TestOrphansAreReaped(t *testing.T) {
 	if adopted < orphans {
 		t.Fatalf("only %d orphaned sleeps are children of PID 1, want %d: the test did not create orphans", adopted, orphans)
 	}
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		var zombies, sleeps []proc
 		for _, p := range procs(t, c) {
@@ -287,7 +288,7 @@ func TestOrphansAreReaped(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d zombies (<defunct>) and %d sleeps left 20s after the orphans exited: %v", len(zombies), len(sleeps), zombies)
+			t.Fatalf("%d zombies (<defunct>) and %d sleeps left 50s after the orphans exited: %v", len(zombies), len(sleeps), zombies)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
