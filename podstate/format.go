@@ -35,6 +35,9 @@ func FormatTable(w io.Writer, statuses []Status, now time.Time) error {
 			if e.Action != "" {
 				action = string(e.Action)
 			}
+			if e.PodRestart > 0 {
+				action = fmt.Sprintf("pod restart %d", e.PodRestart)
+			}
 		}
 		state := string(s.State)
 		if s.State == StateBackoff && !s.NextStartAt.IsZero() {

@@ -104,12 +104,19 @@ func memberRole() int {
 			if !m.Accept(g) {
 				continue
 			}
+			var e *Exit
 			if exited != nil {
 				// Like the kubelet: no grace period, the whole group.
 				syscall.Kill(-pid, syscall.SIGKILL)
-				<-exited
+				e = &Exit{Code: <-exited, Signal: "SIGKILL", PodRestart: g.N, At: time.Now()}
 			}
-			rec.Update(func(s *Status) { s.Restarts++; s.PodRestarts++ })
+			rec.Update(func(s *Status) {
+				s.Restarts++
+				s.PodRestarts++
+				if e != nil {
+					s.LastExit, s.LastRestart = e, e
+				}
+			})
 			start()
 		case <-sigs:
 			if exited != nil {
@@ -257,6 +264,9 @@ func TestPodRegularContainerTriggers(t *testing.T) {
 			checkStatus(t, st, name, 1, 1, 1)
 		}
 		checkStatus(t, st, "late", 0, 0, 1)
+		if s := st["worker"]; s.LastRestart == nil || s.LastRestart.Code != 137 || s.LastRestart.PodRestart != 1 {
+			t.Errorf("worker's last restart: %+v", s.LastRestart)
+		}
 		if s := st["source"]; s.LastRestart == nil || s.LastRestart.Code != 42 || s.LastRestart.Rule == nil ||
 			*s.LastRestart.Rule != 0 || s.LastRestart.Action != rules.ActionRestartAllContainers {
 			t.Errorf("source's last restart: %+v", s.LastRestart)

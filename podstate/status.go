@@ -63,7 +63,10 @@ type Exit struct {
 	Rule *int `json:"rule,omitempty"`
 	// Action is the matching rule's action.
 	Action rules.Action `json:"action,omitempty"`
-	At     time.Time    `json:"at"`
+	// PodRestart is set when the workload was killed by a pod restart:
+	// the generation that did it. Its 137 is not an out-of-memory kill.
+	PodRestart uint64    `json:"podRestart,omitempty"`
+	At         time.Time `json:"at"`
 }
 
 // Status is one container's status document.

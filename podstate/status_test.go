@@ -163,7 +163,7 @@ func TestFormatTableAndJSON(t *testing.T) {
 		{Container: "app", State: StateRunning, Restarts: 2, PodRestarts: 1,
 			LastExit:  &Exit{Code: 42, Rule: intPtr(1), Action: rules.ActionRestartAllContainers},
 			StartedAt: now.Add(-90 * time.Second), UpdatedAt: now.Add(-90 * time.Second)},
-		{Container: "side", State: StateBackoff, Restarts: 1, LastExit: &Exit{Code: 137, Signal: "SIGKILL"},
+		{Container: "side", State: StateBackoff, Restarts: 1, LastExit: &Exit{Code: 137, Signal: "SIGKILL", PodRestart: 3},
 			NextStartAt: now.Add(10 * time.Second), StartedAt: now.Add(-2 * time.Hour), UpdatedAt: now},
 	}
 	var b bytes.Buffer
@@ -177,7 +177,7 @@ func TestFormatTableAndJSON(t *testing.T) {
 	for _, want := range [][]string{
 		{"CONTAINER", "STATE", "RESTARTS", "POD RESTARTS", "LAST EXIT", "RULE", "ACTION", "STARTED", "UPDATED"},
 		{"app", "running", "2", "1", "42", "1", "RestartAllContainers", "1m30s ago"},
-		{"side", "backoff (10s)", "1", "0", "137 (SIGKILL)", "-", "-", "2h0m0s ago", "0s ago"},
+		{"side", "backoff (10s)", "1", "0", "137 (SIGKILL)", "-", "pod restart 3", "2h0m0s ago", "0s ago"},
 	} {
 		line := lines[0]
 		for _, l := range lines {
@@ -259,6 +259,11 @@ func TestSummaryAndTerminationMessage(t *testing.T) {
 	}
 	if got := (Status{Restarts: 1, State: StateExited, LastExit: &Exit{Code: 143, Signal: "SIGTERM"}}).Summary(); got !=
 		"restart-supervisor: 1 in-place restart; final exit 143 (SIGTERM)" {
+		t.Fatalf("summary %q", got)
+	}
+	killed := &Exit{Code: 137, Signal: "SIGKILL", PodRestart: 2}
+	if got := (Status{Restarts: 2, PodRestarts: 2, State: StateRunning, LastExit: killed, LastRestart: killed}).Summary(); got !=
+		"restart-supervisor: 2 in-place restarts (2 pod restarts); last exit 137 (SIGKILL, pod restart 2)" {
 		t.Fatalf("summary %q", got)
 	}
 

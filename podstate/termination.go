@@ -44,6 +44,9 @@ func describeExit(e Exit) string {
 	if e.Rule != nil {
 		detail = append(detail, fmt.Sprintf("rule %d %s", *e.Rule, e.Action))
 	}
+	if e.PodRestart > 0 {
+		detail = append(detail, fmt.Sprintf("pod restart %d", e.PodRestart))
+	}
 	if len(detail) > 0 {
 		s += " (" + strings.Join(detail, ", ") + ")"
 	}
