@@ -95,6 +95,13 @@ func Announce(dir string, observed uint64, source string, exitCode int32) (g Gen
 	if err != nil {
 		return Generation{}, false, err
 	}
+	// Old generation files are pruned, so link(2) alone would not notice
+	// an announcer far behind; the current number does.
+	if cur, err := Current(dir); err != nil {
+		return Generation{}, false, err
+	} else if cur > observed {
+		return ReadGeneration(dir, cur), false, nil
+	}
 	g = Generation{N: observed + 1, Source: source, ExitCode: exitCode, Time: time.Now().UTC()}
 	data, err := json.Marshal(g)
 	if err != nil {

@@ -124,6 +124,14 @@ func TestAnnouncePrunesOldGenerations(t *testing.T) {
 	if n, _ := Current(dir); n != 30 {
 		t.Fatalf("current %d after pruning, want 30", n)
 	}
+	// An announcer far behind is stale although its generation's file was
+	// pruned.
+	if g, won, err := Announce(dir, 3, "slow", 42); err != nil || won || g.N != 30 {
+		t.Fatalf("stale announcement after pruning: %+v %v %v", g, won, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "pod-restarts", genName(4))); err == nil {
+		t.Fatal("a pruned generation was created again")
+	}
 }
 
 func TestAnnounceConcurrentGoroutines(t *testing.T) {
