@@ -85,10 +85,10 @@ func ReadGeneration(dir string, n uint64) Generation {
 
 // Announce asks for a pod restart on behalf of container source, whose
 // workload exited with exitCode during generation observed. It creates
-// generation observed+1 and reports won=true, or, when that generation
-// exists already, creates nothing and returns the pod's current generation
-// with won=false: the announcement was stale, the pod restart it asked for
-// is already under way. Either way the caller's workload belongs to the
+// generation observed+1 and reports won=true, or, when the pod is past
+// observed already, creates nothing and returns the pod's current
+// generation with won=false: the announcement was stale, the pod restart
+// it asked for is already under way. Either way the caller's workload belongs to the
 // returned generation once restarted.
 func Announce(dir string, observed uint64, source string, exitCode int32) (g Generation, won bool, err error) {
 	gdir, err := sharedSubdir(dir, genDir)
