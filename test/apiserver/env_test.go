@@ -1,12 +1,14 @@
 package apiserver_test
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,22 +25,24 @@ func repoRoot(t testing.TB) string {
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
-// kubeAssets returns a directory holding etcd and kube-apiserver: the one in
+// kubeAssets returns a directory holding etcd, kube-apiserver and kubectl: the one in
 // KUBEBUILDER_ASSETS, or the cache hack/kube-binaries.sh fills (a cold build
 // takes about 5 minutes on 2 cores, a warm one under a second). Outside CI a
 // machine that cannot build them skips; in CI that is a failure.
 func kubeAssets(t testing.TB) string {
 	t.Helper()
 	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
-		return dir
+		if _, err := os.Stat(filepath.Join(dir, "kubectl")); err == nil {
+			return dir
+		}
 	}
-	cmd := exec.Command("bash", filepath.Join(repoRoot(t), "hack", "kube-binaries.sh"), "etcd", "kube-apiserver")
+	cmd := exec.Command("bash", filepath.Join(repoRoot(t), "hack", "kube-binaries.sh"), "etcd", "kube-apiserver", "kubectl")
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	dir := lines[len(lines)-1]
 	if err == nil {
-		for _, b := range []string{"etcd", "kube-apiserver"} {
+		for _, b := range []string{"etcd", "kube-apiserver", "kubectl"} {
 			if _, serr := os.Stat(filepath.Join(dir, b)); serr != nil {
 				err = serr
 			}
@@ -120,4 +124,22 @@ func waitFor(t testing.TB, what string, timeout time.Duration, f func(ctx contex
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// syncBuffer collects a child process's output while tests read it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
