@@ -3,13 +3,16 @@ package injector
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 
+	yaml3 "go.yaml.in/yaml/v3"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"sigs.k8s.io/yaml"
@@ -42,12 +45,19 @@ type Document struct {
 	Object map[string]any
 	// Line is where Raw starts (1-based), for messages.
 	Line int
-	// Out is the changed object; Ops turn Raw into it. When set, the
-	// document is written as Raw with Ops applied, so that key order,
-	// comments and formatting of untouched parts survive.
-	Out map[string]any
+	// Ops, when not empty, change the document: it is written as Raw
+	// with Ops applied, so that key order, comments and formatting of
+	// the parts they do not touch survive.
 	Ops []PatchOp
+
+	node *yaml3.Node // the parsed YAML document, reused when writing
 }
+
+// Changed reports whether the document will be written differently.
+func (d *Document) Changed() bool { return len(d.Ops) > 0 }
+
+// Result returns the changed object (Object with Ops applied).
+func (d *Document) Result() (map[string]any, error) { return ApplyPatch(d.Object, d.Ops) }
 
 // ReadManifests parses a stream. JSON is recognised by a leading '{'.
 func ReadManifests(data []byte) (*Manifests, error) {
@@ -98,15 +108,22 @@ func readYAML(data []byte) (*Manifests, error) {
 	flush := func(end int) error {
 		raw := data[start:end]
 		doc := Document{Sep: sep, Raw: raw, Line: docLine}
-		j, err := yaml.YAMLToJSON(raw)
-		if err != nil {
+		var node yaml3.Node
+		if err := yaml3.Unmarshal(raw, &node); err != nil {
 			return fmt.Errorf("document at line %d: %s", docLine, oneLine(err))
 		}
-		var obj any
-		if err := utiljson.Unmarshal(j, &obj); err != nil {
-			return fmt.Errorf("document at line %d: %s", docLine, oneLine(err))
+		if node.Kind == yaml3.DocumentNode && len(node.Content) == 1 && node.Content[0].Kind == yaml3.MappingNode {
+			var obj any
+			if err := node.Decode(&obj); err != nil {
+				return fmt.Errorf("document at line %d: %s", docLine, oneLine(err))
+			}
+			o, err := jsonValue(obj)
+			if err != nil {
+				return fmt.Errorf("document at line %d: %v", docLine, err)
+			}
+			doc.Object, _ = o.(map[string]any)
+			doc.node = &node
 		}
-		doc.Object, _ = obj.(map[string]any)
 		m.Docs = append(m.Docs, doc)
 		return nil
 	}
@@ -143,12 +160,12 @@ func isSeparator(line []byte) bool {
 	return len(rest) == 0 || rest[0] == '#'
 }
 
-// WriteTo writes the stream, replacing documents that have Out.
+// WriteTo writes the stream, replacing the changed documents.
 func (m *Manifests) WriteTo(w io.Writer) (int64, error) {
 	var buf bytes.Buffer
 	for _, d := range m.Docs {
 		buf.Write(d.Sep)
-		if d.Out == nil {
+		if !d.Changed() {
 			buf.Write(d.Raw)
 			continue
 		}
@@ -163,19 +180,17 @@ func (m *Manifests) WriteTo(w io.Writer) (int64, error) {
 
 func (m *Manifests) encode(d Document) ([]byte, error) {
 	if m.Format == FormatJSON {
-		if b, err := patchJSON(d.Raw, d.Ops); err == nil {
-			return b, nil
-		}
-		if bytes.Contains(d.Raw, []byte("\n")) {
-			return json.MarshalIndent(d.Out, "", "  ")
-		}
-		return json.Marshal(d.Out)
+		return patchJSON(d.Raw, d.Ops)
 	}
-	b, err := patchYAML(d.Raw, d.Ops)
+	b, err := patchYAML(d.Raw, d.node, d.Ops)
 	if err != nil {
 		// Documents the node editor cannot handle (aliases into edited
 		// parts, say) are written from the object, with sorted keys.
-		if b, err = yaml.Marshal(d.Out); err != nil {
+		out, rerr := d.Result()
+		if rerr != nil {
+			return nil, rerr
+		}
+		if b, err = yaml.Marshal(out); err != nil {
 			return nil, err
 		}
 	}
@@ -225,6 +240,62 @@ func docOps(ops []PatchOp, prefix string, templatePath []string) []PatchOp {
 	return out
 }
 
+// jsonValue turns a decoded YAML value into the form encoding/json and
+// unstructured objects use: string keys, int64 and float64 numbers.
+func jsonValue(v any) (any, error) {
+	switch t := v.(type) {
+	case map[string]any:
+		for k, e := range t {
+			c, err := jsonValue(e)
+			if err != nil {
+				return nil, err
+			}
+			t[k] = c
+		}
+		return t, nil
+	case map[any]any:
+		out := make(map[string]any, len(t))
+		for k, e := range t {
+			ks, ok := k.(string)
+			if !ok {
+				return nil, fmt.Errorf("mapping key %v is not a string", k)
+			}
+			c, err := jsonValue(e)
+			if err != nil {
+				return nil, err
+			}
+			out[ks] = c
+		}
+		return out, nil
+	case []any:
+		for i, e := range t {
+			c, err := jsonValue(e)
+			if err != nil {
+				return nil, err
+			}
+			t[i] = c
+		}
+		return t, nil
+	case int:
+		return int64(t), nil
+	case uint64:
+		if t > math.MaxInt64 {
+			return float64(t), nil
+		}
+		return int64(t), nil
+	case float64:
+		if math.IsInf(t, 0) || math.IsNaN(t) {
+			return nil, fmt.Errorf("%v cannot be represented in JSON", t)
+		}
+		return t, nil
+	case string, bool, int64, nil:
+		return t, nil
+	case []byte:
+		return base64.StdEncoding.EncodeToString(t), nil
+	}
+	return fmt.Sprint(v), nil
+}
+
 // ObjectReport says what happened to one object of a stream.
 type ObjectReport struct {
 	Object     string // Kind "namespace/name"
@@ -235,52 +306,39 @@ type ObjectReport struct {
 }
 
 // InjectManifests mutates every Pod and workload in m (including the items
-// of List objects), setting Out on the documents that changed.
+// of List objects), recording the changes in the documents' Ops.
 func (i *Injector) InjectManifests(ctx context.Context, m *Manifests) ([]ObjectReport, error) {
 	var reports []ObjectReport
 	for di := range m.Docs {
 		d := &m.Docs[di]
+		d.Ops = nil
 		if d.Object == nil {
 			continue
 		}
 		obj := &unstructured.Unstructured{Object: d.Object}
 		if items, ok := d.Object["items"].([]any); ok && isList(obj) {
-			var newItems []any
 			for k, it := range items {
 				im, ok := it.(map[string]any)
 				if !ok {
 					continue
 				}
-				r, err := i.MutateObject(ctx, &unstructured.Unstructured{Object: im})
+				r, err := i.mutateObject(ctx, &unstructured.Unstructured{Object: im}, false)
 				if err != nil {
 					return reports, fmt.Errorf("line %d: items[%d]: %v", d.Line, k, err)
 				}
 				reports = append(reports, report(r, d.Line))
 				if r.Injected {
-					if newItems == nil {
-						newItems = append([]any(nil), items...)
-					}
-					newItems[k] = r.Object.Object
 					d.Ops = append(d.Ops, docOps(r.Patch, "/items/"+strconv.Itoa(k), r.TemplatePath)...)
 				}
 			}
-			if newItems != nil {
-				out := make(map[string]any, len(d.Object))
-				for k, v := range d.Object {
-					out[k] = v
-				}
-				out["items"] = newItems
-				d.Out = out
-			}
 			continue
 		}
-		r, err := i.MutateObject(ctx, obj)
+		r, err := i.mutateObject(ctx, obj, false)
 		if err != nil {
 			return reports, fmt.Errorf("line %d: %v", d.Line, err)
 		}
 		reports = append(reports, report(r, d.Line))
 		if r.Injected {
-			d.Out = r.Object.Object
 			d.Ops = docOps(r.Patch, "", r.TemplatePath)
 		}
 	}

@@ -41,6 +41,12 @@ func TemplatePath(apiVersion, kind string) ([]string, bool) {
 // does not know survive: the edits are applied as the same JSON patch the
 // webhook would send. obj is not modified.
 func (i *Injector) MutateObject(ctx context.Context, obj *unstructured.Unstructured) (*ObjectResult, error) {
+	return i.mutateObject(ctx, obj, true)
+}
+
+// mutateObject builds the mutated object only when apply is set; the
+// manifest writer applies the patch to the document text instead.
+func (i *Injector) mutateObject(ctx context.Context, obj *unstructured.Unstructured, apply bool) (*ObjectResult, error) {
 	path, _ := TemplatePath(obj.GetAPIVersion(), obj.GetKind())
 	pod, specPath, object, ok, err := podOf(obj)
 	if err != nil {
@@ -49,17 +55,18 @@ func (i *Injector) MutateObject(ctx context.Context, obj *unstructured.Unstructu
 	if !ok {
 		return &ObjectResult{Object: obj, TemplatePath: path}, nil
 	}
-	tmpl := obj.Object
-	if path != nil {
-		tmpl, _, _ = unstructured.NestedMap(obj.Object, path...)
-	}
 	res, err := i.mutate(ctx, pod, specPath, object)
 	if err != nil {
 		return nil, err
 	}
 	out := &ObjectResult{Result: *res, Object: obj, TemplatePath: path}
-	if len(res.Patch) == 0 {
+	if len(res.Patch) == 0 || !apply {
 		return out, nil
+	}
+	tmpl := obj.Object
+	if path != nil {
+		t, _, _ := unstructured.NestedFieldNoCopy(obj.Object, path...)
+		tmpl = t.(map[string]any) // podOf checked
 	}
 	patched, err := ApplyPatch(tmpl, res.Patch)
 	if err != nil {
@@ -115,14 +122,18 @@ func podOf(obj *unstructured.Unstructured) (pod *corev1.Pod, specPath, object st
 	tmpl := obj.Object
 	specPath = "spec"
 	if path != nil {
-		t, found, err := unstructured.NestedMap(obj.Object, path...)
+		t, found, err := unstructured.NestedFieldNoCopy(obj.Object, path...)
 		if err != nil {
 			return nil, "", "", false, fmt.Errorf("%s: %s: %v", object, dotted(path), err)
 		}
 		if !found {
 			return nil, "", "", false, nil
 		}
-		tmpl = t
+		m, isMap := t.(map[string]any)
+		if !isMap {
+			return nil, "", "", false, fmt.Errorf("%s: %s: want an object", object, dotted(path))
+		}
+		tmpl = m
 		specPath = dotted(path) + ".spec"
 	}
 	pod = &corev1.Pod{}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	yaml "go.yaml.in/yaml/v3"
 )
@@ -13,9 +15,11 @@ import (
 // patchYAML applies ops to one YAML document and re-encodes it, keeping the
 // key order, comments and flow/block styles of everything the patch does
 // not touch.
-func patchYAML(raw []byte, ops []PatchOp) ([]byte, error) {
+func patchYAML(raw []byte, parsed *yaml.Node, ops []PatchOp) ([]byte, error) {
 	var doc yaml.Node
-	if err := yaml.Unmarshal(raw, &doc); err != nil {
+	if parsed != nil {
+		doc = *cloneNode(parsed)
+	} else if err := yaml.Unmarshal(raw, &doc); err != nil {
 		return nil, err
 	}
 	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 {
@@ -149,7 +153,9 @@ func child(n *yaml.Node, tok string) (*yaml.Node, error) {
 		}
 		return n.Content[i], nil
 	case yaml.AliasNode:
-		return child(n.Alias, tok)
+		// Editing through an alias would also edit its anchor; the
+		// caller falls back to writing the object.
+		return nil, fmt.Errorf("%q: path goes through an alias", tok)
 	}
 	return nil, fmt.Errorf("%q: not a mapping or sequence", tok)
 }
@@ -176,25 +182,100 @@ func pointerTokens(p string) ([]string, error) {
 	return toks, nil
 }
 
-// valueNode converts a patch value to block-style YAML, quoting strings
-// only where YAML needs it.
+// valueNode converts a patch value to block-style YAML, keeping the key
+// order of its JSON encoding and quoting strings only where YAML needs it.
+// It reads the JSON tokens directly: parsing the JSON as YAML costs ten
+// times more.
 func valueNode(v any) (*yaml.Node, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return nil, err
 	}
-	var doc yaml.Node
-	if err := yaml.Unmarshal(b, &doc); err != nil {
+	// The same volumes, mounts and install container go into every
+	// document of a stream: convert each distinct value once.
+	if n, ok := valueNodes.Load(string(b)); ok {
+		return cloneNode(n.(*yaml.Node)), nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	n, err := tokenNode(dec)
+	if err != nil {
 		return nil, err
 	}
-	n := doc.Content[0]
-	plain(n)
-	return n, nil
+	if valueNodeCount.Add(1) > 4096 {
+		valueNodes.Clear()
+		valueNodeCount.Store(0)
+	}
+	valueNodes.Store(string(b), n)
+	return cloneNode(n), nil
 }
 
-func plain(n *yaml.Node) {
-	n.Style = 0
-	for _, c := range n.Content {
-		plain(c)
+var (
+	valueNodes     sync.Map // JSON text → *yaml.Node, never modified
+	valueNodeCount atomic.Int64
+)
+
+func tokenNode(dec *json.Decoder) (*yaml.Node, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
 	}
+	switch t := tok.(type) {
+	case json.Delim:
+		switch t {
+		case '{':
+			n := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+			for dec.More() {
+				k, err := dec.Token()
+				if err != nil {
+					return nil, err
+				}
+				v, err := tokenNode(dec)
+				if err != nil {
+					return nil, err
+				}
+				n.Content = append(n.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: k.(string)}, v)
+			}
+			_, err := dec.Token() // '}'
+			return n, err
+		case '[':
+			n := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
+			for dec.More() {
+				v, err := tokenNode(dec)
+				if err != nil {
+					return nil, err
+				}
+				n.Content = append(n.Content, v)
+			}
+			_, err := dec.Token() // ']'
+			return n, err
+		}
+	case string:
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: t}, nil
+	case json.Number:
+		tag := "!!int"
+		if strings.ContainsAny(string(t), ".eE") {
+			tag = "!!float"
+		}
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: string(t)}, nil
+	case bool:
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: strconv.FormatBool(t)}, nil
+	case nil:
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Value: "null"}, nil
+	}
+	return nil, fmt.Errorf("unexpected JSON token %v", tok)
+}
+
+// cloneNode deep-copies a document so that patching leaves the parsed
+// original intact (a stream may be written more than once). Alias targets
+// are shared: patches never reach into them.
+func cloneNode(n *yaml.Node) *yaml.Node {
+	c := *n
+	if len(n.Content) > 0 {
+		c.Content = make([]*yaml.Node, len(n.Content))
+		for i, ch := range n.Content {
+			c.Content[i] = cloneNode(ch)
+		}
+	}
+	return &c
 }
