@@ -94,11 +94,13 @@ func spawn(path string, argv, env []string, tty bool) (*process, error) {
 	return &process{pid: pid, started: time.Now()}, nil
 }
 
-// stdinIsControllingTTY reports whether fd 0 is the terminal of our
-// session; only then may the child make its group the foreground group.
-func stdinIsControllingTTY() bool {
-	_, err := unix.IoctlGetInt(0, unix.TIOCGPGRP)
-	return err == nil
+// ownsTerminal reports whether fd 0 is our controlling terminal and our
+// process group is its foreground group. Only then do the workload's runs
+// take the terminal over: a supervisor started in the background of an
+// interactive shell must not steal the shell's terminal.
+func ownsTerminal() bool {
+	fg, err := unix.IoctlGetInt(0, unix.TIOCGPGRP)
+	return err == nil && fg == unix.Getpgrp()
 }
 
 // reaped is one child collected by wait4.

@@ -195,7 +195,7 @@ func Run(o Options) Result {
 	if err := becomeSubreaper(); err != nil {
 		s.log.Warn("cannot become a child subreaper; orphaned processes will escape supervision", "err", err)
 	}
-	s.tty = stdinIsControllingTTY()
+	s.tty = ownsTerminal()
 
 	s.start()
 	tick := time.NewTicker(reapInterval)
