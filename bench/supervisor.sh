@@ -44,9 +44,12 @@ echo "== machine: $(nproc) CPUs, $(uname -sr), $(go version | cut -d' ' -f3), lo
 echo
 echo "== 1. binary size (CGO_ENABLED=0 -trimpath -ldflags='-s -w'), target < 2.5 MB"
 size=$(stat -c %s "$sup")
-printf "%-28s %9d bytes (%.2f MB)\n" restart-supervisor "$size" "$(echo "$size/1000000" | bc -l)"
+awk -v s="$size" 'BEGIN { printf "%-28s %9d bytes (%.2f MB)\n", "restart-supervisor", s, s / 1e6 }'
 for f in "$tini" /usr/bin/tini-static "$dumbinit"; do
-	[[ -e $f ]] && printf "%-28s %9d bytes (%s)\n" "$(basename "$f")" "$(stat -c %s "$f")" "$(file -b "$f" | grep -o 'statically linked\|dynamically linked')"
+	[[ -e $f ]] || continue
+	link=dynamic
+	ldd "$f" >/dev/null 2>&1 || link=static
+	printf "%-28s %9d bytes (%s)\n" "$(basename "$f")" "$(stat -c %s "$f")" "$link"
 done
 echo
 echo "== 2. start overhead of X -- /bin/true ($N interleaved rounds), target <= 1.5x tini"
