@@ -155,3 +155,55 @@ func TestInteractiveTTY(t *testing.T) {
 		}
 	})
 }
+
+// An interactive shell under the supervisor has job control: Ctrl-Z stops
+// its foreground job (the terminal sends SIGTSTP to that job's group), the
+// shell lists it as stopped and resumes it with fg.
+func TestInteractiveShellJobControl(t *testing.T) {
+	need(t)
+	term, slave := openPTY(t, 24, 80)
+	argv := dockerArgs(t, busyboxImage, rules42, "sh", "-i")
+	name := fmt.Sprintf("rs-e2e-jobs-%d", time.Now().UnixNano()%1e6)
+	t.Cleanup(func() { exec.Command("docker", "rm", "-f", name).Run() })
+	cmd := exec.Command("docker", append([]string{"run", "--rm", "-it", "-e", "PS1=$ ", "--name", name, "--label", containerLabel}, argv...)...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	slave.Close()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	typeLine := func(s string) {
+		t.Helper()
+		if _, err := term.master.Write([]byte(s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	term.wait(t, "$ ", 30*time.Second)
+	typeLine("sleep 300\r")
+	time.Sleep(500 * time.Millisecond)
+	typeLine("\x1a") // Ctrl-Z
+	term.wait(t, "Stopped", 30*time.Second)
+	typeLine("jobs; echo jobs-listed\r")
+	term.wait(t, "jobs-listed", 30*time.Second)
+	typeLine("fg\r")
+	time.Sleep(500 * time.Millisecond)
+	typeLine("\x03") // Ctrl-C ends the resumed sleep, not the shell
+	typeLine("echo shell-alive\r")
+	term.wait(t, "shell-alive", 30*time.Second)
+	typeLine("exit 0\r")
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("docker run -it sh -i: %v; terminal:\n%s", err, term.output())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("shell did not exit; terminal:\n%s", term.output())
+	}
+	if strings.Contains(term.output(), restartLine) {
+		t.Errorf("the shell was restarted:\n%s", term.output())
+	}
+	t.Logf("terminal:\n%s", term.output())
+}
