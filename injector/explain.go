@@ -26,11 +26,19 @@ type Outcome struct {
 	Codes    string // such as "0, 2-41, 43-255"
 	Handling rules.Handling
 	Decision rules.Decision
-	// Supervised is what happens with restart-supervisor; Native what a
-	// kubelet with the KEP-5307 feature does; Difference is empty when
-	// they agree.
+	// Why names what decided: a rule, the container policy or the
+	// policy the kubelet applies.
+	Why string
+	// Supervised is what happens with restart-supervisor, Native what a
+	// kubelet implementing KEP-5307 does, Difference is empty when they
+	// agree.
 	Supervised, Native, Difference string
 }
+
+// Legend explains the short phrases of Outcome.
+const Legend = `restart in place: the supervisor restarts the workload inside the running container, with the kubelet's backoff (10s doubling to 5m); the kubelet's restartCount does not change.
+hold: the container must not restart, but the kubelet would restart it if it exited, so the supervisor keeps it running without the workload; it shows Running, not Terminated.
+exit: the supervisor exits with the workload's status and the kubelet acts under its policy, exactly as without the supervisor.`
 
 // Explain plans every container of pod. The decisions come from rules.Plan,
 // the same function the supervisor runs.
@@ -77,7 +85,7 @@ func Explain(pod *corev1.Pod, specPath, object string) ([]ContainerPlan, error) 
 		for _, k := range order {
 			d := decisions[k]
 			o := Outcome{Codes: ranges(groups[k]), Handling: k.h, Decision: d}
-			o.Supervised, o.Native, o.Difference = describe(cr, c, d, k.h, cp.Wrapped)
+			o.Why, o.Supervised, o.Native, o.Difference = describe(cr, c, d, k.h, cp.Wrapped)
 			cp.Outcomes = append(cp.Outcomes, o)
 		}
 		plans = append(plans, cp)
@@ -85,8 +93,8 @@ func Explain(pod *corev1.Pod, specPath, object string) ([]ContainerPlan, error) 
 	return plans, nil
 }
 
-func describe(cr ContainerRules, c rules.Container, d rules.Decision, h rules.Handling, wrapped bool) (sup, native, diff string) {
-	why := "pod policy " + string(cr.KubeletPolicy)
+func describe(cr ContainerRules, c rules.Container, d rules.Decision, h rules.Handling, wrapped bool) (why, sup, native, diff string) {
+	why = "pod policy " + string(cr.KubeletPolicy)
 	switch cr.Kind {
 	case KindInit:
 		why = "init container, pod policy " + podPolicyFor(cr)
@@ -100,45 +108,35 @@ func describe(cr ContainerRules, c rules.Container, d rules.Decision, h rules.Ha
 		r := c.RestartPolicyRules[d.Rule]
 		why = fmt.Sprintf("rule %d: %s %s %v", d.Rule, r.Action, r.ExitCodes.Operator, r.ExitCodes.Values)
 	}
-	restartWhat := "the kubelet restarts it"
-	if d.Action == rules.ActionRestartAllContainers {
-		restartWhat = "the kubelet restarts all containers of the pod in place"
-	}
-	if d.Restart {
-		native = restartWhat + " (" + why + ")"
-	} else {
-		native = "stays terminated (" + why + ")"
+	all := d.Action == rules.ActionRestartAllContainers
+	switch {
+	case d.Restart && all:
+		native = "kubelet restarts all containers"
+	case d.Restart:
+		native = "kubelet restarts it"
+	default:
+		native = "stays terminated"
 	}
 	if !wrapped {
-		return "not wrapped: " + native, native, ""
+		return why, "not wrapped: " + native, native, ""
 	}
 	switch h {
 	case rules.RestartInPlace:
-		if d.Action == rules.ActionRestartAllContainers {
-			sup = "the supervisor restarts it and asks every wrapped container to restart (" + why + ")"
-			diff = "the pod-wide restart is carried out by the supervisors, not the kubelet: restartCount stays"
-		} else {
-			sup = "restarted in place by the supervisor, with CrashLoopBackOff-like backoff (" + why + ")"
-			diff = "restartCount stays; the restart shows in the supervisor's log and status, not in the pod status"
+		sup = "restart in place"
+		if all {
+			sup = "restart all containers in place"
 		}
+		diff = "restartCount unchanged"
 	case rules.Hold:
-		sup = "held: the container stays Running with no workload, because the kubelet would restart it under " + kubeletSays(cr) + " (" + why + ")"
-		diff = "reported Running instead of Terminated; the pod never reaches Succeeded or Failed on its own"
-	default:
-		if d.Restart {
-			sup = "exits with the code; " + restartWhat + " (" + why + ")"
-		} else {
-			sup = "exits with the code; it stays terminated (" + why + ")"
+		sup = "hold"
+		diff = "shows Running, not Terminated"
+		if cr.Kind == KindInit {
+			diff = "pod stays initializing instead of failing"
 		}
+	default:
+		sup = "exit; " + native
 	}
-	return sup, native, diff
-}
-
-func kubeletSays(cr ContainerRules) string {
-	if cr.Kind == KindInit {
-		return "the init container policy " + string(cr.KubeletPolicy)
-	}
-	return "pod policy " + string(cr.KubeletPolicy)
+	return why, sup, native, diff
 }
 
 func podPolicyFor(cr ContainerRules) string {

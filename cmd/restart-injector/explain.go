@@ -69,13 +69,19 @@ func runExplain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			writeExplanation(stdout, o)
 		}
 	}
+	if !first {
+		fmt.Fprintln(stdout)
+		for _, l := range strings.Split(injector.Legend, "\n") {
+			fmt.Fprintln(stdout, l)
+		}
+	}
 	return exitOK
 }
 
 func writeExplanation(w io.Writer, o injector.ObjectPlan) {
-	fmt.Fprintf(w, "%s (pod restartPolicy: %s)\n", o.Object, o.PodPolicy)
+	fmt.Fprintf(w, "%s, pod restartPolicy %s\n", o.Object, o.PodPolicy)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "CONTAINER\tEXIT CODES\tWITH restart-supervisor\tNATIVE KEP-5307 KUBELET\tDIFFERENCE")
+	fmt.Fprintln(tw, "CONTAINER\tEXIT CODES\tDECIDED BY\tWITH restart-supervisor\tNATIVE KEP-5307\tDIFFERENCE")
 	for _, c := range o.Containers {
 		name := c.Name
 		if c.Kind != injector.KindRegular {
@@ -86,8 +92,8 @@ func writeExplanation(w io.Writer, o injector.ObjectPlan) {
 			if diff == "" {
 				diff = "-"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", name, out.Codes, out.Supervised, out.Native, diff)
-			name = strings.Repeat(" ", 0)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", name, out.Codes, out.Why, out.Supervised, out.Native, diff)
+			name = ""
 		}
 	}
 	tw.Flush()

@@ -1,0 +1,248 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/restart-supervisor/restart-supervisor/injector"
+)
+
+const deployYAML = `apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: worker
+spec:
+  selector:
+    matchLabels: {app: worker}
+  template:
+    metadata:
+      labels: {app: worker}
+    spec:
+      containers:
+      - name: worker
+        image: IMAGE
+        command: ["/work"]
+        restartPolicy: Never
+        restartPolicyRules:
+        - action: Restart
+          exitCodes: {operator: In, values: [42]}
+`
+
+const serviceYAML = `apiVersion: v1
+kind: Service
+metadata:
+  name: worker  # kept byte for byte
+spec: {ports: [{port: 80}]}
+`
+
+func runCmd(t *testing.T, stdin string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	var code int
+	switch args[0] {
+	case "inject":
+		code = runInject(context.Background(), args[1:], strings.NewReader(stdin), &out, &errb)
+	case "explain":
+		code = runExplain(args[1:], strings.NewReader(stdin), &out, &errb)
+	default:
+		t.Fatalf("no such subcommand %q", args[0])
+	}
+	return code, out.String(), errb.String()
+}
+
+func writeFile(t *testing.T, path, content string) string {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestDispatchUsage(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := dispatch(context.Background(), []string{"help"}, &out, &errb); code != exitOK {
+		t.Errorf("help: exit %d", code)
+	}
+	for _, sub := range []string{"inject", "explain"} {
+		if !strings.Contains(out.String(), "  "+sub+" ") {
+			t.Errorf("usage does not list %s:\n%s", sub, out.String())
+		}
+	}
+	if code := dispatch(context.Background(), nil, &out, &errb); code != exitUsage {
+		t.Errorf("no command: exit %d", code)
+	}
+	errb.Reset()
+	if code := dispatch(context.Background(), []string{"bogus"}, &out, &errb); code != exitUsage || !strings.Contains(errb.String(), `unknown command "bogus"`) {
+		t.Errorf("unknown command: exit %d, %s", code, errb.String())
+	}
+}
+
+func TestInjectUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"inject"},
+		{"inject", "-f"},
+		{"inject", "--bogus", "-f", "x"},
+		{"inject", "-f", "x", "extra"},
+		{"inject", "-f", "x", "-volume-medium", "HugePages"},
+		{"explain"},
+	} {
+		if code, _, errOut := runCmd(t, "", args...); code != exitUsage || errOut == "" {
+			t.Errorf("%q: exit %d, stderr %q; want %d and a message", args, code, errOut, exitUsage)
+		}
+	}
+	if code, _, _ := runCmd(t, "", "inject", "-h"); code != exitOK {
+		t.Errorf("-h: exit %d", code)
+	}
+}
+
+func TestInjectFileKeepsOtherDocuments(t *testing.T) {
+	dir := t.TempDir()
+	f := writeFile(t, filepath.Join(dir, "app.yaml"), strings.ReplaceAll(deployYAML, "IMAGE", "registry.test/w:1")+"---\n"+serviceYAML)
+	code, out, errOut := runCmd(t, "", "inject", "--no-lookup", "--supervisor-image", "example.test/sup:1", "-f", f)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{
+		"- /opt/restart-supervisor/restart-supervisor\n",
+		"image: example.test/sup:1",
+		"---\n" + serviceYAML,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "restartPolicyRules:\n") || strings.Contains(out, "restartPolicy: Never") {
+		t.Errorf("translated fields left in the output:\n%s", out)
+	}
+	if !strings.Contains(errOut, `Deployment "worker" injected (worker)`) {
+		t.Errorf("stderr report: %q", errOut)
+	}
+}
+
+func TestInjectFailures(t *testing.T) {
+	dir := t.TempDir()
+	bad := writeFile(t, filepath.Join(dir, "bad.yaml"), strings.ReplaceAll(strings.ReplaceAll(deployYAML, "IMAGE", "x"), "operator: In", "operator: Maybe"))
+	code, out, errOut := runCmd(t, "", "inject", "--no-lookup", "-f", bad)
+	if code != exitFailure || out != "" || !strings.Contains(errOut,
+		`Deployment "worker": spec.template.spec.containers[0].restartPolicyRules[0].exitCodes.operator: Unsupported value: "Maybe"`) {
+		t.Errorf("invalid rules: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	nocmd := writeFile(t, filepath.Join(dir, "nocmd.yaml"), strings.ReplaceAll(strings.ReplaceAll(deployYAML, "IMAGE", "registry.test/w:1"), `command: ["/work"]`, ""))
+	code, _, errOut = runCmd(t, "", "inject", "--no-lookup", "-f", nocmd)
+	if code != exitFailure || !strings.Contains(errOut, `container "worker": cannot determine the entrypoint of image "registry.test/w:1"`) {
+		t.Errorf("no command without lookup: exit %d, %q", code, errOut)
+	}
+	if code, _, errOut = runCmd(t, "", "inject", "-f", filepath.Join(dir, "missing.yaml")); code != exitFailure || !strings.Contains(errOut, "missing.yaml") {
+		t.Errorf("missing file: exit %d, %q", code, errOut)
+	}
+	garbage := writeFile(t, filepath.Join(dir, "garbage.yaml"), "a: [1\n")
+	if code, _, errOut = runCmd(t, "", "inject", "-f", garbage); code != exitFailure || !strings.Contains(errOut, "line 1") {
+		t.Errorf("invalid YAML: exit %d, %q", code, errOut)
+	}
+}
+
+func TestInjectDirectoryAndStdin(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "a", "deploy.yaml"), strings.ReplaceAll(deployYAML, "IMAGE", "x"))
+	writeFile(t, filepath.Join(dir, "b", "c", "pod.json"), `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"j"},"spec":{"containers":[{"name":"c","image":"x","command":["/c"],"restartPolicy":"Never"}]}}`)
+	writeFile(t, filepath.Join(dir, "notes.txt"), "not a manifest")
+	code, out, errOut := runCmd(t, "", "inject", "--no-lookup", "-q", "-f", dir)
+	if code != exitOK || errOut != "" {
+		t.Fatalf("exit %d: %q", code, errOut)
+	}
+	if strings.Count(out, injector.SupervisorPath) != 2 || !strings.Contains(out, "\n---\n{") {
+		t.Errorf("directory output:\n%s", out)
+	}
+	code, out, _ = runCmd(t, strings.ReplaceAll(deployYAML, "IMAGE", "x"), "inject", "--no-lookup", "-f", "-")
+	if code != exitOK || !strings.Contains(out, injector.SupervisorPath) {
+		t.Errorf("stdin: exit %d\n%s", code, out)
+	}
+}
+
+func TestInjectDiff(t *testing.T) {
+	f := writeFile(t, filepath.Join(t.TempDir(), "d.yaml"), strings.ReplaceAll(deployYAML, "IMAGE", "x"))
+	code, out, _ := runCmd(t, "", "inject", "--no-lookup", "--diff", "-f", f)
+	if code != exitOK {
+		t.Fatal(code)
+	}
+	for _, want := range []string{"--- " + f, "+++ " + f + " (injected)", "-        command: [\"/work\"]", "+        - /opt/restart-supervisor/restart-supervisor"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("diff lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestInjectLooksUpTheRegistry runs the CLI against go-containerregistry's
+// in-process registry on loopback (plain HTTP, as for any localhost
+// registry).
+func TestInjectLooksUpTheRegistry(t *testing.T) {
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	ref := strings.TrimPrefix(srv.URL, "http://") + "/app:1"
+	img, _ := random.Image(64, 1)
+	cf, _ := img.ConfigFile()
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture = "linux", "amd64"
+	cf.Config.Entrypoint, cf.Config.Cmd = []string{"/entry"}, []string{"--from-image"}
+	img, _ = mutate.ConfigFile(img, cf)
+	r, _ := name.ParseReference(ref)
+	if err := remote.Write(r, img); err != nil {
+		t.Fatal(err)
+	}
+	f := writeFile(t, filepath.Join(t.TempDir(), "d.yaml"), strings.ReplaceAll(strings.ReplaceAll(deployYAML, "IMAGE", ref), `command: ["/work"]`, ""))
+	code, out, errOut := runCmd(t, "", "inject", "-f", f)
+	if code != exitOK || !strings.Contains(out, "        - --\n        - /entry\n        - --from-image\n") {
+		t.Errorf("exit %d, stderr %q\n%s", code, errOut, out)
+	}
+}
+
+func TestExplain(t *testing.T) {
+	f := writeFile(t, filepath.Join(t.TempDir(), "d.yaml"), strings.ReplaceAll(deployYAML, "IMAGE", "x")+"---\n"+serviceYAML)
+	code, out, errOut := runCmd(t, "", "explain", "-f", f)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	lines := strings.Split(out, "\n")
+	if lines[0] != `Deployment "worker", pod restartPolicy Always` {
+		t.Errorf("header %q", lines[0])
+	}
+	want := [][]string{
+		{"worker", "0-41, 43-255", "container policy Never", "hold", "stays terminated", "shows Running, not Terminated"},
+		{"42", "rule 0: Restart In [42]", "restart in place", "kubelet restarts it", "restartCount unchanged"},
+	}
+	for i, w := range want {
+		row := lines[2+i]
+		last := 0
+		for _, cell := range w {
+			j := strings.Index(row[last:], cell)
+			if j < 0 {
+				t.Errorf("row %q lacks %q after column %d", row, cell, last)
+				break
+			}
+			last += j + len(cell)
+		}
+	}
+	if !strings.Contains(out, "restart in place: ") {
+		t.Errorf("no legend:\n%s", out)
+	}
+	bad := writeFile(t, filepath.Join(t.TempDir(), "bad.yaml"), strings.ReplaceAll(strings.ReplaceAll(deployYAML, "IMAGE", "x"), "restartPolicy: Never", "restartPolicy: Sometimes"))
+	if code, _, errOut := runCmd(t, "", "explain", "-f", bad); code != exitFailure || !strings.Contains(errOut, `Unsupported value: "Sometimes"`) {
+		t.Errorf("invalid rules: exit %d %q", code, errOut)
+	}
+}
