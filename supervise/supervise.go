@@ -461,25 +461,28 @@ func (s *supervisor) onWorkloadExit(st ExitStatus) {
 	case rules.RestartInPlace:
 		s.restarts++
 		s.lastRestart = exit
-		if d.Action == rules.ActionRestartAllContainers && s.o.Pod != nil {
-			// A pod restart starts every container at once, as the
-			// kubelet does; the backoff is not consulted.
-			s.podRestarts++
-			s.log.Info("workload exited; restarting the pod's containers in place", append(attrs, "restarts", s.restarts, "delay", time.Duration(0))...)
-			if err := s.o.Pod.Announce(int32(st.Code)); err != nil {
-				s.log.Warn("cannot announce the pod restart; restarting this container only", "err", err)
-			}
-			s.start()
-			return
-		}
 		if ran >= cfg.Backoff.ResetAfterDuration() {
 			s.backoffN = 0
 		}
+		// The announcing container's own restart follows its backoff, as
+		// KEP-5532 says the container backoff applies to pod restarts: a
+		// workload that hits the rule on every start then spaces the pod
+		// restarts out instead of looping. The other containers restart
+		// at once.
 		delay := cfg.Backoff.Delay(s.backoffN)
 		s.backoffN++
-		s.log.Info("workload exited; restarting in place", append(attrs, "restarts", s.restarts, "delay", delay)...)
-		if d.Action == rules.ActionRestartAllContainers {
+		switch {
+		case d.Action == rules.ActionRestartAllContainers && s.o.Pod != nil:
+			s.podRestarts++
+			s.log.Info("workload exited; restarting the pod's containers in place", append(attrs, "restarts", s.restarts, "delay", delay)...)
+			if err := s.o.Pod.Announce(int32(st.Code)); err != nil {
+				s.log.Warn("cannot announce the pod restart; restarting this container only", "err", err)
+			}
+		case d.Action == rules.ActionRestartAllContainers:
+			s.log.Info("workload exited; restarting in place", append(attrs, "restarts", s.restarts, "delay", delay)...)
 			s.log.Warn("RestartAllContainers: restarting this container only; the other containers of the pod were not restarted (no pod state directory)")
+		default:
+			s.log.Info("workload exited; restarting in place", append(attrs, "restarts", s.restarts, "delay", delay)...)
 		}
 		if delay <= 0 {
 			s.start()
