@@ -451,7 +451,7 @@ func (s *supervisor) onWorkloadExit(st ExitStatus) {
 		"rule", d.Rule, "action", string(d.Action), "decidedBy", string(d.Source), "handling", h.String())
 	switch h {
 	case rules.HandOver:
-		s.log.Info("workload exited; leaving the decision to the kubelet", append(attrs, "restarts", s.restarts)...)
+		s.log.Info("workload exited; passing its status on to the kubelet or container runtime", append(attrs, "restarts", s.restarts)...)
 		s.finish(st.Code)
 	case rules.Hold:
 		s.holding = true
