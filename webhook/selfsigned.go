@@ -323,7 +323,7 @@ func (s *SelfManaged) Maintain(ctx context.Context, ca, serving KeyPair, interva
 				serving = next
 			}
 		}
-		if err := s.PatchCABundle(ctx, ca.CertPEM); err != nil {
+		if err := s.PatchCABundle(ctx, ca.CertPEM); err != nil && ctx.Err() == nil {
 			report(err)
 		}
 	}

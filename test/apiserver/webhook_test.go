@@ -23,6 +23,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
@@ -358,6 +359,47 @@ func checkSelfManaged(t *testing.T, ctx context.Context, client kubernetes.Inter
 		if _, err := os.Stat(filepath.Join(sm.Dir, f)); err != nil {
 			t.Fatal(err)
 		}
+	}
+
+	// Renewal: 340 days on, the serving certificate is inside its renewal
+	// window and is replaced; a blanked caBundle (a re-applied manifest) is
+	// written again.
+	blank := `[{"op":"remove","path":"/webhooks/0/clientConfig/caBundle"}]`
+	if _, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Patch(ctx, sm.WebhookConfig, types.JSONPatchType, []byte(blank), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	later := *sm
+	later.Dir = t.TempDir()
+	ca3, serving, err := later.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := serving.NotAfter()
+	later.Now = func() time.Time { return time.Now().Add(340 * 24 * time.Hour) }
+	mctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	maintained := make(chan struct{})
+	go func() {
+		defer close(maintained)
+		later.Maintain(mctx, ca3, serving, 20*time.Millisecond, func(err error) { t.Errorf("maintain: %v", err) })
+	}()
+	waitFor(t, "the serving certificate to be renewed", 10*time.Second, func(context.Context) (bool, error) {
+		b, err := os.ReadFile(filepath.Join(later.Dir, webhook.CertFile))
+		if err != nil {
+			return false, err
+		}
+		return (webhook.KeyPair{CertPEM: b}).NotAfter().After(before), nil
+	})
+	cancel()
+	<-maintained
+	if _, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Patch(ctx, sm.WebhookConfig, types.JSONPatchType, []byte(blank), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := sm.PatchCABundle(ctx, ca.CertPEM); err != nil {
+		t.Fatal(err)
+	}
+	if got := caBundleOf(t, client, sm.WebhookConfig); string(got) != string(ca.CertPEM) {
+		t.Fatal("caBundle not restored after being blanked")
 	}
 }
 
