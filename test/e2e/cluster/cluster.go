@@ -218,6 +218,9 @@ func (c *Cluster) writeState() error {
 	return os.Rename(tmp, c.path("state.json"))
 }
 
+// KubeletRoot is the kubelet's --root-dir (pods' volumes live below it).
+func (c *Cluster) KubeletRoot() string { return c.path("kubelet", "root") }
+
 // LogPath is the log file of a component (etcd, kube-apiserver, kubelet, ...).
 func (c *Cluster) LogPath(name string) string { return c.path("logs", name+".log") }
 
@@ -543,7 +546,7 @@ featureGates:
 	err := c.Start("kubelet", []string{filepath.Join(opts.BinDir, "kubelet"),
 		"--config", c.path("kubelet", "config.yaml"),
 		"--kubeconfig", c.Kubeconfig,
-		"--root-dir", c.path("kubelet", "root"),
+		"--root-dir", c.KubeletRoot(),
 		"--hostname-override", c.NodeName,
 		"--node-ip", c.NodeIP,
 		"--v=2",

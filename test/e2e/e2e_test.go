@@ -1,0 +1,262 @@
+// Package e2e runs the upstream KEP-5307 container-restart scenarios on a
+// real single-node cluster (see test/e2e/cluster) twice: natively, with the
+// ContainerRestartRules feature gate on, and supervised, with the gate off
+// and the pods mutated by the project's injector so that restart-supervisor
+// does the work. It compares the outcomes and writes docs/conformance.md.
+//
+//	go test ./test/e2e/ -run TestConformance -v -timeout 20m
+//
+// Supervised pods go through the restart-injector webhook running on the
+// host and registered from deploy/base/webhook.yaml; E2E_SUPERVISE=injector
+// applies the injector package before create instead. Needs root. E2E_MODES=native or E2E_MODES=supervised runs one mode only
+// (the report is written only when both ran). Outside CI a non-root run
+// skips; with CI=true any failure to bring the cluster up fails the test.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/restart-supervisor/restart-supervisor/injector"
+	"github.com/restart-supervisor/restart-supervisor/test/e2e/cluster"
+)
+
+type mode string
+
+const (
+	native     mode = "native"
+	supervised mode = "supervised"
+)
+
+// env is one mode's cluster and the way pods reach it.
+type env struct {
+	mode mode
+	c    *cluster.Cluster
+	ns   string
+	// mutatePod/mutateJob are set in supervised mode when the pods are
+	// mutated before they are created (nil: created as written, and a
+	// registered webhook, if any, mutates them).
+	mutatePod func(context.Context, *corev1.Pod) (*corev1.Pod, error)
+	mutateJob func(context.Context, *batchv1.Job) (*batchv1.Job, error)
+	how       string // how supervised pods were mutated, for the report
+}
+
+func repoRoot(t *testing.T) string {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Clean(filepath.Join(wd, "..", ".."))
+}
+
+// unavailable skips outside CI and fails in CI.
+func unavailable(t *testing.T, format string, a ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, a...)
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg + " (skipped outside CI)")
+}
+
+func TestConformance(t *testing.T) {
+	if os.Geteuid() != 0 {
+		unavailable(t, "the end-to-end cluster needs root (containerd, kubelet, mounts, cgroups)")
+	}
+	repo := repoRoot(t)
+	binDir := os.Getenv("KUBE_BIN_DIR")
+	if binDir == "" {
+		out, err := exec.Command(filepath.Join(repo, "test", "e2e", "setup.sh")).Output()
+		if err != nil {
+			unavailable(t, "test/e2e/setup.sh (packages, Kubernetes binaries) failed: %v", err)
+		}
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		binDir = lines[len(lines)-1]
+	}
+	modes := []mode{native, supervised}
+	if m := os.Getenv("E2E_MODES"); m != "" {
+		modes = nil
+		for _, s := range strings.Split(m, ",") {
+			modes = append(modes, mode(strings.TrimSpace(s)))
+		}
+	}
+	rep := &report{results: map[string]map[mode]result{}, started: time.Now()}
+	for _, m := range modes {
+		t.Run(string(m), func(t *testing.T) { runMode(t, m, repo, binDir, rep) })
+	}
+	if len(modes) == 2 && !t.Failed() || os.Getenv("E2E_WRITE_REPORT") == "1" {
+		path := filepath.Join(repo, "docs", "conformance.md")
+		if err := rep.write(path, scenarios()); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("wrote %s", path)
+	}
+	t.Log("\n" + rep.table(scenarios()))
+}
+
+func runMode(t *testing.T, m mode, repo, binDir string, rep *report) {
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	start := time.Now()
+	c, err := cluster.Up(ctx, cluster.Options{
+		BinDir:            binDir,
+		Repo:              repo,
+		RestartRules:      m == native,
+		ControllerManager: true,
+		SupervisorImage:   m == supervised,
+		Log:               testWriter{t},
+	})
+	if err != nil {
+		t.Fatalf("cluster up (%s): %v", m, err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() && os.Getenv("E2E_KEEP") == "1" {
+			t.Logf("E2E_KEEP=1: cluster left running; KUBECONFIG=%s; hack/e2e-down.sh removes it", c.Kubeconfig)
+			return
+		}
+		if err := cluster.Down(c.Dir, testWriter{t}); err != nil {
+			t.Errorf("cluster down: %v", err)
+		}
+	})
+	rep.setUp(m, time.Since(start))
+	e := &env{mode: m, c: c, ns: "default"}
+	if m == supervised {
+		if os.Getenv("E2E_SUPERVISE") == "injector" {
+			e.superviseWithInjector()
+		} else {
+			if err := c.StartWebhook(ctx, repo); err != nil {
+				t.Fatalf("webhook: %v\n%s", err, tailFile(c.LogPath("restart-injector")))
+			}
+			e.how = "the restart-injector webhook on the host, registered from deploy/base/webhook.yaml"
+		}
+	}
+	// All scenarios run at once, on goroutines rather than t.Parallel,
+	// whose default limit is GOMAXPROCS: they mostly wait for back-offs.
+	type pending struct {
+		s    scenario
+		done chan result
+	}
+	var runs []pending
+	for _, s := range scenarios() {
+		if s.supervisedOnly && m != supervised {
+			rep.set(s.name, m, result{outcome: "n/a", notes: []string{"RestartAllContainers is not in Kubernetes 1.34"}})
+			continue
+		}
+		p := pending{s, make(chan result, 1)}
+		runs = append(runs, p)
+		go func() { p.done <- p.s.run(ctx, e, strings.ToLower(p.s.name)+"-"+string(m)) }()
+	}
+	for _, p := range runs {
+		s := p.s
+		t.Run(s.name, func(t *testing.T) {
+			r := <-p.done
+			rep.set(s.name, m, r)
+			if r.err != nil {
+				t.Fatalf("%s (%s): %v", s.name, m, r.err)
+			}
+			t.Logf("%s (%s): %s; kubelet restarts %d, supervisor restarts %d, latency %s %v",
+				s.name, m, r.outcome, r.kubeletRestarts, r.supRestarts, r.latency, r.notes)
+			if want := s.want[m]; r.outcome != want {
+				t.Errorf("%s (%s): outcome %q, want %q", s.name, m, r.outcome, want)
+			}
+		})
+	}
+	rep.setHow(m, e.how)
+}
+
+// superviseWithInjector mutates every pod and Job with the project's
+// injector before creating it: the same mutation the webhook applies.
+func (e *env) superviseWithInjector() {
+	inj := injector.New(injector.Options{SupervisorImage: cluster.SupervisorImage, ImagePullPolicy: corev1.PullNever})
+	e.how = "injector.MutatePod / MutateObject before create"
+	e.mutatePod = func(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, error) {
+		r, err := inj.MutatePod(ctx, pod)
+		if err != nil {
+			return nil, err
+		}
+		if !r.Injected {
+			return pod, nil
+		}
+		return r.Pod, nil
+	}
+	e.mutateJob = func(ctx context.Context, job *batchv1.Job) (*batchv1.Job, error) {
+		job = job.DeepCopy()
+		job.APIVersion, job.Kind = "batch/v1", "Job"
+		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(job)
+		if err != nil {
+			return nil, err
+		}
+		r, err := inj.MutateObject(ctx, &unstructured.Unstructured{Object: u})
+		if err != nil {
+			return nil, err
+		}
+		out := &batchv1.Job{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(r.Object.Object, out); err != nil {
+			return nil, err
+		}
+		return out, nil
+	}
+}
+
+func tailFile(path string) string {
+	b, _ := os.ReadFile(path)
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// report collects results across both modes.
+type report struct {
+	mu      sync.Mutex
+	results map[string]map[mode]result
+	upTime  map[mode]time.Duration
+	how     map[mode]string
+	started time.Time
+}
+
+func (r *report) set(name string, m mode, res result) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.results[name] == nil {
+		r.results[name] = map[mode]result{}
+	}
+	r.results[name][m] = res
+}
+
+func (r *report) setUp(m mode, d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.upTime == nil {
+		r.upTime = map[mode]time.Duration{}
+	}
+	r.upTime[m] = d
+}
+
+func (r *report) setHow(m mode, how string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.how == nil {
+		r.how = map[mode]string{}
+	}
+	r.how[m] = how
+}
