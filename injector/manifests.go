@@ -9,8 +9,11 @@ import (
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	"io"
 	"math"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	yaml3 "go.yaml.in/yaml/v3"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -162,20 +165,53 @@ func isSeparator(line []byte) bool {
 
 // WriteTo writes the stream, replacing the changed documents.
 func (m *Manifests) WriteTo(w io.Writer) (int64, error) {
+	encoded := make([][]byte, len(m.Docs))
+	errs := parallel(len(m.Docs), func(i int) (err error) {
+		if m.Docs[i].Changed() {
+			encoded[i], err = m.encode(m.Docs[i])
+		}
+		return err
+	})
 	var buf bytes.Buffer
-	for _, d := range m.Docs {
+	for i, d := range m.Docs {
+		if errs[i] != nil {
+			return 0, fmt.Errorf("line %d: %v", d.Line, errs[i])
+		}
 		buf.Write(d.Sep)
 		if !d.Changed() {
 			buf.Write(d.Raw)
 			continue
 		}
-		b, err := m.encode(d)
-		if err != nil {
-			return 0, err
-		}
-		buf.Write(b)
+		buf.Write(encoded[i])
 	}
 	return buf.WriteTo(w)
+}
+
+// parallel runs f for 0..n-1 on GOMAXPROCS goroutines: documents are
+// independent, and encoding YAML is what a large stream spends its time on.
+func parallel(n int, f func(i int) error) []error {
+	errs := make([]error, n)
+	workers := runtime.GOMAXPROCS(0)
+	if workers > n {
+		workers = n
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				errs[i] = f(i)
+			}
+		}()
+	}
+	wg.Wait()
+	return errs
 }
 
 func (m *Manifests) encode(d Document) ([]byte, error) {
@@ -308,12 +344,12 @@ type ObjectReport struct {
 // InjectManifests mutates every Pod and workload in m (including the items
 // of List objects), recording the changes in the documents' Ops.
 func (i *Injector) InjectManifests(ctx context.Context, m *Manifests) ([]ObjectReport, error) {
-	var reports []ObjectReport
-	for di := range m.Docs {
+	perDoc := make([][]ObjectReport, len(m.Docs))
+	errs := parallel(len(m.Docs), func(di int) error {
 		d := &m.Docs[di]
 		d.Ops = nil
 		if d.Object == nil {
-			continue
+			return nil
 		}
 		obj := &unstructured.Unstructured{Object: d.Object}
 		if items, ok := d.Object["items"].([]any); ok && isList(obj) {
@@ -324,23 +360,31 @@ func (i *Injector) InjectManifests(ctx context.Context, m *Manifests) ([]ObjectR
 				}
 				r, err := i.mutateObject(ctx, &unstructured.Unstructured{Object: im}, false)
 				if err != nil {
-					return reports, fmt.Errorf("line %d: items[%d]: %v", d.Line, k, err)
+					return fmt.Errorf("line %d: items[%d]: %v", d.Line, k, err)
 				}
-				reports = append(reports, report(r, d.Line))
+				perDoc[di] = append(perDoc[di], report(r, d.Line))
 				if r.Injected {
 					d.Ops = append(d.Ops, docOps(r.Patch, "/items/"+strconv.Itoa(k), r.TemplatePath)...)
 				}
 			}
-			continue
+			return nil
 		}
 		r, err := i.mutateObject(ctx, obj, false)
 		if err != nil {
-			return reports, fmt.Errorf("line %d: %v", d.Line, err)
+			return fmt.Errorf("line %d: %v", d.Line, err)
 		}
-		reports = append(reports, report(r, d.Line))
+		perDoc[di] = append(perDoc[di], report(r, d.Line))
 		if r.Injected {
 			d.Ops = docOps(r.Patch, "", r.TemplatePath)
 		}
+		return nil
+	})
+	var reports []ObjectReport
+	for di := range m.Docs {
+		if errs[di] != nil {
+			return reports, errs[di]
+		}
+		reports = append(reports, perDoc[di]...)
 	}
 	return reports, nil
 }

@@ -42,7 +42,7 @@ func newTestRegistry(t testing.TB) *testRegistry {
 	t.Helper()
 	tr := &testRegistry{}
 	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
-	tr.srv = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	tr.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		host, _, _ := strings.Cut(r.Host, ":")
 		if host == "slow.test" && r.URL.Path != "/v2/" {
 			<-r.Context().Done()
@@ -60,6 +60,9 @@ func newTestRegistry(t testing.TB) *testRegistry {
 		}
 		reg.ServeHTTP(w, r)
 	}))
+	// Clients that give up mid-handshake (timeout tests) are expected.
+	tr.srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	tr.srv.StartTLS()
 	t.Cleanup(tr.srv.Close)
 	base := tr.srv.Client().Transport.(*http.Transport).Clone()
 	addr := tr.srv.Listener.Addr().String()
