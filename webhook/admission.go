@@ -62,8 +62,11 @@ type Handler struct {
 	Native     NativeMode
 	// NativeState is consulted in NativeAuto mode; nil means "not honoured".
 	NativeState NativeState
-	Metrics     *Metrics
-	Log         *slog.Logger
+	// Fields says whether the API server keeps restartPolicyRules; pod
+	// templates are rewritten only when it does not (or is not known to).
+	Fields  FieldState
+	Metrics *Metrics
+	Log     *slog.Logger
 }
 
 var reviewTypeMeta = metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"}
@@ -163,7 +166,7 @@ var fastJSON = jsoniter.ConfigCompatibleWithStandardLibrary
 // can still be answered with a well-formed denial.
 func decodeReview(body []byte) (*admissionv1.AdmissionReview, *corev1.Pod, error) {
 	var fast podAdmissionReview
-	if err := fastJSON.Unmarshal(body, &fast); err == nil && fast.Request != nil {
+	if err := fastJSON.Unmarshal(body, &fast); err == nil && fast.Request != nil && fast.Request.Kind == podGVK {
 		return &admissionv1.AdmissionReview{TypeMeta: fast.TypeMeta, Request: &fast.Request.AdmissionRequest}, fast.Request.Object, nil
 	}
 	var review admissionv1.AdmissionReview
@@ -190,8 +193,15 @@ func deny(code int32, reason metav1.StatusReason, msg string) *admissionv1.Admis
 // review decides one request. It never returns nil.
 func (h *Handler) review(ctx context.Context, req *admissionv1.AdmissionRequest, pod *corev1.Pod) (*admissionv1.AdmissionResponse, string) {
 	log := h.log().With("uid", req.UID, "namespace", req.Namespace, "name", req.Name)
+	if path, ok := templatePaths[req.Kind]; ok && req.SubResource == "" {
+		resp, result := h.reviewTemplate(req, path)
+		if result == ResultInjected {
+			log.Info("rules copied into the pod template annotation", "kind", req.Kind.Kind)
+		}
+		return resp, result
+	}
 	if req.Kind != podGVK || req.Resource.Resource != "pods" || req.SubResource != "" {
-		msg := fmt.Sprintf("restart-injector only reviews core/v1 pods, got %s %s/%s resource %q subresource %q",
+		msg := fmt.Sprintf("restart-injector only reviews core/v1 pods and workload templates, got %s %s/%s resource %q subresource %q",
 			req.Kind.Kind, req.Kind.Group, req.Kind.Version, req.Resource.Resource, req.SubResource)
 		log.Warn("unexpected admission request; check the webhook configuration's rules", "detail", msg)
 		return deny(http.StatusBadRequest, metav1.StatusReasonBadRequest, msg), ResultBadInput

@@ -38,6 +38,15 @@ type NativeDetector struct {
 	Metrics   *Metrics
 
 	honoured atomic.Bool
+	// kept: 0 unknown, 1 dropped, 2 kept.
+	kept atomic.Int32
+}
+
+// FieldsKept reports whether the API server was last seen keeping
+// restartPolicyRules.
+func (d *NativeDetector) FieldsKept() (kept, known bool) {
+	k := d.kept.Load()
+	return k == 2, k != 0
 }
 
 // Honoured reports the latest conclusion.
@@ -65,8 +74,7 @@ func (d *NativeDetector) Run(ctx context.Context) {
 				d.Metrics.NativeHonoured.Set(map[bool]float64{false: 0, true: 1}[ok])
 			}
 			if why != last {
-				d.log().Info("native restart rules", "honoured", ok, "reason", why,
-					"effect", map[bool]string{true: "pods with restartPolicyRules are admitted untouched", false: "pods with rules are injected"}[ok])
+				d.log().Info("native restart rules", "honoured", ok, "reason", why)
 				last = why
 			}
 		}
@@ -93,6 +101,7 @@ func (d *NativeDetector) Check(ctx context.Context) (honoured bool, why string, 
 	if err != nil {
 		return false, "", err
 	}
+	d.kept.Store(map[bool]int32{false: 1, true: 2}[kept])
 	if !kept {
 		return false, "the API server drops restartPolicyRules (ContainerRestartRules gate off or server older than 1.34)", nil
 	}

@@ -402,8 +402,8 @@ func TestBadRequests(t *testing.T) {
 	}
 
 	// Well-formed reviews of the wrong thing get a well-formed denial.
-	deployment := reviewOf(t, []byte(`{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"d"}}`), "Deployment", "deployments", admissionv1.Create)
-	if resp := admit(t, ts, deployment); resp.Allowed || resp.Result.Code != 400 || !strings.Contains(resp.Result.Message, "Deployment") {
+	service := reviewOf(t, []byte(`{"apiVersion":"v1","kind":"Service","metadata":{"name":"d"}}`), "Service", "services", admissionv1.Create)
+	if resp := admit(t, ts, service); resp.Allowed || resp.Result.Code != 400 || !strings.Contains(resp.Result.Message, "Service") {
 		t.Errorf("non-Pod: %+v", resp)
 	}
 	garbled := reviewOf(t, []byte(`{"apiVersion":"v1","kind":"Pod","spec":{"containers":"nope"}}`), "Pod", "pods", admissionv1.Create)

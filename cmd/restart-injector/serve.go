@@ -302,11 +302,18 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger) error {
 		Metrics:    metrics,
 		Log:        log,
 	}
-	if h.Native == webhook.NativeAuto {
-		d := &webhook.NativeDetector{Client: client, Namespace: c.namespace, Interval: c.nativeInterval, Log: log, Metrics: metrics}
-		h.NativeState = d
+	if client != nil && c.namespace != "" {
+		// Also outside auto mode: whether the API server keeps the fields
+		// decides if workload templates need the annotation carrier.
+		d := &webhook.NativeDetector{Client: client, Namespace: c.namespace, Interval: c.nativeInterval, Log: log}
+		h.Fields = d
+		if h.Native == webhook.NativeAuto {
+			d.Metrics = metrics
+			h.NativeState = d
+		}
 		go d.Run(ctx)
-	} else {
+	}
+	if h.Native != webhook.NativeAuto {
 		metrics.NativeHonoured.Set(map[bool]float64{true: 1}[h.Native == webhook.NativeOn])
 	}
 

@@ -20,6 +20,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -56,7 +57,7 @@ func (w *runningWebhook) reviews(t testing.TB) float64 {
 	return total
 }
 
-func startWebhook(t *testing.T, certDir string, ln net.Listener, log *slog.Logger) *runningWebhook {
+func startWebhook(t *testing.T, certDir string, ln net.Listener, log *slog.Logger, fields webhook.FieldState) *runningWebhook {
 	t.Helper()
 	m := webhook.NewMetrics()
 	certs := webhook.NewCertWatcher(certDir, log, nil)
@@ -67,6 +68,7 @@ func startWebhook(t *testing.T, certDir string, ln net.Listener, log *slog.Logge
 		Mutator:    injector.New(injector.Options{SupervisorImage: supervisorImage}),
 		Entrypoint: webhook.EntrypointDeny,
 		Native:     webhook.NativeOff,
+		Fields:     fields,
 		Metrics:    m,
 		Log:        log,
 	}
@@ -149,7 +151,15 @@ func runAgainstAPIServer(t *testing.T, assets string, gate bool) {
 	if selfManaged != nil {
 		checkSelfManaged(t, ctx, client, selfManaged)
 	}
-	wh := startWebhook(t, certDir, ln, log)
+	// What the server learns at start: does this API server keep the fields?
+	detector := &webhook.NativeDetector{Client: client, Namespace: webhookNamespace, Log: log}
+	if _, _, err := detector.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if kept, known := detector.FieldsKept(); !known || kept != gate {
+		t.Fatalf("gate %v: API server keeps the fields = %v (known %v)", gate, kept, known)
+	}
+	wh := startWebhook(t, certDir, ln, log, detector)
 
 	// Configurations reach the admission chain through an informer: wait
 	// until a dry-run create of a pod with rules comes back injected.
@@ -180,20 +190,33 @@ func runAgainstAPIServer(t *testing.T, assets string, gate bool) {
 			t.Fatal(err)
 		}
 		tmplRules := stored.Spec.Template.Spec.Containers[0].RestartPolicyRules
+		carried := stored.Spec.Template.Annotations[injector.AnnotationRules]
 		if !gate {
 			// The API server drops the fields from a stored template with the
-			// gate off: native fields in workloads need the annotation carrier
-			// or `restart-injector inject` there.
+			// gate off; the template webhook copied them into the annotation
+			// first.
 			if len(tmplRules) != 0 {
 				t.Fatalf("gate off, yet the template kept restartPolicyRules: %v", tmplRules)
 			}
-			d = deploymentOf(annotatedPod("web-annotated"))
-			if stored, err = client.AppsV1().Deployments("apps").Create(ctx, d, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
+			if !strings.Contains(carried, `"trainer":{"restartPolicy":"Never","restartPolicyRules":[{"action":"Restart","exitCodes":{"operator":"In","values":[42]}}]}`) {
+				t.Fatalf("gate off: template annotation = %q", carried)
 			}
-		} else if len(tmplRules) == 0 {
-			t.Fatal("gate on, yet the template lost restartPolicyRules")
+		} else if len(tmplRules) == 0 || carried != "" {
+			t.Fatalf("gate on: template rules %v, annotation %q; want the fields kept and no annotation", tmplRules, carried)
 		}
+		// A CronJob's template sits deeper; the same CEL and handler find it.
+		job := nativeRulesPod("nightly")
+		job.Name = ""
+		cron := &batchv1.CronJob{ObjectMeta: metav1.ObjectMeta{Name: "nightly"}, Spec: batchv1.CronJobSpec{Schedule: "0 3 * * *",
+			JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{ObjectMeta: job.ObjectMeta, Spec: job.Spec}}}}}
+		storedCron, err := client.BatchV1().CronJobs("apps").Create(ctx, cron, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := storedCron.Spec.JobTemplate.Spec.Template.Annotations[injector.AnnotationRules]; (got != "") == gate {
+			t.Errorf("gate %v: CronJob template annotation %q", gate, got)
+		}
+
 		// What the ReplicaSet controller does: a Pod from the template.
 		p := &corev1.Pod{ObjectMeta: *stored.Spec.Template.ObjectMeta.DeepCopy(), Spec: *stored.Spec.Template.Spec.DeepCopy()}
 		p.GenerateName = stored.Name + "-"
