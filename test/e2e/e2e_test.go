@@ -9,7 +9,8 @@
 // Supervised pods go through the restart-injector webhook running on the
 // host and registered from deploy/base/webhook.yaml; E2E_SUPERVISE=injector
 // applies the injector package before create instead. Needs root. E2E_MODES=native or E2E_MODES=supervised runs one mode only
-// (the report is written only when both ran). Outside CI a non-root run
+// (the report is written only when both ran); E2E_SCENARIOS=A,B runs only
+// those scenarios; E2E_KEEP=1 leaves a failed run's cluster up. Outside CI a non-root run
 // skips; with CI=true any failure to bring the cluster up fails the test.
 package e2e
 
@@ -149,7 +150,18 @@ func runMode(t *testing.T, m mode, repo, binDir string, rep *report) {
 		done chan result
 	}
 	var runs []pending
+	scenariosStart := time.Now()
+	defer func() { rep.setRun(m, time.Since(scenariosStart)) }()
+	only := map[string]bool{}
+	for _, n := range strings.Split(os.Getenv("E2E_SCENARIOS"), ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			only[n] = true
+		}
+	}
 	for _, s := range scenarios() {
+		if len(only) > 0 && !only[s.name] {
+			continue
+		}
 		if s.supervisedOnly && m != supervised {
 			rep.set(s.name, m, result{outcome: "n/a", notes: []string{"RestartAllContainers is not in Kubernetes 1.34"}})
 			continue
@@ -230,6 +242,7 @@ type report struct {
 	mu      sync.Mutex
 	results map[string]map[mode]result
 	upTime  map[mode]time.Duration
+	runTime map[mode]time.Duration
 	how     map[mode]string
 	started time.Time
 }
@@ -250,6 +263,15 @@ func (r *report) setUp(m mode, d time.Duration) {
 		r.upTime = map[mode]time.Duration{}
 	}
 	r.upTime[m] = d
+}
+
+func (r *report) setRun(m mode, d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.runTime == nil {
+		r.runTime = map[mode]time.Duration{}
+	}
+	r.runTime[m] = d
 }
 
 func (r *report) setHow(m mode, how string) {

@@ -17,8 +17,9 @@ type result struct {
 	outcome         string
 	phase           string
 	kubeletRestarts int32
-	supRestarts     int           // -1: the supervisor logged nothing (not wrapped, or native)
-	latency         time.Duration // exit → next start; 0 when there was no restart
+	supRestarts     int // -1: the supervisor logged nothing (not wrapped, or native)
+	restarted       bool
+	latency         time.Duration // exit → next start, when restarted (0: below the 10 ms resolution)
 	notes           []string
 	err             error
 }
@@ -46,7 +47,7 @@ func restartWord(restarted bool) string {
 func fromObservation(pod *corev1.Pod, o observation) result {
 	r := result{phase: string(pod.Status.Phase), kubeletRestarts: o.kubeletRestarts, supRestarts: o.supervisorRestarts}
 	if o.restarted {
-		r.latency = o.latency
+		r.restarted, r.latency = true, o.latency
 	}
 	r.outcome = fmt.Sprintf("%s, %s", pod.Status.Phase, restartWord(o.restarted))
 	if o.held {
@@ -78,6 +79,15 @@ func exitScenario(podPolicy corev1.RestartPolicy, untilTerminal bool, c corev1.C
 			// status (or the supervisor's log) a moment to show the restart.
 			if p, o2, err := e.waitPod(ctx, name, c.Name, 5*time.Second, func(_ *corev1.Pod, o observation) bool {
 				return o.kubeletRestarts > 0 || o.supervisorRestarts > 0
+			}); err == nil {
+				pod, o = p, o2
+			}
+		}
+		if pod.Status.Phase == corev1.PodPending {
+			// A restart in place can come before the kubelet's first
+			// status update; wait for the phase to settle.
+			if p, o2, err := e.waitPod(ctx, name, c.Name, 10*time.Second, func(p *corev1.Pod, _ observation) bool {
+				return p.Status.Phase != corev1.PodPending
 			}); err == nil {
 				pod, o = p, o2
 			}
@@ -125,7 +135,7 @@ func scenarios() []scenario {
 		want: same("Succeeded, restarted"),
 		run:  exitScenario(never, true, shell("c", onceScript("exit 3", "exit 0"), cNever, restartNotIn(0))),
 	}, {
-		name: "Signals", desc: "pod Never, container Never + Restart In [137]; kill -9 of itself, then exit 0 (shareProcessNamespace, so the shell is not its PID namespace's init, which SIGKILL from inside cannot kill)",
+		name: "Signals", desc: "pod Never, container Never + Restart In [137]; kill -9 of itself, then exit 0 (shareProcessNamespace: a PID namespace's init ignores SIGKILL from inside)",
 		want: same("Succeeded, restarted"),
 		run: exitScenario(never, true, shell("c", onceScript("kill -9 $$$$", "exit 0"), cNever, restartIn(137)), // $$ is the API's escape of $
 			func(s *corev1.PodSpec) { s.ShareProcessNamespace = ptr(true) }),
@@ -229,8 +239,13 @@ func deleteScenario(inBackoff bool) func(context.Context, *env, string) result {
 		if err != nil {
 			return result{err: err}
 		}
-		r := fromObservation(pod, o)
 		time.Sleep(time.Second)
+		// The state just before the delete (status and logs lag the
+		// workload's own record a little).
+		if pod, o, err = e.waitPod(ctx, name, "c", time.Second, func(*corev1.Pod, observation) bool { return true }); err != nil {
+			return result{err: err}
+		}
+		r := fromObservation(pod, o)
 		took, restartedAfter, err := e.deleteAndWait(ctx, name, "c", grace, 2*grace*time.Second)
 		if err != nil {
 			return result{err: err}
@@ -251,7 +266,11 @@ func deleteScenario(inBackoff bool) func(context.Context, *env, string) result {
 }
 
 func restartAllScenario(ctx context.Context, e *env, name string) result {
-	a := shell("a", onceScript("exit 42", "echo kept-marker; sleep 3600"), policy(corev1.ContainerRestartPolicyNever),
+	// a exits only once b runs: a RestartAllContainers before b's first
+	// start has nothing to restart in b.
+	a := shell("a", fmt.Sprintf("mark %s; if [ -e /data/a.ran ]; then echo kept-marker; sleep 3600; fi; touch /data/a.ran; "+
+		"until [ -e /events/b ]; do sleep 0.1; done; sleep 0.5; mark %s; exit 42", markStart, markExit),
+		policy(corev1.ContainerRestartPolicyNever),
 		rule(corev1.ContainerRestartRuleActionRestartAllContainers, corev1.ContainerRestartRuleOnExitCodesOpIn, 42))
 	b := shell("b", "mark "+markStart+"; sleep 3600", nil)
 	if err := e.createPod(ctx, name, e.withVolumes(podSpec(corev1.RestartPolicyNever, 5, a, b), name)); err != nil {

@@ -1,0 +1,28 @@
+package e2e
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// TestObserve checks the parsing of the supervisor's log lines and of the
+// events files on fixed input (it needs no cluster).
+func TestObserve(t *testing.T) {
+	lines := []logLine{
+		{time.Unix(0, 0), `time=2026-11-30T15:50:58.598Z level=INFO msg="workload started" logger=restart-supervisor container=c pid=14 command=sh restarts=0`},
+		{time.Unix(1, 0), `RS-E2E-START`},
+		{time.Unix(2, 0), `{"time":"x","level":"INFO","msg":"workload started","restarts":3}`},
+		{time.Unix(3, 0), `level=WARN msg="workload exited and must not restart, but ...; holding the container idle until it is stopped"`},
+	}
+	evs := []event{{markStart, 10 * time.Second}, {markExit, 11 * time.Second}, {markStart, 11*time.Second + 20*time.Millisecond}}
+	o := observe(&corev1.Pod{}, "c", lines, evs)
+	if o.supervisorRestarts != 3 || !o.held || !o.restarted || o.latency != 20*time.Millisecond || o.starts != 2 || o.exits != 1 || o.lastIsExit {
+		t.Fatalf("observe = %+v", o)
+	}
+	o = observe(&corev1.Pod{}, "c", lines[:2], evs[:1])
+	if o.supervisorRestarts != 0 || o.restarted || o.held {
+		t.Fatalf("observe = %+v", o)
+	}
+}
