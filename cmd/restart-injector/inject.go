@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -81,6 +82,12 @@ func runInject(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		opts.Resolver = injector.NewResolver(injector.ResolverOptions{Keychain: authn.DefaultKeychain, Timeout: *timeout})
 	}
 	inj := injector.New(opts)
+	if os.Getenv("GOGC") == "" {
+		// A short-lived batch run: parsing and emitting YAML allocate a
+		// lot, and trading some memory for a third less CPU is the better
+		// deal here. GOGC still overrides.
+		debug.SetGCPercent(400)
+	}
 
 	inputs, err := collectInputs(files, stdin)
 	if err != nil {
