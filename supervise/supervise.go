@@ -107,7 +107,10 @@ type Exit struct {
 	// or the exit was not judged by the rules (a stop, a pod restart).
 	Rule   int
 	Action rules.Action
-	At     time.Time
+	// PodRestart is the pod restart generation whose kill ended this run,
+	// 0 when the workload ended on its own.
+	PodRestart uint64
+	At         time.Time
 }
 
 // State is a snapshot for status reporting.
@@ -436,6 +439,7 @@ func (s *supervisor) onWorkloadExit(st ExitStatus) {
 		// Killed by a pod restart: the exit is the pod restart's doing,
 		// not the workload's, so the rules do not judge it.
 		s.pending = nil
+		exit.PodRestart = *gen
 		s.restarts++
 		s.podRestarts++
 		s.lastRestart = exit

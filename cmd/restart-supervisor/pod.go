@@ -117,7 +117,7 @@ func podExit(e *supervise.Exit) *podstate.Exit {
 	if e == nil {
 		return nil
 	}
-	x := &podstate.Exit{Code: int32(e.Code), Action: e.Action, At: e.At}
+	x := &podstate.Exit{Code: int32(e.Code), Action: e.Action, PodRestart: e.PodRestart, At: e.At}
 	if e.Signal != 0 {
 		x.Signal = signalName(e.Signal)
 	}

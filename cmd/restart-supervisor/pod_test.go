@@ -58,8 +58,8 @@ exec sleep 60
 		t.Errorf("b's log lacks the pod restart")
 	}
 	doc, _ := os.ReadFile(filepath.Join(state, "status", "b.json"))
-	if !strings.Contains(string(doc), `"podRestarts":1`) {
-		t.Errorf("b's status document lacks podRestarts 1: %s", doc)
+	if !strings.Contains(string(doc), `"podRestarts":1`) || !strings.Contains(string(doc), `"podRestart":1`) {
+		t.Errorf("b's status document lacks podRestarts 1 or the pod restart that killed its last run: %s", doc)
 	}
 }
 

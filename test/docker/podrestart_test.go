@@ -293,8 +293,8 @@ func checkPodRestartKill(t *testing.T, name string, e *statusExit) {
 		t.Errorf("%s: no lastRestart in its status", name)
 		return
 	}
-	if e.Code != 137 || e.Signal != "SIGKILL" || e.Rule != nil || e.Action != "" {
-		t.Errorf("%s: lastRestart %+v, want 137 SIGKILL with no rule (a pod restart's kill is not judged by the rules)", name, *e)
+	if e.Code != 137 || e.Signal != "SIGKILL" || e.Rule != nil || e.Action != "" || e.PodRestart == 0 {
+		t.Errorf("%s: lastRestart %+v, want 137 SIGKILL marked with its pod restart and no rule (a pod restart's kill is not judged by the rules)", name, *e)
 	}
 }
 
@@ -371,7 +371,7 @@ func TestPodRestartFromRegularContainer(t *testing.T) {
 		"b": {runs: 2, restarts: 1, podRestarts: 1, generation: 1},
 	})
 	termB := readVolume(t, p.data, "termination-b")
-	if !strings.HasPrefix(termB, "restart-supervisor: 1 in-place restart (1 pod restart); last exit 137 (SIGKILL") ||
+	if !strings.HasPrefix(termB, "restart-supervisor: 1 in-place restart (1 pod restart); last exit 137 (SIGKILL, pod restart 1)") ||
 		!strings.HasSuffix(termB, "; final exit 143 (SIGTERM)") {
 		t.Errorf("termination message of b = %q", termB)
 	}
