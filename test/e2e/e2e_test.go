@@ -127,8 +127,12 @@ func runMode(t *testing.T, m mode, repo, binDir string, rep *report) {
 			t.Logf("E2E_KEEP=1: cluster left running; KUBECONFIG=%s; hack/e2e-down.sh removes it", c.Kubeconfig)
 			return
 		}
+		saved := cluster.SavedSysctls(c.Dir)
 		if err := cluster.Down(c.Dir, testWriter{t}); err != nil {
 			t.Errorf("cluster down: %v", err)
+		}
+		if left := cluster.Leftovers(c.State, saved); len(left) > 0 {
+			t.Errorf("cluster down left behind: %s", strings.Join(left, "; "))
 		}
 	})
 	rep.setUp(m, time.Since(start))

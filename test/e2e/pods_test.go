@@ -198,11 +198,12 @@ func containerStatus(pod *corev1.Pod, name string) *corev1.ContainerStatus {
 // observation is what the logs and the status say about one container.
 type observation struct {
 	kubeletRestarts    int32
-	supervisorRestarts int  // highest "restarts" the supervisor logged; -1 if it logged nothing
-	starts, exits      int  // workload markers seen
-	restarted          bool // a start marker followed an exit marker
-	latency            time.Duration
-	held               bool // the supervisor holds the container idle
+	supervisorRestarts int             // highest "restarts" the supervisor logged; -1 if it logged nothing
+	starts, exits      int             // workload markers seen
+	restarted          bool            // a start marker followed an exit marker
+	latency            time.Duration   // of the first restart
+	latencies          []time.Duration // of every restart, in order
+	held               bool            // the supervisor holds the container idle
 	lastIsExit         bool
 }
 
@@ -219,9 +220,13 @@ func observe(pod *corev1.Pod, container string, lines []logLine, evs []event) ob
 		case markStart:
 			o.starts++
 			o.lastIsExit = false
-			if lastExit >= 0 && !o.restarted {
-				o.restarted = true
-				o.latency = ev.at - lastExit
+			if lastExit >= 0 {
+				o.latencies = append(o.latencies, ev.at-lastExit)
+				if !o.restarted {
+					o.restarted = true
+					o.latency = ev.at - lastExit
+				}
+				lastExit = -1
 			}
 		case markExit:
 			o.exits++

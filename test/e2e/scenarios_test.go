@@ -60,6 +60,12 @@ func fromObservation(pod *corev1.Pod, o observation) result {
 // (or, with untilTerminal, until the pod is terminal), the pod is terminal,
 // or the supervisor holds the container.
 func exitScenario(podPolicy corev1.RestartPolicy, untilTerminal bool, c corev1.Container, tweaks ...func(*corev1.PodSpec)) func(context.Context, *env, string) result {
+	return exitScenarioN(podPolicy, untilTerminal, 1, c, tweaks...)
+}
+
+// exitScenarioN is exitScenario waiting for the given number of restarts;
+// from the second one on, the time to each is reported (back-off).
+func exitScenarioN(podPolicy corev1.RestartPolicy, untilTerminal bool, restarts int, c corev1.Container, tweaks ...func(*corev1.PodSpec)) func(context.Context, *env, string) result {
 	return func(ctx context.Context, e *env, name string) result {
 		spec := e.withVolumes(podSpec(podPolicy, 5, c), name)
 		for _, t := range tweaks {
@@ -69,7 +75,7 @@ func exitScenario(podPolicy corev1.RestartPolicy, untilTerminal bool, c corev1.C
 			return result{err: err}
 		}
 		pod, o, err := e.waitPod(ctx, name, c.Name, scenarioTimeout, func(p *corev1.Pod, o observation) bool {
-			return terminal(p.Status.Phase) || o.held || (!untilTerminal && o.restarted)
+			return terminal(p.Status.Phase) || o.held || (!untilTerminal && len(o.latencies) >= restarts)
 		})
 		if err != nil {
 			return result{err: err}
@@ -99,7 +105,13 @@ func exitScenario(podPolicy corev1.RestartPolicy, untilTerminal bool, c corev1.C
 				return result{err: err}
 			}
 		}
-		return fromObservation(pod, o)
+		r := fromObservation(pod, o)
+		for i, l := range o.latencies {
+			if i > 0 {
+				r.notes = append(r.notes, fmt.Sprintf("restart %d after %.2fs", i+1, l.Seconds()))
+			}
+		}
+		return r
 	}
 }
 
@@ -108,9 +120,9 @@ func scenarios() []scenario {
 	cNever, cAlways := policy(corev1.ContainerRestartPolicyNever), policy(corev1.ContainerRestartPolicyAlways)
 	same := func(s string) map[mode]string { return map[mode]string{native: s, supervised: s} }
 	return []scenario{{
-		name: "A", desc: "pod Never, container Never + Restart In [42], exit 42",
+		name: "A", desc: "pod Never, container Never + Restart In [42], exit 42 (twice: the second restart shows the back-off)",
 		want: same("Running, restarted"),
-		run:  exitScenario(never, false, shell("c", exitScript(42), cNever, restartIn(42))),
+		run:  exitScenarioN(never, false, 2, shell("c", exitScript(42), cNever, restartIn(42))),
 	}, {
 		name: "B", desc: "pod Never, container Never + Restart In [42], exit 1",
 		want: same("Failed, not restarted"),

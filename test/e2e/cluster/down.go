@@ -287,3 +287,40 @@ func removeCgroupTree(name string) error {
 	}
 	return last
 }
+
+// Leftovers lists what a torn-down cluster must not leave behind: the state
+// directory, mounts under it, kubepods cgroups, processes the harness
+// started, and sysctls that differ from the values saved at start (saved is
+// the content of Dir/sysctl.saved.json, read before Down removed it).
+func Leftovers(st State, saved map[string]string) []string {
+	var out []string
+	if _, err := os.Stat(st.Dir); err == nil {
+		out = append(out, "state directory "+st.Dir)
+	}
+	for _, mp := range mountsUnder(st.Dir) {
+		out = append(out, "mount "+mp)
+	}
+	for _, d := range cgroupDirs("kubepods") {
+		out = append(out, "cgroup "+d)
+	}
+	for _, p := range st.Processes {
+		if alive(p.PID) && sameExe(p) {
+			out = append(out, fmt.Sprintf("process %s (pid %d)", p.Name, p.PID))
+		}
+	}
+	for k, v := range saved {
+		if b, err := os.ReadFile("/proc/sys/" + k); err == nil && strings.TrimSpace(string(b)) != v {
+			out = append(out, fmt.Sprintf("sysctl %s = %s, was %s", k, strings.TrimSpace(string(b)), v))
+		}
+	}
+	return out
+}
+
+// SavedSysctls reads the sysctl values saved when the cluster in dir started.
+func SavedSysctls(dir string) map[string]string {
+	saved := map[string]string{}
+	if b, err := os.ReadFile(filepath.Join(dir, "sysctl.saved.json")); err == nil {
+		_ = json.Unmarshal(b, &saved)
+	}
+	return saved
+}
