@@ -94,6 +94,9 @@ func TestInteractiveTTY(t *testing.T) {
 	// terminal's foreground process group.
 	script := counter + `test -t 0 && test -t 1 && echo "tty=$(tty)"; ` +
 		`read -r _ _ _ _ pgrp _ _ tpgid _ < /proc/self/stat; [ "$pgrp" = "$tpgid" ] && echo foreground=yes || echo "foreground=no pgrp=$pgrp tpgid=$tpgid"; ` +
+		// docker run sets the container terminal's size just after the
+		// container starts, so give it up to 10 s to arrive.
+		`i=0; while [ "$(stty size 2>/dev/null)" != "33 111" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; ` +
 		`echo "size=$(stty size)"; trap 'echo "resized=$(stty size)"' WINCH; echo ready; while :; do sleep 0.1; done`
 	argv := dockerArgs(t, busyboxImage, rules42, "sh", "-c", script)
 	name := fmt.Sprintf("rs-e2e-tty-%d", time.Now().UnixNano()%1e6)
