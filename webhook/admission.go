@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"runtime/debug"
 	"time"
 
 	jsoniter "github.com/json-iterator/go"
@@ -125,7 +126,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer cancel()
 	}
 
-	resp, res := h.review(ctx, review.Request, pod)
+	resp, res := h.safeReview(ctx, review.Request, pod)
 	result = res
 	resp.UID = review.Request.UID
 	out, err := fastJSON.Marshal(admissionv1.AdmissionReview{TypeMeta: reviewTypeMeta, Response: resp})
@@ -188,6 +189,20 @@ func deny(code int32, reason metav1.StatusReason, msg string) *admissionv1.Admis
 		Allowed: false,
 		Result:  &metav1.Status{Status: metav1.StatusFailure, Code: code, Reason: reason, Message: msg},
 	}
+}
+
+// safeReview is review with a panic (a bug) turned into a denial that names
+// it, so the API server gets an answer and the log gets the stack, instead
+// of a dropped connection.
+func (h *Handler) safeReview(ctx context.Context, req *admissionv1.AdmissionRequest, pod *corev1.Pod) (resp *admissionv1.AdmissionResponse, result string) {
+	defer func() {
+		if p := recover(); p != nil {
+			h.log().Error("panic while reviewing", "uid", req.UID, "namespace", req.Namespace, "panic", p, "stack", string(debug.Stack()))
+			resp, result = deny(http.StatusInternalServerError, metav1.StatusReasonInternalError,
+				fmt.Sprintf("restart-injector internal error (please report): %v", p)), ResultDenied
+		}
+	}()
+	return h.review(ctx, req, pod)
 }
 
 // review decides one request. It never returns nil.

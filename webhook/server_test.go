@@ -526,3 +526,28 @@ func TestHealthReadyMetrics(t *testing.T) {
 		t.Errorf("/readyz without certificate: %d", rec)
 	}
 }
+
+// panickingMutator fails like a bug would, for pods named "boom".
+type panickingMutator struct{ Mutator }
+
+func (p panickingMutator) MutatePod(ctx context.Context, pod *corev1.Pod) (*injector.Result, error) {
+	if pod.Name == "boom" {
+		var m map[string]int
+		m["boom"]++ // a nil-map write
+	}
+	return p.Mutator.MutatePod(ctx, pod)
+}
+
+func TestPanicBecomesDenial(t *testing.T) {
+	h := newHandler()
+	h.Mutator = panickingMutator{h.Mutator}
+	ts := startServer(t, h)
+	resp := admit(t, ts, podReview(t, strings.Replace(nativePod, "name: trainer\n  namespace", "name: boom\n  namespace", 1)))
+	if resp.Allowed || resp.Result == nil || resp.Result.Code != 500 || !strings.Contains(resp.Result.Message, "internal error") {
+		t.Fatalf("%+v", resp)
+	}
+	// And the server goes on.
+	if resp := admit(t, ts, podReview(t, nativePod)); !resp.Allowed || len(resp.Patch) == 0 {
+		t.Fatalf("after a panic: %+v", resp)
+	}
+}
