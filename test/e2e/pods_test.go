@@ -207,6 +207,12 @@ type observation struct {
 	lastIsExit         bool
 }
 
+// counted reports whether the kubelet's restartCount and the supervisor's
+// log account for every restart the workload recorded.
+func (o observation) counted() bool {
+	return int(o.kubeletRestarts)+max(o.supervisorRestarts, 0) >= len(o.latencies)
+}
+
 var restartsAttr = regexp.MustCompile(`"?restarts"?[=:]"?(\d+)`)
 
 func observe(pod *corev1.Pod, container string, lines []logLine, evs []event) observation {

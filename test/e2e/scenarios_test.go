@@ -80,11 +80,11 @@ func exitScenarioN(podPolicy corev1.RestartPolicy, untilTerminal bool, restarts 
 		if err != nil {
 			return result{err: err}
 		}
-		if o.restarted && o.kubeletRestarts == 0 && o.supervisorRestarts <= 0 {
+		if !o.counted() {
 			// The workload's own record comes first; give the kubelet's
-			// status (or the supervisor's log) a moment to show the restart.
+			// status (or the supervisor's log) a moment to show the restarts.
 			if p, o2, err := e.waitPod(ctx, name, c.Name, 5*time.Second, func(_ *corev1.Pod, o observation) bool {
-				return o.kubeletRestarts > 0 || o.supervisorRestarts > 0
+				return o.counted()
 			}); err == nil {
 				pod, o = p, o2
 			}
