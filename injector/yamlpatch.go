@@ -18,15 +18,20 @@ import (
 func patchYAML(raw []byte, parsed *yaml.Node, ops []PatchOp) ([]byte, error) {
 	var doc yaml.Node
 	if parsed != nil {
-		doc = *cloneNode(parsed)
+		doc = *parsed
 	} else if err := yaml.Unmarshal(raw, &doc); err != nil {
 		return nil, err
 	}
 	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 {
 		return nil, fmt.Errorf("not a single YAML document")
 	}
+	// Copy on write: the parsed tree is shared with the Document (a
+	// stream may be written more than once) and value nodes with a cache,
+	// so every node on the way to an edit is copied before it changes.
+	owned := map[*yaml.Node]bool{}
+	doc.Content = []*yaml.Node{own(owned, doc.Content[0])}
 	for _, op := range ops {
-		if err := applyNodeOp(doc.Content[0], op); err != nil {
+		if err := applyNodeOp(doc.Content[0], op, owned); err != nil {
 			return nil, fmt.Errorf("%s %s: %v", op.Op, op.Path, err)
 		}
 	}
@@ -69,7 +74,19 @@ func compactSequences(raw []byte) bool {
 	return true
 }
 
-func applyNodeOp(root *yaml.Node, op PatchOp) error {
+// own returns a shallow copy of n that may be edited, or n when it is
+// already such a copy.
+func own(owned map[*yaml.Node]bool, n *yaml.Node) *yaml.Node {
+	if owned[n] {
+		return n
+	}
+	c := *n
+	c.Content = append([]*yaml.Node(nil), n.Content...)
+	owned[&c] = true
+	return &c
+}
+
+func applyNodeOp(root *yaml.Node, op PatchOp, owned map[*yaml.Node]bool) error {
 	tokens, err := pointerTokens(op.Path)
 	if err != nil {
 		return err
@@ -79,9 +96,13 @@ func applyNodeOp(root *yaml.Node, op PatchOp) error {
 	}
 	parent := root
 	for _, tok := range tokens[:len(tokens)-1] {
-		if parent, err = child(parent, tok); err != nil {
+		idx, err := childIndex(parent, tok)
+		if err != nil {
 			return err
 		}
+		c := own(owned, parent.Content[idx])
+		parent.Content[idx] = c
+		parent = c
 	}
 	last := tokens[len(tokens)-1]
 	switch op.Op {
@@ -137,27 +158,36 @@ func applyNodeOp(root *yaml.Node, op PatchOp) error {
 	return fmt.Errorf("parent is neither a mapping nor a sequence")
 }
 
-func child(n *yaml.Node, tok string) (*yaml.Node, error) {
+// childIndex locates the child named by tok in n.Content.
+func childIndex(n *yaml.Node, tok string) (int, error) {
+	var i int
 	switch n.Kind {
 	case yaml.MappingNode:
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			if n.Content[i].Value == tok {
-				return n.Content[i+1], nil
+		i = -1
+		for k := 0; k+1 < len(n.Content); k += 2 {
+			if n.Content[k].Value == tok {
+				i = k + 1
+				break
 			}
 		}
-		return nil, fmt.Errorf("no member %q", tok)
-	case yaml.SequenceNode:
-		i, err := index(tok, len(n.Content))
-		if err != nil {
-			return nil, err
+		if i < 0 {
+			return 0, fmt.Errorf("no member %q", tok)
 		}
-		return n.Content[i], nil
-	case yaml.AliasNode:
-		// Editing through an alias would also edit its anchor; the
-		// caller falls back to writing the object.
-		return nil, fmt.Errorf("%q: path goes through an alias", tok)
+	case yaml.SequenceNode:
+		var err error
+		if i, err = index(tok, len(n.Content)); err != nil {
+			return 0, err
+		}
+	default:
+		return 0, fmt.Errorf("%q: not a mapping or sequence", tok)
 	}
-	return nil, fmt.Errorf("%q: not a mapping or sequence", tok)
+	if c := n.Content[i]; c.Kind == yaml.AliasNode || c.Anchor != "" {
+		// An edit through an alias or below an anchor would change every
+		// place that refers to it; the caller falls back to writing the
+		// object, with aliases expanded.
+		return 0, fmt.Errorf("%q: path goes through an anchor or alias", tok)
+	}
+	return i, nil
 }
 
 func index(tok string, n int) (int, error) {
@@ -194,7 +224,7 @@ func valueNode(v any) (*yaml.Node, error) {
 	// The same volumes, mounts and install container go into every
 	// document of a stream: convert each distinct value once.
 	if n, ok := valueNodes.Load(string(b)); ok {
-		return cloneNode(n.(*yaml.Node)), nil
+		return n.(*yaml.Node), nil
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
@@ -207,7 +237,7 @@ func valueNode(v any) (*yaml.Node, error) {
 		valueNodeCount.Store(0)
 	}
 	valueNodes.Store(string(b), n)
-	return cloneNode(n), nil
+	return n, nil
 }
 
 var (
@@ -264,18 +294,4 @@ func tokenNode(dec *json.Decoder) (*yaml.Node, error) {
 		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Value: "null"}, nil
 	}
 	return nil, fmt.Errorf("unexpected JSON token %v", tok)
-}
-
-// cloneNode deep-copies a document so that patching leaves the parsed
-// original intact (a stream may be written more than once). Alias targets
-// are shared: patches never reach into them.
-func cloneNode(n *yaml.Node) *yaml.Node {
-	c := *n
-	if len(n.Content) > 0 {
-		c.Content = make([]*yaml.Node, len(n.Content))
-		for i, ch := range n.Content {
-			c.Content[i] = cloneNode(ch)
-		}
-	}
-	return &c
 }
