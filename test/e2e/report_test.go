@@ -119,6 +119,32 @@ func (r *report) write(path string, list []scenario) error {
 		"the 1.34 node here has no native counterpart, so only the supervised outcome is checked.\n")
 	b.WriteString("- **kubelet restartCount**: in-place restarts are invisible to the kubelet, so `restartCount` stays 0 where " +
 		"the native run shows the kubelet's count; `restart-supervisor status` and the supervisor's log carry the count instead.\n")
+	b.WriteString(`
+## Running it
+
+As root (it installs Debian's containerd, runc, containernetworking-plugins and busybox-static when missing, and builds
+etcd, kube-apiserver, kubelet and kube-controller-manager v1.34.4 once into ~/.cache/restart-supervisor with
+hack/kube-binaries.sh):
+
+    go test ./test/e2e/ -run TestConformance -v -timeout 20m    # both modes; rewrites this file
+
+- E2E_MODES=native or E2E_MODES=supervised runs one mode (this file is then not rewritten); E2E_SCENARIOS=A,Job
+  runs only those rows; E2E_KEEP=1 leaves the cluster of a failed run up for inspection.
+- E2E_SUPERVISE=injector mutates pods with the injector package before they are created instead of going through the
+  webhook (the same mutation, without admission).
+- All state lives in /tmp/restart-supervisor-e2e; teardown removes the processes, the mounts under it, the kubepods
+  cgroups and the bridge, restores the sysctls the kubelet changed, and the test checks that nothing is left.
+
+To explore by hand:
+
+    hack/e2e-up.sh                 # native: ContainerRestartRules on; add --supervised for gate off + webhook
+    export KUBECONFIG=/tmp/restart-supervisor-e2e/kubeconfig
+    ~/.cache/restart-supervisor/kube-v1.34.4/kubectl get nodes
+    hack/e2e-down.sh
+
+Pods need spec.nodeName: restart-supervisor-e2e, imagePullPolicy: Never with image e2e.local/busybox:1, hostNetwork: true
+and automountServiceAccountToken: false (there is no scheduler, registry, CNI network or token controller).
+`)
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}

@@ -57,9 +57,10 @@ func (c *Cluster) StartWebhook(ctx context.Context, repo string) error {
 		fmt.Sprintf("--health-listen=127.0.0.1:%d", health),
 		"--cert-dir", certDir, "--cert-mode=files",
 		"--kubeconfig", c.Kubeconfig, "--namespace=default",
-		// The scenarios compare against the native kubelet, so always
-		// inject; their containers all have a command, so no lookups.
-		"--native=off", "--registry-lookup=false",
+		// --native=auto as deployed: it must find that this API server
+		// drops the fields and inject. Every scenario container has a
+		// command, so no registry lookups (none is reachable).
+		"--native=auto", "--registry-lookup=false",
 		"--supervisor-image", SupervisorImage, "--image-pull-policy=Never",
 		"--log-format=text",
 	}, nil)
