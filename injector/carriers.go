@@ -99,6 +99,12 @@ func PodRules(pod *corev1.Pod, specPath, object string) ([]ContainerRules, error
 					cr.KubeletPolicy = rules.Never
 				}
 				if merged.RestartPolicy != nil && *merged.RestartPolicy == rules.Always {
+					if !cr.nativePolicy {
+						// Only the container field makes a sidecar: the
+						// kubelet would run this one to completion.
+						return fmt.Errorf("%s: container %q: restartPolicy Always on an init container makes it a sidecar; set it on the container itself, not in annotation %s",
+							object, c.Name, AnnotationRules)
+					}
 					cr.Kind, cr.KubeletPolicy = KindSidecar, rules.Always
 				}
 			}

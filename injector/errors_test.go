@@ -113,6 +113,17 @@ spec:
   ephemeralContainers:
   - {name: debug}`,
 			`pod "p": metadata.annotations[restart-supervisor.dev/rules]: container "debug" is an ephemeral container: restart rules cannot be set for an Ephemeral Container`},
+		{"sidecar from the annotation", `
+metadata:
+  name: p
+  annotations:
+    restart-supervisor.dev/rules: '{"init": {"restartPolicy": "Always"}}'
+spec:
+  initContainers:
+  - {name: init, command: [x]}
+  containers:
+  - {name: app, command: [x]}`,
+			`pod "p": container "init": restartPolicy Always on an init container makes it a sidecar; set it on the container itself, not in annotation restart-supervisor.dev/rules`},
 		{"reserved volume name", `
 metadata: {name: p}
 spec:
