@@ -254,7 +254,7 @@ func deleteScenario(inBackoff bool) func(context.Context, *env, string) result {
 		time.Sleep(time.Second)
 		// The state just before the delete (status and logs lag the
 		// workload's own record a little).
-		if pod, o, err = e.waitPod(ctx, name, "c", time.Second, func(*corev1.Pod, observation) bool { return true }); err != nil {
+		if pod, o, err = e.waitPod(ctx, name, "c", 5*time.Second, func(_ *corev1.Pod, o observation) bool { return o.counted() }); err != nil && pod == nil {
 			return result{err: err}
 		}
 		r := fromObservation(pod, o)
