@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -92,6 +93,16 @@ func TestConformance(t *testing.T) {
 		for _, s := range strings.Split(m, ",") {
 			modes = append(modes, mode(strings.TrimSpace(s)))
 		}
+	}
+	// One node per host: the kubelet's ports and the kubepods cgroups are
+	// global, so concurrent runs (go test ./... from two shells) take turns.
+	lock, err := os.OpenFile(cluster.DefaultDir+".lock", os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
 	}
 	rep := &report{results: map[string]map[mode]result{}, started: time.Now()}
 	for _, m := range modes {
