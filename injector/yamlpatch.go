@@ -9,6 +9,10 @@ import (
 	"sync"
 	"sync/atomic"
 
+	// The maintained fork of gopkg.in/yaml.v3 that sigs.k8s.io/yaml uses:
+	// only it can write lists at the indentation kubectl and most
+	// hand-written manifests use ("- " flush with the parent key), so an
+	// injected document keeps the look of its input.
 	yaml "go.yaml.in/yaml/v3"
 )
 
