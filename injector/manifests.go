@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	jsonpatch "github.com/evanphx/json-patch/v5"
 	"io"
 	"math"
 	"runtime"
@@ -241,15 +240,7 @@ func (m *Manifests) encode(d Document) ([]byte, error) {
 // patchJSON applies ops to a JSON document, keeping its key order and,
 // when it was indented, indenting the result.
 func patchJSON(raw []byte, ops []PatchOp) ([]byte, error) {
-	opsJSON, err := json.Marshal(ops)
-	if err != nil {
-		return nil, err
-	}
-	patch, err := jsonpatch.DecodePatch(opsJSON)
-	if err != nil {
-		return nil, err
-	}
-	out, err := patch.Apply(raw)
+	out, err := applyOps(raw, ops)
 	if err != nil {
 		return nil, err
 	}

@@ -91,15 +91,7 @@ func ApplyPatch(doc map[string]any, ops []PatchOp) (map[string]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	opsJSON, err := json.Marshal(ops)
-	if err != nil {
-		return nil, err
-	}
-	patch, err := jsonpatch.DecodePatch(opsJSON)
-	if err != nil {
-		return nil, err
-	}
-	raw, err = patch.Apply(raw)
+	raw, err = applyOps(raw, ops)
 	if err != nil {
 		return nil, err
 	}
@@ -108,6 +100,20 @@ func ApplyPatch(doc map[string]any, ops []PatchOp) (map[string]any, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// applyOps applies ops to a JSON document with the RFC 6902 implementation
+// the Kubernetes libraries use.
+func applyOps(raw []byte, ops []PatchOp) ([]byte, error) {
+	opsJSON, err := json.Marshal(ops)
+	if err != nil {
+		return nil, err
+	}
+	patch, err := jsonpatch.DecodePatch(opsJSON)
+	if err != nil {
+		return nil, err
+	}
+	return patch.Apply(raw)
 }
 
 // podOf returns the Pod, or the pod template of a workload as a Pod, with
