@@ -67,11 +67,15 @@ func (r *report) table(list []scenario) string {
 		case n.restarted && sv.restarted && n.latency > 0:
 			ratio = fmt.Sprintf("<%.3f", resolution.Seconds()/n.latency.Seconds())
 		}
+		supCell := "–"
+		if sok && sv.err == nil {
+			supCell = fmtSup(sv.supRestarts)
+		}
 		notes := append(append([]string{}, prefixed("native: ", n.notes)...), prefixed("supervised: ", sv.notes)...)
 		fmt.Fprintf(&b, "| %s: %s | %s | %s | %s | %s / %s (%s) | %d / %d | %s | %s |\n",
 			s.name, s.desc, cell(n, nok), cell(sv, sok), match,
 			fmtLatency(n), fmtLatency(sv), ratio,
-			n.kubeletRestarts, sv.kubeletRestarts, fmtSup(sv.supRestarts), strings.Join(notes, "; "))
+			n.kubeletRestarts, sv.kubeletRestarts, supCell, strings.Join(notes, "; "))
 	}
 	return b.String()
 }
