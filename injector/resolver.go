@@ -35,6 +35,9 @@ type ResolverOptions struct {
 	MaxEntries int
 	// Transport for registry requests; nil means remote.DefaultTransport.
 	Transport http.RoundTripper
+	// Observe, when set, is told of every lookup whether the cache
+	// answered it (the webhook exports this as a metric).
+	Observe func(cacheHit bool)
 }
 
 // ImageConfig is the part of an image configuration that decides what a
@@ -116,7 +119,11 @@ func (r *Resolver) Resolve(ctx context.Context, image, namespace string, pullSec
 	if err != nil {
 		return nil, fmt.Errorf("invalid image reference: %v", err)
 	}
-	if res := r.cached(ref); res != nil {
+	res := r.cached(ref)
+	if r.opts.Observe != nil {
+		r.opts.Observe(res != nil)
+	}
+	if res != nil {
 		return res, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)

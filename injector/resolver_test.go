@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -203,5 +204,27 @@ func TestKeychainMatching(t *testing.T) {
 	if _, err := KeychainFromSecrets([]corev1.Secret{{Type: corev1.SecretTypeDockerConfigJson,
 		Data: map[string][]byte{corev1.DockerConfigJsonKey: []byte("{")}}}); err == nil {
 		t.Error("invalid dockerconfigjson accepted")
+	}
+}
+
+// The Observe hook sees every lookup, marked by whether the cache answered.
+func TestResolveObserveCacheHits(t *testing.T) {
+	tr := newTestRegistry(t)
+	tr.push(t, "registry.test/app:1", testImage(t, "linux", "amd64", []string{"/v1"}, nil))
+	var hits, misses atomic.Int64
+	r := NewResolver(ResolverOptions{Transport: tr.transport, Observe: func(hit bool) {
+		if hit {
+			hits.Add(1)
+		} else {
+			misses.Add(1)
+		}
+	}})
+	for i := 0; i < 3; i++ {
+		if _, err := r.Resolve(context.Background(), "registry.test/app:1", "", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if hits.Load() != 2 || misses.Load() != 1 {
+		t.Errorf("3 lookups of one tag: %d hits, %d misses; want 2 and 1", hits.Load(), misses.Load())
 	}
 }

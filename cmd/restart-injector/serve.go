@@ -214,7 +214,11 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger) error {
 		Name: "restart_injector_registry_requests_total",
 		Help: "HTTP requests to image registries made by entrypoint lookups (cache misses), by method and status code.",
 	}, []string{"method", "code"})
-	metrics := webhook.NewMetrics(registryReqs)
+	lookups := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "restart_injector_entrypoint_lookups_total",
+		Help: "Image entrypoint lookups, by whether the resolver's cache answered them (cache=hit) or the registry was asked (cache=miss).",
+	}, []string{"cache"})
+	metrics := webhook.NewMetrics(registryReqs, lookups)
 
 	var client kubernetes.Interface
 	if c.needsCluster() {
@@ -241,6 +245,13 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger) error {
 		ropts := injector.ResolverOptions{
 			Timeout:   c.lookupTimeout,
 			Transport: countingTransport{next: http.DefaultTransport, reqs: registryReqs},
+			Observe: func(hit bool) {
+				if hit {
+					lookups.WithLabelValues("hit").Inc()
+				} else {
+					lookups.WithLabelValues("miss").Inc()
+				}
+			},
 		}
 		if client != nil {
 			ropts.PullSecrets = func(ctx context.Context, namespace string, names []string) ([]corev1.Secret, error) {
