@@ -1,7 +1,7 @@
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: build example test bench clean
+.PHONY: build example test e2e-up e2e-down clean
 
 build:
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o bin/restart-supervisor ./cmd/restart-supervisor
@@ -12,6 +12,12 @@ example:
 
 test:
 	hack/test.sh
+
+e2e-up:
+	hack/e2e-up.sh
+
+e2e-down:
+	hack/e2e-down.sh
 
 clean:
 	rm -rf bin
