@@ -1,31 +1,20 @@
 #!/usr/bin/env bash
-# Runs every test of the project on this machine: installs what the tests
-# need (Debian packages, Kubernetes binaries built from the Go module proxy
-# into ~/.cache), starts the Docker engine, then runs the Go tests, including
-# the end-to-end suites against real Docker, a real kube-apiserver and a real
-# kubelet, and a short fuzz run. Needs root (PID namespaces, Docker, kubelet).
+# Runs every test of the project on this machine. The setup scripts of the
+# end-to-end suites install what they need (Debian packages through
+# hack/apt-install.sh, Kubernetes binaries built from the Go module proxy into
+# ~/.cache) and start the Docker engine; then come the Go tests, including the
+# suites against real Docker, a real kube-apiserver and a real kubelet, and a
+# short fuzz run. Needs root (PID namespaces, Docker, kubelet).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 log() { printf '== %s\n' "$*" >&2; }
 
-packages=(docker.io tini dumb-init busybox-static containerd runc containernetworking-plugins iproute2 procps util-linux)
-missing=()
-for p in "${packages[@]}"; do
-	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-	log "installing ${missing[*]}"
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get update -qq
-	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
-
 log "starting the Docker engine"
 bash test/docker/setup.sh
 
-log "building Kubernetes binaries (cached)"
-hack/kube-binaries.sh >/dev/null
+log "installing the end-to-end cluster's packages and building Kubernetes binaries (cached)"
+test/e2e/setup.sh >/dev/null
 
 log "gofmt and go vet"
 unformatted=$(gofmt -l $(git ls-files '*.go'))

@@ -19,16 +19,7 @@ command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
 [ -x /bin/busybox ] || missing+=(busybox-static)
 # The benchmark compares against Docker's --init, which is tini shipped as docker-init.
 command -v docker-init >/dev/null 2>&1 || [ -x /usr/sbin/docker-init ] || [ -x /usr/bin/docker-init ] || missing+=(tini)
-if [ "${#missing[@]}" -gt 0 ]; then
-	if [ "$(id -u)" != 0 ]; then
-		log "need root to install: ${missing[*]}"
-		exit 1
-	fi
-	log "installing ${missing[*]}"
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get -o DPkg::Lock::Timeout=600 update -qq >&2
-	apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >&2
-fi
+"$(dirname "$0")/../../hack/apt-install.sh" "${missing[@]}"
 
 if engine_answers; then
 	log "engine already answering"
