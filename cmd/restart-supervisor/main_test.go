@@ -9,10 +9,11 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/restart-supervisor/restart-supervisor/internal/testutil"
 )
 
 // bin is the supervisor, built once for the whole package.
@@ -36,29 +37,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// syncBuffer collects the supervisor's stderr while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // sup is one running supervisor.
 type sup struct {
 	t      *testing.T
 	cmd    *exec.Cmd
-	stderr *syncBuffer
+	stderr *testutil.SyncBuffer
 	done   chan struct{}
 	status int
 	// target receives signals; 0 means the started process itself.
@@ -69,7 +52,7 @@ type sup struct {
 // unshare followed by them) with extra environment variables.
 func start(t *testing.T, env []string, argv ...string) *sup {
 	t.Helper()
-	s := &sup{t: t, stderr: &syncBuffer{}, done: make(chan struct{})}
+	s := &sup{t: t, stderr: &testutil.SyncBuffer{}, done: make(chan struct{})}
 	s.cmd = exec.Command(argv[0], argv[1:]...)
 	s.cmd.Env = append(os.Environ(), env...)
 	s.cmd.Stderr = s.stderr

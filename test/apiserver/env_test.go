@@ -1,14 +1,12 @@
 package apiserver_test
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -124,22 +122,4 @@ func waitFor(t testing.TB, what string, timeout time.Duration, f func(ctx contex
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-}
-
-// syncBuffer collects a child process's output while tests read it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/restart-supervisor/restart-supervisor/internal/testutil"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -98,7 +100,7 @@ func TestInstalledBinaryAsServiceAccount(t *testing.T) {
 	}
 	sa := kubeconfigFor(t, env, dir, "sa", envtest.User{Name: "system:serviceaccount:restart-supervisor:restart-injector",
 		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:restart-supervisor", "system:authenticated"}})
-	var logs syncBuffer
+	var logs testutil.SyncBuffer
 	cmd := exec.Command(bin, "serve", "--cert-mode=self", "--extra-sans=127.0.0.1", "--kubeconfig="+sa,
 		"--namespace=restart-supervisor", fmt.Sprintf("--listen=127.0.0.1:%d", port), fmt.Sprintf("--health-listen=127.0.0.1:%d", healthPort),
 		"--native=auto", "--supervisor-image="+supervisorImage, "--shutdown-delay=500ms", "--log-format=text", "--cert-dir="+filepath.Join(dir, "tls"))
