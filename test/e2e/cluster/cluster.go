@@ -448,15 +448,7 @@ current-context: e2e
 	err = c.waitFor(ctx, "kube-apiserver", 60*time.Second, func() error {
 		req, _ := http.NewRequest("GET", c.APIServer+"/readyz", nil)
 		req.Header.Set("Authorization", "Bearer "+c.Token)
-		resp, err := hc.Do(req)
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			return fmt.Errorf("readyz %d", resp.StatusCode)
-		}
-		return nil
+		return expectOK(hc, req)
 	})
 	if err != nil {
 		return err
@@ -613,4 +605,17 @@ func (c *Cluster) saveSysctls() error {
 	}
 	b, _ := json.Marshal(saved)
 	return os.WriteFile(c.path("sysctl.saved.json"), b, 0o600)
+}
+
+// expectOK sends req and wants 200 back.
+func expectOK(hc *http.Client, req *http.Request) error {
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: status %d", req.URL.Path, resp.StatusCode)
+	}
+	return nil
 }

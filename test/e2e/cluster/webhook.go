@@ -68,15 +68,8 @@ func (c *Cluster) StartWebhook(ctx context.Context, repo string) error {
 		return err
 	}
 	err = c.waitFor(ctx, "restart-injector", 30*time.Second, func() error {
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", health))
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			return fmt.Errorf("readyz %d", resp.StatusCode)
-		}
-		return nil
+		req, _ := http.NewRequest("GET", fmt.Sprintf("http://127.0.0.1:%d/readyz", health), nil)
+		return expectOK(http.DefaultClient, req)
 	})
 	if err != nil {
 		return err
