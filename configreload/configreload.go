@@ -21,8 +21,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
-
+	"github.com/restart-supervisor/restart-supervisor/internal/dirwatch"
 	"github.com/restart-supervisor/restart-supervisor/rules"
 )
 
@@ -58,7 +57,7 @@ type Reloader struct {
 	opts Options
 	cfg  atomic.Pointer[rules.Config]
 
-	fs       *fsnotify.Watcher
+	w        *dirwatch.Watcher
 	resolved string // directory the file resolved to, when it differs
 
 	seen string // content (or read error) last evaluated
@@ -99,15 +98,9 @@ func Watch(path string, opts Options) (*Reloader, error) {
 	}
 	r.cfg.Store(&cfg)
 	r.seen = string(data)
-	if !opts.ForcePoll {
-		if w, err := fsnotify.NewWatcher(); err == nil {
-			if err := w.Add(filepath.Dir(abs)); err == nil {
-				r.fs = w
-				r.followResolved()
-			} else {
-				w.Close()
-			}
-		}
+	r.w = dirwatch.New(filepath.Dir(abs), dirwatch.Options{ForcePoll: opts.ForcePoll, PollInterval: opts.PollInterval})
+	if !r.w.Polling() {
+		r.followResolved()
 	}
 	r.wg.Add(1)
 	go r.run()
@@ -119,16 +112,13 @@ func Watch(path string, opts Options) (*Reloader, error) {
 func (r *Reloader) Get() rules.Config { return *r.cfg.Load() }
 
 // Polling reports whether the reloader polls instead of using inotify.
-func (r *Reloader) Polling() bool { return r.fs == nil }
+func (r *Reloader) Polling() bool { return r.w.Polling() }
 
 // Close stops watching.
 func (r *Reloader) Close() error {
 	r.once.Do(func() { close(r.done) })
 	r.wg.Wait()
-	if r.fs != nil {
-		return r.fs.Close()
-	}
-	return nil
+	return r.w.Close()
 }
 
 // followResolved also watches the directory the file's symlinks lead to,
@@ -145,26 +135,16 @@ func (r *Reloader) followResolved() {
 		return
 	}
 	if r.resolved != "" {
-		_ = r.fs.Remove(r.resolved) // fails when the directory is gone
+		_ = r.w.Remove(r.resolved) // fails when the directory is gone
 	}
 	r.resolved = ""
-	if r.fs.Add(dir) == nil {
+	if r.w.Add(dir) == nil {
 		r.resolved = dir
 	}
 }
 
 func (r *Reloader) run() {
 	defer r.wg.Done()
-	var events <-chan fsnotify.Event
-	var errs <-chan error
-	var tick <-chan time.Time
-	if r.fs != nil {
-		events, errs = r.fs.Events, r.fs.Errors
-	} else {
-		t := time.NewTicker(r.opts.PollInterval)
-		defer t.Stop()
-		tick = t.C
-	}
 	quiet := time.NewTimer(time.Hour)
 	quiet.Stop()
 	var burstStart time.Time // zero when no change is pending
@@ -188,16 +168,13 @@ func (r *Reloader) run() {
 		case <-r.done:
 			quiet.Stop()
 			return
-		case _, ok := <-events:
-			if !ok {
-				return
-			}
-			changed()
-		case <-errs:
-			// Events were lost; reading again finds what they said.
-			changed()
-		case <-tick:
-			if burstStart.IsZero() && r.read() != r.seen {
+		case <-r.w.C():
+			if !r.w.Polling() {
+				// An event, or events lost: wait for the directory
+				// to go quiet before reading.
+				changed()
+			} else if burstStart.IsZero() && r.read() != r.seen {
+				// A tick: only a change of content starts a reload.
 				changed()
 			}
 		case <-quiet.C:
@@ -205,7 +182,7 @@ func (r *Reloader) run() {
 			if r.reload() {
 				quiet.Reset(r.opts.Debounce)
 			}
-			if r.fs != nil {
+			if !r.w.Polling() {
 				r.followResolved()
 			}
 		}

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
+	"github.com/restart-supervisor/restart-supervisor/internal/dirwatch"
 )
 
 // Pod restarts (KEP-5532 RestartAllContainers) are numbered generations.
@@ -157,12 +157,11 @@ type WatchOptions struct {
 
 // Watcher delivers the pod's new restart generations.
 type Watcher struct {
-	c       chan Generation
-	done    chan struct{}
-	wg      sync.WaitGroup
-	fs      *fsnotify.Watcher
-	polling bool
-	once    sync.Once
+	c    chan Generation
+	done chan struct{}
+	wg   sync.WaitGroup
+	dw   *dirwatch.Watcher
+	once sync.Once
 }
 
 // Watch starts watching for generations above from; pass the generation
@@ -173,23 +172,17 @@ func Watch(dir string, from uint64, opts WatchOptions) (*Watcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &Watcher{c: make(chan Generation, 1), done: make(chan struct{})}
-	if !opts.ForcePoll {
-		w.fs, err = fsnotify.NewWatcher()
-		if err == nil {
-			if err = w.fs.Add(gdir); err != nil {
-				w.fs.Close()
-				w.fs = nil
-			}
-		}
-	}
-	w.polling = w.fs == nil
 	interval := opts.PollInterval
 	if interval <= 0 {
 		interval = DefaultPollInterval
 	}
+	w := &Watcher{
+		c:    make(chan Generation, 1),
+		done: make(chan struct{}),
+		dw:   dirwatch.New(gdir, dirwatch.Options{ForcePoll: opts.ForcePoll, PollInterval: interval}),
+	}
 	w.wg.Add(1)
-	go w.run(dir, from, interval)
+	go w.run(dir, from)
 	return w, nil
 }
 
@@ -200,7 +193,7 @@ func Watch(dir string, from uint64, opts WatchOptions) (*Watcher, error) {
 func (w *Watcher) C() <-chan Generation { return w.c }
 
 // Polling reports whether the watcher polls instead of using inotify.
-func (w *Watcher) Polling() bool { return w.polling }
+func (w *Watcher) Polling() bool { return w.dw.Polling() }
 
 // Close stops the watcher, waits for it to finish and closes C.
 func (w *Watcher) Close() error {
@@ -209,25 +202,13 @@ func (w *Watcher) Close() error {
 		close(w.done)
 		w.wg.Wait()
 		close(w.c)
-		if w.fs != nil {
-			err = w.fs.Close()
-		}
+		err = w.dw.Close()
 	})
 	return err
 }
 
-func (w *Watcher) run(dir string, last uint64, interval time.Duration) {
+func (w *Watcher) run(dir string, last uint64) {
 	defer w.wg.Done()
-	var events <-chan fsnotify.Event
-	var errs <-chan error
-	var tick <-chan time.Time
-	if w.fs != nil {
-		events, errs = w.fs.Events, w.fs.Errors
-	} else {
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		tick = t.C
-	}
 	scan := func() {
 		n, err := Current(dir)
 		if err != nil || n <= last {
@@ -243,15 +224,7 @@ func (w *Watcher) run(dir string, last uint64, interval time.Duration) {
 		select {
 		case <-w.done:
 			return
-		case _, ok := <-events:
-			if !ok {
-				return
-			}
-			scan()
-		case <-errs:
-			// An overflow lost events; looking again finds what they said.
-			scan()
-		case <-tick:
+		case <-w.dw.C():
 			scan()
 		}
 	}
