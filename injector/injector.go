@@ -20,7 +20,8 @@ import (
 // supervisor image tag. Release builds override it with -ldflags -X.
 var Version = "v0.1.0"
 
-// Names shared with the supervisor and the webhook; see CONTRACT "Injector output".
+// Names shared with the supervisor and the webhook; docs/injector.md shows
+// the wrapped pod they make up.
 const (
 	AnnotationRules      = "restart-supervisor.dev/rules"
 	AnnotationEntrypoint = "restart-supervisor.dev/entrypoint." // + container name
