@@ -109,7 +109,8 @@ type PatchOp struct {
 type Result struct {
 	// Patch turns the input into Pod; empty when nothing changed.
 	Patch []PatchOp
-	// Pod is the mutated copy (the input's copy when nothing changed).
+	// Pod is the mutated copy (the input's copy when nothing changed); it
+	// shares nothing with the input. PodPatch leaves it nil.
 	Pod *corev1.Pod
 	// Injected reports whether this call changed the pod.
 	Injected bool

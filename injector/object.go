@@ -44,8 +44,9 @@ func (i *Injector) MutateObject(ctx context.Context, obj *unstructured.Unstructu
 	return i.mutateObject(ctx, obj, true)
 }
 
-// mutateObject builds the mutated object only when apply is set; the
-// manifest writer applies the patch to the document text instead.
+// mutateObject builds the mutated object (and Result.Pod) only when apply
+// is set; the manifest writer applies the patch to the document text
+// instead.
 func (i *Injector) mutateObject(ctx context.Context, obj *unstructured.Unstructured, apply bool) (*ObjectResult, error) {
 	path, _ := TemplatePath(obj.GetAPIVersion(), obj.GetKind())
 	pod, specPath, object, ok, err := podOf(obj)
@@ -55,7 +56,7 @@ func (i *Injector) mutateObject(ctx context.Context, obj *unstructured.Unstructu
 	if !ok {
 		return &ObjectResult{Object: obj, TemplatePath: path}, nil
 	}
-	res, err := i.mutate(ctx, pod, specPath, object)
+	res, err := i.mutate(ctx, pod, specPath, object, apply)
 	if err != nil {
 		return nil, err
 	}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"reflect"
 	"regexp"
+	"slices"
 	"testing"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
@@ -58,13 +60,60 @@ func goldenPods(t *testing.T) map[string]*corev1.Pod {
 	return pods
 }
 
+// propertyPods are the golden pods and aliasTrapPod.
+func propertyPods(t *testing.T) map[string]*corev1.Pod {
+	pods := goldenPods(t)
+	pods["aliasTrapPod"] = aliasTrapPod()
+	return pods
+}
+
+// aliasTrapPod has every kind of container the injector wraps or leaves
+// alone next to each other, rules from both carriers, and slices with room
+// to grow: an append to a slice shared with the input would write there
+// without changing what the input shows.
+func aliasTrapPod() *corev1.Pod {
+	roomy := func(env ...corev1.EnvVar) []corev1.EnvVar { return append(make([]corev1.EnvVar, 0, 8), env...) }
+	mounts := func() []corev1.VolumeMount {
+		return append(make([]corev1.VolumeMount, 0, 8), corev1.VolumeMount{Name: "data", MountPath: "/data"})
+	}
+	rule := []corev1.ContainerRestartRule{{Action: corev1.ContainerRestartRuleActionRestart,
+		ExitCodes: &corev1.ContainerRestartRuleOnExitCodes{Operator: corev1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{42}}}}
+	always, never := corev1.ContainerRestartPolicyAlways, corev1.ContainerRestartPolicyNever
+	pod := &corev1.Pod{}
+	pod.Name, pod.Namespace = "trap", "shop"
+	pod.Labels = map[string]string{"app": "trap"}
+	pod.Annotations = map[string]string{AnnotationRules: `{"no-command": {"restartPolicy": "OnFailure"}}`}
+	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
+	pod.Spec.Volumes = append(make([]corev1.Volume, 0, 8), corev1.Volume{Name: "data"})
+	pod.Spec.InitContainers = append(make([]corev1.Container, 0, 8),
+		corev1.Container{Name: "plain-init", Image: "registry.test/app:1", Command: []string{"/prepare"}, Env: roomy(corev1.EnvVar{Name: "A", Value: "1"}), VolumeMounts: mounts()},
+		corev1.Container{Name: "ruled-init", Image: "registry.test/app:1", Command: []string{"/fetch"}, RestartPolicy: &never, RestartPolicyRules: rule,
+			Env: roomy(corev1.EnvVar{Name: "B", Value: "2"}), VolumeMounts: mounts()},
+		corev1.Container{Name: "sidecar", Image: "registry.test/app:1", Command: []string{"/proxy"}, RestartPolicy: &always, RestartPolicyRules: rule,
+			Env: roomy(), VolumeMounts: mounts()},
+		corev1.Container{Name: "plain-sidecar", Image: "registry.test/app:1", Command: []string{"/ship"}, RestartPolicy: &always, Env: roomy(corev1.EnvVar{Name: "C", Value: "3"})},
+	)
+	pod.Spec.Containers = append(make([]corev1.Container, 0, 8),
+		corev1.Container{Name: "native", Image: "registry.test/app:1", Command: append(make([]string, 0, 8), "/serve"), Args: []string{"--port=8080"},
+			RestartPolicy: &never, RestartPolicyRules: rule, Env: roomy(corev1.EnvVar{Name: "D", Value: "$(A)"}), VolumeMounts: mounts(),
+			TerminationMessagePath: "/tmp/msg"},
+		corev1.Container{Name: "no-command", Image: "registry.test/app:1", Args: []string{"--queue", "q"}, Env: roomy(corev1.EnvVar{Name: "E", Value: "5"})},
+		corev1.Container{Name: "plain", Image: "registry.test/app:1", Command: []string{"/log"}, Env: roomy(corev1.EnvVar{Name: "F", Value: "6"}), VolumeMounts: mounts()},
+	)
+	return pod
+}
+
 // TestPatchMatchesMutatedPod: the webhook's patch applied to the input
 // (by an independent RFC 6902 implementation) gives exactly Result.Pod, the
-// input is left alone, and a second run on the output yields no operation.
+// input is left alone, PodPatch (the webhook's call) answers the same
+// without Result.Pod, and a second run on the output yields no operation.
 func TestPatchMatchesMutatedPod(t *testing.T) {
 	inj, _ := goldenInjector(t)
 	injected := 0
-	for name, pod := range goldenPods(t) {
+	// The kinds of wrapped container whose edits could reach the input
+	// through a shared slice or index; the golden pods must cover them all.
+	covered := map[string]bool{}
+	for name, pod := range propertyPods(t) {
 		before := pod.DeepCopy()
 		res, err := inj.MutatePod(context.Background(), pod)
 		if err != nil {
@@ -72,6 +121,23 @@ func TestPatchMatchesMutatedPod(t *testing.T) {
 		}
 		if !apiequality.Semantic.DeepEqual(pod, before) {
 			t.Errorf("%s: MutatePod modified its input", name)
+		}
+		patchOnly, err := inj.PodPatch(context.Background(), pod)
+		if err != nil {
+			t.Fatalf("%s: PodPatch: %v", name, err)
+		}
+		if !apiequality.Semantic.DeepEqual(pod, before) {
+			t.Errorf("%s: PodPatch modified its input", name)
+		}
+		if patchOnly.Pod != nil {
+			t.Errorf("%s: PodPatch returned a pod", name)
+		}
+		patchOnly.Pod = res.Pod
+		if !reflect.DeepEqual(patchOnly, res) {
+			t.Errorf("%s: PodPatch and MutatePod differ:\n%+v\n%+v", name, patchOnly, res)
+		}
+		if res.Injected {
+			noteCoverage(t, covered, pod, res.Containers)
 		}
 		if !res.Injected {
 			if len(res.Patch) != 0 || !apiequality.Semantic.DeepEqual(res.Pod, pod) {
@@ -108,6 +174,110 @@ func TestPatchMatchesMutatedPod(t *testing.T) {
 	}
 	if injected < 10 {
 		t.Fatalf("only %d golden pods were injected", injected)
+	}
+	for _, k := range []string{"init container", "sidecar", "container", "container without command", "rules annotation", "rules fields", "restartPolicy field dropped"} {
+		if !covered[k] {
+			t.Errorf("no injected golden pod has a wrapped %s", k)
+		}
+	}
+}
+
+func noteCoverage(t *testing.T, covered map[string]bool, pod *corev1.Pod, wrapped []string) {
+	crs, err := PodRules(pod, "spec", "pod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cr := range crs {
+		if !slices.Contains(wrapped, cr.Name) {
+			continue
+		}
+		list := pod.Spec.Containers
+		switch cr.Kind {
+		case KindInit:
+			covered["init container"] = true
+			list = pod.Spec.InitContainers
+		case KindSidecar:
+			covered["sidecar"] = true
+			list = pod.Spec.InitContainers
+		default:
+			covered["container"] = true
+		}
+		if len(list[cr.Index].Command) == 0 {
+			covered["container without command"] = true
+		}
+		covered["rules annotation"] = covered["rules annotation"] || cr.FromAnnotation
+		covered["rules fields"] = covered["rules fields"] || cr.nativeRules
+		covered["restartPolicy field dropped"] = covered["restartPolicy field dropped"] || (cr.nativePolicy && cr.Kind != KindSidecar)
+	}
+}
+
+// TestResultPodSharesNothing: Result.Pod is a copy a caller may edit
+// freely. Every field, slice element and map reachable from it is
+// overwritten, and the input must not change.
+func TestResultPodSharesNothing(t *testing.T) {
+	inj, _ := goldenInjector(t)
+	for name, pod := range propertyPods(t) {
+		before := pod.DeepCopy()
+		res, err := inj.MutatePod(context.Background(), pod)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		scribble(reflect.ValueOf(res.Pod))
+		if !apiequality.Semantic.DeepEqual(pod, before) {
+			t.Errorf("%s: editing Result.Pod changed the input", name)
+		}
+	}
+}
+
+// scribble changes every settable value reachable from v and adds a key to
+// every map with string keys.
+func scribble(v reflect.Value) {
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Interface:
+		if !v.IsNil() {
+			scribble(v.Elem())
+		}
+	case reflect.Struct:
+		for i := 0; i < v.NumField(); i++ {
+			if v.Type().Field(i).IsExported() {
+				scribble(v.Field(i))
+			}
+		}
+	case reflect.Slice, reflect.Array:
+		for i := 0; i < v.Len(); i++ {
+			scribble(v.Index(i))
+		}
+	case reflect.Map:
+		if v.IsNil() {
+			return
+		}
+		for _, k := range v.MapKeys() {
+			e := reflect.New(v.Type().Elem()).Elem()
+			e.Set(v.MapIndex(k))
+			scribble(e)
+			v.SetMapIndex(k, e)
+		}
+		if v.Type().Key().Kind() == reflect.String {
+			k := reflect.New(v.Type().Key()).Elem()
+			k.SetString("scribbled")
+			v.SetMapIndex(k, reflect.Zero(v.Type().Elem()))
+		}
+	case reflect.String:
+		if v.CanSet() {
+			v.SetString(v.String() + "~")
+		}
+	case reflect.Bool:
+		if v.CanSet() {
+			v.SetBool(!v.Bool())
+		}
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		if v.CanSet() {
+			v.SetInt(v.Int() ^ 1)
+		}
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		if v.CanSet() {
+			v.SetUint(v.Uint() ^ 1)
+		}
 	}
 }
 

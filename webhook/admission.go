@@ -26,9 +26,10 @@ import (
 // review the API server sent.
 const MaxRequestBytes = 3<<20 + 64<<10
 
-// Mutator is what the webhook needs from the injector.
+// Mutator is what the webhook needs from the injector: the patch, not a
+// mutated copy of the pod (see injector.Injector.PodPatch).
 type Mutator interface {
-	MutatePod(ctx context.Context, pod *corev1.Pod) (*injector.Result, error)
+	PodPatch(ctx context.Context, pod *corev1.Pod) (*injector.Result, error)
 }
 
 // EntrypointPolicy says what to do with a pod whose image entrypoint cannot be
@@ -251,7 +252,7 @@ func (h *Handler) review(ctx context.Context, req *admissionv1.AdmissionRequest,
 		}
 	}
 
-	res, err := h.Mutator.MutatePod(ctx, pod)
+	res, err := h.Mutator.PodPatch(ctx, pod)
 	if err != nil {
 		var epErr *injector.EntrypointError
 		if errors.As(err, &epErr) {

@@ -449,10 +449,10 @@ type slowMutator struct {
 	release chan struct{}
 }
 
-func (s slowMutator) MutatePod(ctx context.Context, pod *corev1.Pod) (*injector.Result, error) {
+func (s slowMutator) PodPatch(ctx context.Context, pod *corev1.Pod) (*injector.Result, error) {
 	s.entered <- struct{}{}
 	<-s.release
-	return s.Mutator.MutatePod(ctx, pod)
+	return s.Mutator.PodPatch(ctx, pod)
 }
 
 func TestShutdownDrainsInFlightReviews(t *testing.T) {
@@ -530,12 +530,12 @@ func TestHealthReadyMetrics(t *testing.T) {
 // panickingMutator fails like a bug would, for pods named "boom".
 type panickingMutator struct{ Mutator }
 
-func (p panickingMutator) MutatePod(ctx context.Context, pod *corev1.Pod) (*injector.Result, error) {
+func (p panickingMutator) PodPatch(ctx context.Context, pod *corev1.Pod) (*injector.Result, error) {
 	if pod.Name == "boom" {
 		var m map[string]int
 		m["boom"]++ // a nil-map write
 	}
-	return p.Mutator.MutatePod(ctx, pod)
+	return p.Mutator.PodPatch(ctx, pod)
 }
 
 func TestPanicBecomesDenial(t *testing.T) {
