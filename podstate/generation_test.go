@@ -1,6 +1,8 @@
 package podstate
 
 import (
+	"github.com/restart-supervisor/restart-supervisor/supervise"
+
 	"bufio"
 	"encoding/json"
 	"fmt"
@@ -53,7 +55,7 @@ func announceRole() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if err := WriteStatus(dir, Status{Container: name, State: StateRunning, Generation: g.N, SupervisorPID: os.Getpid()}); err != nil {
+	if err := WriteStatus(dir, Status{Container: name, State: supervise.Running, Generation: g.N, SupervisorPID: os.Getpid()}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

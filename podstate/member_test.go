@@ -1,13 +1,14 @@
 package podstate
 
 import (
+	"github.com/restart-supervisor/restart-supervisor/supervise"
+
 	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -65,7 +66,7 @@ func memberRole() int {
 		}()
 		exited = c
 		gen := m.Generation()
-		rec.Update(func(s *Status) { s.State, s.StartedAt, s.Generation = StateRunning, time.Now(), gen })
+		rec.Update(func(s *Status) { s.State, s.StartedAt, s.Generation = supervise.Running, time.Now(), gen })
 	}
 	start()
 	for {
@@ -94,9 +95,9 @@ func memberRole() int {
 				})
 				start()
 			case rules.Hold:
-				rec.Update(func(s *Status) { s.State, s.LastExit = StateHeld, e })
+				rec.Update(func(s *Status) { s.State, s.LastExit = supervise.Holding, e })
 			default:
-				rec.Update(func(s *Status) { s.State, s.LastExit = StateExited, e })
+				rec.Update(func(s *Status) { s.State, s.LastExit = supervise.Exited, e })
 				rec.Close()
 				return int(code)
 			}
@@ -123,7 +124,7 @@ func memberRole() int {
 				syscall.Kill(-pid, syscall.SIGKILL)
 				<-exited
 			}
-			rec.Update(func(s *Status) { s.State = StateExited })
+			rec.Update(func(s *Status) { s.State = supervise.Exited })
 			if err := rec.Close(); err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				return 1
@@ -230,7 +231,7 @@ func checkStatus(t *testing.T, st map[string]Status, name string, restarts, podR
 	if !ok {
 		t.Fatalf("no status for %s", name)
 	}
-	if s.Restarts != restarts || s.PodRestarts != podRestarts || s.Generation != gen || s.State != StateExited {
+	if s.Restarts != restarts || s.PodRestarts != podRestarts || s.Generation != gen || s.State != supervise.Exited {
 		t.Errorf("%s: restarts %d, pod restarts %d, generation %d, state %s; want %d, %d, %d, exited",
 			name, s.Restarts, s.PodRestarts, s.Generation, s.State, restarts, podRestarts, gen)
 	}
@@ -271,10 +272,15 @@ func TestPodRegularContainerTriggers(t *testing.T) {
 			*s.LastRestart.Rule != 0 || s.LastRestart.Action != rules.ActionRestartAllContainers {
 			t.Errorf("source's last restart: %+v", s.LastRestart)
 		}
-		var out, errb bytes.Buffer
-		if code := StatusCommand([]string{"--state-dir", p.dir}, &out, &errb); code != StatusOK ||
-			strings.Count(out.String(), "exited") != 4 {
-			t.Errorf("status command: %d\n%s%s", code, out.String(), errb.String())
+		all, err := ReadAll(p.dir)
+		exited := 0
+		for _, s := range all {
+			if s.State == supervise.Exited {
+				exited++
+			}
+		}
+		if err != nil || exited != 4 {
+			t.Errorf("status documents: %d exited of %d, err %v", exited, len(all), err)
 		}
 	})
 }

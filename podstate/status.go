@@ -29,27 +29,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/restart-supervisor/restart-supervisor/rules"
+	"github.com/restart-supervisor/restart-supervisor/supervise"
 )
 
 // DefaultDir is where the injector mounts the state volume.
 const DefaultDir = "/run/restart-supervisor"
-
-// State is what a supervisor is doing with its workload.
-type State string
-
-const (
-	// StateRunning: the workload runs.
-	StateRunning State = "running"
-	// StateBackoff: the workload exited and waits for its next start.
-	StateBackoff State = "backoff"
-	// StateStopping: the container is being stopped; no restart follows.
-	StateStopping State = "stopping"
-	// StateHeld: the workload exited for good but the supervisor keeps the
-	// container alive, because the kubelet would restart it otherwise.
-	StateHeld State = "held"
-	// StateExited: the supervisor has exited with the workload's status.
-	StateExited State = "exited"
-)
 
 // Exit describes one exit of the workload and the decision taken on it.
 type Exit struct {
@@ -72,7 +56,8 @@ type Exit struct {
 // Status is one container's status document.
 type Status struct {
 	Container string `json:"container"`
-	State     State  `json:"state"`
+	// State is what the supervisor is doing: the supervise.Phase names.
+	State supervise.Phase `json:"state"`
 	// Restarts counts in-place restarts of the workload, whatever caused
 	// them; the kubelet's restartCount does not see these.
 	Restarts int `json:"restarts"`

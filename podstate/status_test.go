@@ -1,7 +1,8 @@
 package podstate
 
 import (
-	"bytes"
+	"github.com/restart-supervisor/restart-supervisor/supervise"
+
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -19,12 +20,12 @@ func TestWriteStatusReadAllRoundTrip(t *testing.T) {
 	dir := t.TempDir()
 	started := time.Date(2026, 11, 30, 15, 0, 0, 0, time.UTC)
 	want := []Status{
-		{Container: "worker", State: StateBackoff, Restarts: 3, PodRestarts: 1, Generation: 1,
+		{Container: "worker", State: supervise.BackingOff, Restarts: 3, PodRestarts: 1, Generation: 1,
 			LastExit:    &Exit{Code: 42, Rule: intPtr(0), Action: rules.ActionRestart, At: started.Add(time.Minute)},
 			LastRestart: &Exit{Code: 42, Rule: intPtr(0), Action: rules.ActionRestart, At: started.Add(time.Minute)},
 			StartedAt:   started, NextStartAt: started.Add(2 * time.Minute), SupervisorPID: 1, SupervisorVersion: "v1"},
-		{Container: "app", State: StateRunning, StartedAt: started, SupervisorPID: 1},
-		{Container: "sidecar", State: StateExited,
+		{Container: "app", State: supervise.Running, StartedAt: started, SupervisorPID: 1},
+		{Container: "sidecar", State: supervise.Exited,
 			LastExit: &Exit{Code: 143, Signal: "SIGTERM", At: started}, SupervisorPID: 7},
 	}
 	for _, s := range want {
@@ -40,7 +41,7 @@ func TestWriteStatusReadAllRoundTrip(t *testing.T) {
 		t.Fatalf("want app, sidecar, worker in order; got %+v", got)
 	}
 	w := got[2]
-	if w.Restarts != 3 || w.PodRestarts != 1 || w.State != StateBackoff || w.LastExit == nil || w.LastExit.Code != 42 ||
+	if w.Restarts != 3 || w.PodRestarts != 1 || w.State != supervise.BackingOff || w.LastExit == nil || w.LastExit.Code != 42 ||
 		w.LastExit.Rule == nil || *w.LastExit.Rule != 0 || w.LastExit.Action != rules.ActionRestart ||
 		!w.StartedAt.Equal(started) || !w.NextStartAt.Equal(started.Add(2*time.Minute)) || w.SupervisorVersion != "v1" {
 		t.Fatalf("worker status changed in the round trip: %+v", w)
@@ -76,7 +77,7 @@ func TestWriteStatusReadAllRoundTrip(t *testing.T) {
 
 func TestReadAllSkipsTempFilesAndReportsBrokenDocuments(t *testing.T) {
 	dir := t.TempDir()
-	if err := WriteStatus(dir, Status{Container: "good", State: StateRunning}); err != nil {
+	if err := WriteStatus(dir, Status{Container: "good", State: supervise.Running}); err != nil {
 		t.Fatal(err)
 	}
 	sdir := filepath.Join(dir, "status")
@@ -157,112 +158,20 @@ func TestWriteStatusIsAtomicForConcurrentReaders(t *testing.T) {
 	}
 }
 
-func TestFormatTableAndJSON(t *testing.T) {
-	now := time.Date(2026, 11, 30, 16, 0, 0, 0, time.UTC)
-	st := []Status{
-		{Container: "app", State: StateRunning, Restarts: 2, PodRestarts: 1,
-			LastExit:  &Exit{Code: 42, Rule: intPtr(1), Action: rules.ActionRestartAllContainers},
-			StartedAt: now.Add(-90 * time.Second), UpdatedAt: now.Add(-90 * time.Second)},
-		{Container: "side", State: StateBackoff, Restarts: 1, LastExit: &Exit{Code: 137, Signal: "SIGKILL", PodRestart: 3},
-			NextStartAt: now.Add(10 * time.Second), StartedAt: now.Add(-2 * time.Hour), UpdatedAt: now},
-	}
-	var b bytes.Buffer
-	if err := FormatTable(&b, st, now); err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(strings.TrimRight(b.String(), "\n"), "\n")
-	if len(lines) != 3 {
-		t.Fatalf("want header and 2 rows:\n%s", b.String())
-	}
-	for _, want := range [][]string{
-		{"CONTAINER", "STATE", "RESTARTS", "POD RESTARTS", "LAST EXIT", "RULE", "ACTION", "STARTED", "UPDATED"},
-		{"app", "running", "2", "1", "42", "1", "RestartAllContainers", "1m30s ago"},
-		{"side", "backoff (10s)", "1", "0", "137 (SIGKILL)", "-", "pod restart 3", "2h0m0s ago", "0s ago"},
-	} {
-		line := lines[0]
-		for _, l := range lines {
-			if strings.HasPrefix(l, want[0]) {
-				line = l
-			}
-		}
-		for _, cell := range want {
-			if !strings.Contains(line, cell) {
-				t.Errorf("row %q lacks %q", line, cell)
-			}
-		}
-	}
-	b.Reset()
-	if err := FormatJSON(&b, st); err != nil {
-		t.Fatal(err)
-	}
-	var doc struct {
-		Containers []Status `json:"containers"`
-	}
-	if err := json.Unmarshal(b.Bytes(), &doc); err != nil {
-		t.Fatal(err)
-	}
-	if len(doc.Containers) != 2 || doc.Containers[1].LastExit.Signal != "SIGKILL" {
-		t.Fatalf("JSON: %s", b.String())
-	}
-	b.Reset()
-	FormatJSON(&b, nil)
-	if strings.TrimSpace(b.String()) != "{\n  \"containers\": []\n}" {
-		t.Fatalf("empty JSON: %q", b.String())
-	}
-}
-
-func TestStatusCommand(t *testing.T) {
-	dir := t.TempDir()
-	run := func(args ...string) (int, string, string) {
-		var out, errb bytes.Buffer
-		code := StatusCommand(args, &out, &errb)
-		return code, out.String(), errb.String()
-	}
-	if code, _, stderr := run("--state-dir", dir); code != StatusIncomplete || !strings.Contains(stderr, "no supervised container") {
-		t.Fatalf("empty dir: %d %q", code, stderr)
-	}
-	WriteStatus(dir, Status{Container: "b", State: StateRunning, Restarts: 4})
-	WriteStatus(dir, Status{Container: "a", State: StateHeld})
-	code, out, _ := run("--state-dir", dir)
-	if code != StatusOK || strings.Index(out, "a ") > strings.Index(out, "b ") || !strings.Contains(out, "held") {
-		t.Fatalf("table: %d\n%s", code, out)
-	}
-	t.Setenv("RESTART_SUPERVISOR_STATE_DIR", dir)
-	code, out, _ = run("--json")
-	var doc struct{ Containers []Status }
-	if code != StatusOK || json.Unmarshal([]byte(out), &doc) != nil || len(doc.Containers) != 2 || doc.Containers[1].Restarts != 4 {
-		t.Fatalf("json via env: %d %s", code, out)
-	}
-	if code, _, stderr := run("--bogus"); code != StatusUsage || !strings.Contains(stderr, "bogus") {
-		t.Fatalf("bad flag: %d %q", code, stderr)
-	}
-	if code, _, stderr := run("extra"); code != StatusUsage || !strings.Contains(stderr, "extra") {
-		t.Fatalf("extra arg: %d %q", code, stderr)
-	}
-	if code, _, stderr := run("--state-dir", filepath.Join(dir, "nope")); code != StatusIncomplete || !strings.Contains(stderr, "nope") {
-		t.Fatalf("missing dir: %d %q", code, stderr)
-	}
-	os.WriteFile(filepath.Join(dir, "status", "c.json"), []byte("garbage"), 0o644)
-	code, out, stderr := run()
-	if code != StatusIncomplete || !strings.Contains(stderr, "c.json") || !strings.Contains(out, "held") {
-		t.Fatalf("broken document: %d %q %q", code, out, stderr)
-	}
-}
-
 func TestSummaryAndTerminationMessage(t *testing.T) {
-	s := Status{Restarts: 3, PodRestarts: 1, State: StateExited,
+	s := Status{Restarts: 3, PodRestarts: 1, State: supervise.Exited,
 		LastRestart: &Exit{Code: 42, Rule: intPtr(0), Action: rules.ActionRestart},
 		LastExit:    &Exit{Code: 1}}
 	want := "restart-supervisor: 3 in-place restarts (1 pod restart); last exit 42 (rule 0 Restart); final exit 1"
 	if got := s.Summary(); got != want {
 		t.Fatalf("summary\n got %q\nwant %q", got, want)
 	}
-	if got := (Status{Restarts: 1, State: StateExited, LastExit: &Exit{Code: 143, Signal: "SIGTERM"}}).Summary(); got !=
+	if got := (Status{Restarts: 1, State: supervise.Exited, LastExit: &Exit{Code: 143, Signal: "SIGTERM"}}).Summary(); got !=
 		"restart-supervisor: 1 in-place restart; final exit 143 (SIGTERM)" {
 		t.Fatalf("summary %q", got)
 	}
 	killed := &Exit{Code: 137, Signal: "SIGKILL", PodRestart: 2}
-	if got := (Status{Restarts: 2, PodRestarts: 2, State: StateRunning, LastExit: killed, LastRestart: killed}).Summary(); got !=
+	if got := (Status{Restarts: 2, PodRestarts: 2, State: supervise.Running, LastExit: killed, LastRestart: killed}).Summary(); got !=
 		"restart-supervisor: 2 in-place restarts (2 pod restarts); last exit 137 (SIGKILL, pod restart 2)" {
 		t.Fatalf("summary %q", got)
 	}
@@ -313,7 +222,7 @@ func TestRecorderCoalescesAndFlushesOnClose(t *testing.T) {
 	dir := t.TempDir()
 	var mu sync.Mutex
 	var werrs []error
-	r, err := NewRecorder(dir, Status{Container: "app", State: StateRunning, SupervisorPID: os.Getpid()},
+	r, err := NewRecorder(dir, Status{Container: "app", State: supervise.Running, SupervisorPID: os.Getpid()},
 		func(err error) { mu.Lock(); werrs = append(werrs, err); mu.Unlock() })
 	if err != nil {
 		t.Fatal(err)
@@ -333,7 +242,7 @@ func TestRecorderCoalescesAndFlushesOnClose(t *testing.T) {
 			s.LastExit = s.LastRestart
 		})
 	}
-	r.Update(func(s *Status) { s.State = StateExited; s.LastExit = &Exit{Code: 1} })
+	r.Update(func(s *Status) { s.State = supervise.Exited; s.LastExit = &Exit{Code: 1} })
 	wg.Wait()
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
@@ -342,7 +251,7 @@ func TestRecorderCoalescesAndFlushesOnClose(t *testing.T) {
 	if err != nil || len(got) != 1 {
 		t.Fatalf("%v %v", got, err)
 	}
-	if got[0].Restarts != 1000 || got[0].State != StateExited || got[0].LastExit.Code != 1 || got[0].LastRestart.Code != 42 {
+	if got[0].Restarts != 1000 || got[0].State != supervise.Exited || got[0].LastExit.Code != 1 || got[0].LastRestart.Code != 42 {
 		t.Fatalf("the last update was not written: %+v", got[0])
 	}
 	if got[0].SupervisorPID != os.Getpid() {

@@ -1,6 +1,8 @@
 package podstate
 
 import (
+	"github.com/restart-supervisor/restart-supervisor/supervise"
+
 	"fmt"
 	"os"
 	"strings"
@@ -19,7 +21,7 @@ const (
 // Summary is the one line a supervisor leaves in the termination message:
 // "restart-supervisor: 3 in-place restarts (1 pod restart); last exit 42
 // (rule 0 Restart); final exit 1". The final exit is s.LastExit when the
-// state is StateExited.
+// state is supervise.Exited.
 func (s Status) Summary() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "restart-supervisor: %d in-place %s", s.Restarts, plural(s.Restarts, "restart", "restarts"))
@@ -29,7 +31,7 @@ func (s Status) Summary() string {
 	if s.LastRestart != nil {
 		fmt.Fprintf(&b, "; last exit %s", describeExit(*s.LastRestart))
 	}
-	if s.State == StateExited && s.LastExit != nil {
+	if s.State == supervise.Exited && s.LastExit != nil {
 		fmt.Fprintf(&b, "; final exit %s", describeExit(*s.LastExit))
 	}
 	return b.String()

@@ -27,8 +27,6 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/restart-supervisor/restart-supervisor/configreload"
 	"github.com/restart-supervisor/restart-supervisor/podstate"
 	"github.com/restart-supervisor/restart-supervisor/rules"
@@ -72,7 +70,7 @@ func run(args []string) int {
 			fmt.Printf("restart-supervisor %s %s %s/%s\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 			return 0
 		case "status":
-			return podstate.StatusCommand(args[1:], os.Stdout, os.Stderr)
+			return statusCmd(args[1:], os.Stdout, os.Stderr)
 		}
 	}
 	return supervisorCmd(args)
@@ -171,7 +169,7 @@ func supervisorCmd(args []string) int {
 		return se.Status()
 	}
 
-	p, err := joinPod(f.stateDir, f.name, logger)
+	pod, err := podstate.Open(f.stateDir, f.name, version, logger)
 	if err != nil {
 		return usageError("--state-dir %s: %v", f.stateDir, err)
 	}
@@ -185,19 +183,19 @@ func supervisorCmd(args []string) int {
 		GracePeriod: f.grace,
 		StopSignals: stops,
 		Log:         logger,
-		Pod:         p.restarter(),
+		Pod:         pod.Restarter(),
 		OnChange: func(st supervise.State) {
 			if st.Restarts > 0 {
 				tightenGC()
 			}
 			final = st
-			p.update(st)
+			pod.Observe(st)
 		},
 	})
 	if res.StartErr != nil {
 		fmt.Fprintf(os.Stderr, "restart-supervisor: %v\n", res.StartErr)
 	}
-	summary := p.close(final).Summary()
+	summary := pod.Close(final).Summary()
 	// The kubelet shows the termination message in the container status,
 	// the one place where in-place restarts become visible without logs.
 	if term := f.termPath; term != "" || f.stateDir != "" {
@@ -207,8 +205,6 @@ func supervisorCmd(args []string) int {
 	}
 	return res.Status
 }
-
-func signalName(sig syscall.Signal) string { return unix.SignalName(sig) }
 
 func envOr(key, def string) string {
 	if v, ok := os.LookupEnv(key); ok && v != "" {

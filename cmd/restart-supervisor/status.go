@@ -1,4 +1,7 @@
-package podstate
+package main
+
+// The status subcommand: the status documents of every supervised container
+// of the pod, read from the shared state directory, as a table or JSON.
 
 import (
 	"encoding/json"
@@ -9,17 +12,20 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/restart-supervisor/restart-supervisor/podstate"
+	"github.com/restart-supervisor/restart-supervisor/supervise"
 )
 
-// Exit codes of StatusCommand.
+// Exit codes of the status subcommand.
 const (
-	StatusOK         = 0
-	StatusIncomplete = 1 // state directory unreadable, empty, or a document broken
-	StatusUsage      = 2
+	statusOK         = 0
+	statusIncomplete = 1 // state directory unreadable, empty, or a document broken
+	statusUsage      = 2
 )
 
-// FormatTable writes statuses as a table, ages measured against now.
-func FormatTable(w io.Writer, statuses []Status, now time.Time) error {
+// formatTable writes statuses as a table, ages measured against now.
+func formatTable(w io.Writer, statuses []podstate.Status, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "CONTAINER\tSTATE\tRESTARTS\tPOD RESTARTS\tLAST EXIT\tRULE\tACTION\tSTARTED\tUPDATED")
 	for _, s := range statuses {
@@ -40,7 +46,7 @@ func FormatTable(w io.Writer, statuses []Status, now time.Time) error {
 			}
 		}
 		state := string(s.State)
-		if s.State == StateBackoff && !s.NextStartAt.IsZero() {
+		if s.State == supervise.BackingOff && !s.NextStartAt.IsZero() {
 			state += " (" + age(s.NextStartAt, now) + ")"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", s.Container, state, s.Restarts, s.PodRestarts,
@@ -69,28 +75,28 @@ func age(later, earlier time.Time) string {
 	return d.Round(time.Second).String()
 }
 
-// FormatJSON writes statuses as {"containers": [...]}.
-func FormatJSON(w io.Writer, statuses []Status) error {
+// formatJSON writes statuses as {"containers": [...]}.
+func formatJSON(w io.Writer, statuses []podstate.Status) error {
 	if statuses == nil {
-		statuses = []Status{}
+		statuses = []podstate.Status{}
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(struct {
-		Containers []Status `json:"containers"`
+		Containers []podstate.Status `json:"containers"`
 	}{statuses})
 }
 
-// StatusCommand implements `restart-supervisor status [--json] [--state-dir
+// statusCmd implements `restart-supervisor status [--json] [--state-dir
 // DIR]`: the status of every supervised container of the pod. The state
 // directory defaults to $RESTART_SUPERVISOR_STATE_DIR, then DefaultDir.
-func StatusCommand(args []string, stdout, stderr io.Writer) int {
+func statusCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	def := os.Getenv("RESTART_SUPERVISOR_STATE_DIR")
 	if def == "" {
-		def = DefaultDir
+		def = podstate.DefaultDir
 	}
 	dir := fs.String("state-dir", def, "the pod's shared state directory")
 	fs.Usage = func() {
@@ -99,39 +105,39 @@ func StatusCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
-			return StatusOK
+			return statusOK
 		}
-		return StatusUsage
+		return statusUsage
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "restart-supervisor status: unexpected argument %q\n", fs.Arg(0))
-		return StatusUsage
+		return statusUsage
 	}
-	statuses, err := ReadAll(*dir)
-	code := StatusOK
+	statuses, err := podstate.ReadAll(*dir)
+	code := statusOK
 	if err != nil {
 		for _, line := range strings.Split(err.Error(), "\n") {
 			fmt.Fprintf(stderr, "restart-supervisor status: %s\n", line)
 		}
-		code = StatusIncomplete
+		code = statusIncomplete
 	}
 	if *asJSON {
-		if err := FormatJSON(stdout, statuses); err != nil {
-			return StatusIncomplete
+		if err := formatJSON(stdout, statuses); err != nil {
+			return statusIncomplete
 		}
-		if len(statuses) == 0 && code == StatusOK {
-			code = StatusIncomplete
+		if len(statuses) == 0 && code == statusOK {
+			code = statusIncomplete
 		}
 		return code
 	}
 	if len(statuses) == 0 {
-		if code == StatusOK {
+		if code == statusOK {
 			fmt.Fprintf(stderr, "restart-supervisor status: no supervised container has written its status in %s\n", *dir)
 		}
-		return StatusIncomplete
+		return statusIncomplete
 	}
-	if err := FormatTable(stdout, statuses, time.Now()); err != nil {
-		return StatusIncomplete
+	if err := formatTable(stdout, statuses, time.Now()); err != nil {
+		return statusIncomplete
 	}
 	return code
 }
