@@ -113,8 +113,9 @@ type reaped struct {
 // left (ECHILD) or the rest are still running (0). WNOHANG returns 0 with
 // a nil error while children run, so the loop must stop there rather than
 // spin (consul-template#507). Orphans re-parented to us are reaped here
-// too; only the workload's status is of interest to the caller.
-func reapAll(fn func(reaped)) {
+// too; only the workload's status is of interest to the caller. It reports
+// whether children remain.
+func reapAll(fn func(reaped)) (childrenLeft bool) {
 	for {
 		var ws unix.WaitStatus
 		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
@@ -122,22 +123,65 @@ func reapAll(fn func(reaped)) {
 			continue
 		}
 		if err != nil || pid <= 0 {
-			return
+			return err == nil
 		}
 		fn(reaped{pid, ws})
 	}
 }
 
-// groupDrainTimeout bounds how long we wait for a killed group to vanish;
-// a process stuck in uninterruptible sleep must not stall the supervisor
-// forever.
+// groupDrainTimeout bounds how long we wait for killed processes to
+// vanish; a process stuck in uninterruptible sleep must not stall the
+// supervisor forever.
 const groupDrainTimeout = 5 * time.Second
+
+// killRemnants SIGKILLs whatever is left of a run and reaps it, so that a
+// restart starts as clean as a new container: first the run's process
+// group (pgid; 0 for none), then every remaining descendant of the
+// supervisor, including those that left the group with setsid or by
+// double-forking. As PID 1 or child subreaper every orphan of the run is
+// re-parented to us, so the descendants are our children and theirs: the
+// loop kills our children, reaps, and repeats until wait4 reports that we
+// have no child at all (ECHILD), which proves nothing of the run is left.
+// When nothing is left, which is the common case, that costs one wait4.
+//
+// It does not kill(-1, SIGKILL) as PID 1, although that would be shorter:
+// processes entered into the container from outside (kubectl exec, the
+// kubelet's exec probes) are not ours, not the run's, and must not die
+// with it.
+//
+// It returns whether everything vanished within groupDrainTimeout. When
+// /proc is not this PID namespace's, descendants cannot be found; then
+// only the process group is killed and waited for, as before.
+func killRemnants(pgid int, onReap func(reaped)) bool {
+	if pgid > 0 {
+		unix.Kill(-pgid, unix.SIGKILL)
+	}
+	deadline := time.Now().Add(groupDrainTimeout)
+	for {
+		if !reapAll(onReap) {
+			return true
+		}
+		kids, ok := children()
+		if !ok {
+			return pgid <= 0 || killGroup(pgid, onReap)
+		}
+		for _, pid := range kids {
+			unix.Kill(pid, unix.SIGKILL)
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		// Killed processes exit, and their own children are re-parented
+		// to us, asynchronously: give the kernel a moment.
+		time.Sleep(time.Millisecond)
+	}
+}
 
 // killGroup SIGKILLs process group pgid and reaps until the group is gone.
 // A group exists as long as one member, zombie or not, is unreaped; as PID
 // 1 or subreaper every orphaned member comes to us, so "kill(-pgid, 0)
-// fails with ESRCH" means nothing of that run is left. It returns whether
-// the group vanished within the timeout.
+// fails with ESRCH" means nothing of that group is left. It returns
+// whether the group vanished within the timeout.
 func killGroup(pgid int, onReap func(reaped)) bool {
 	deadline := time.Now().Add(groupDrainTimeout)
 	for {

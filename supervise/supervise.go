@@ -89,15 +89,25 @@ type PodRestarter interface {
 	Accept(gen uint64) bool
 }
 
-// Phase is what the supervisor is doing.
+// Phase is what the supervisor is doing. Its values are also the "state"
+// of the container's status document (package podstate), so that a phase
+// has one name wherever it is shown.
 type Phase string
 
 const (
-	Running    Phase = "Running"
-	BackingOff Phase = "BackingOff"
-	Holding    Phase = "Holding"
-	Stopping   Phase = "Stopping"
-	Exited     Phase = "Exited"
+	// Running: the workload runs.
+	Running Phase = "running"
+	// BackingOff: the workload exited and waits for its next start.
+	BackingOff Phase = "backoff"
+	// Holding: the workload exited for good, but the supervisor keeps the
+	// container alive because the kubelet would restart it otherwise.
+	Holding Phase = "held"
+	// Stopping: a stop was requested; no restart follows. The workload, or
+	// what is left of its process group, is finishing within the grace
+	// period.
+	Stopping Phase = "stopping"
+	// Exited: supervision is over; State.Status is the exit status.
+	Exited Phase = "exited"
 )
 
 // Exit is one exit of the workload and what was decided on it.
@@ -146,22 +156,23 @@ type supervisor struct {
 	tty  bool
 	stop map[syscall.Signal]bool
 
-	proc        *process
+	// phase is set at every transition and nowhere inferred: start sets
+	// Running, a restart with a delay BackingOff, a hold Holding, a stop
+	// request Stopping, finish Exited.
+	phase       Phase
+	proc        *process // the running workload; nil in every other phase
 	last        *Exit
 	lastRestart *Exit
 	lastStart   time.Time
 	nextStart   time.Time
 	restarts    int // all in-place restarts
 	podRestarts int
-	backoffN    int // restarts since the backoff was last reset
-	stopping    bool
-	holding     bool
+	backoffN    int     // restarts since the backoff was last reset
 	pending     *uint64 // pod restart generation awaiting the workload's exit
 	drainPgid   int     // group left behind by a workload that exited during a stop
 	backoff     *time.Timer
 	grace       *time.Timer
 	gracePgid   int
-	done        bool
 	result      Result
 	reapedOrph  int
 }
@@ -203,7 +214,7 @@ func Run(o Options) Result {
 	s.start()
 	tick := time.NewTicker(reapInterval)
 	defer tick.Stop()
-	for !s.done {
+	for s.phase != Exited {
 		select {
 		case sig := <-sigs:
 			s.onSignal(sig.(syscall.Signal))
@@ -249,18 +260,12 @@ func (s *supervisor) changed() {
 }
 
 func (s *supervisor) state() State {
-	st := State{Restarts: s.restarts, PodRestarts: s.podRestarts, LastExit: s.last, LastRestart: s.lastRestart, StartedAt: s.lastStart}
-	switch {
-	case s.done:
-		st.Phase, st.Status = Exited, s.result.Status
-	case s.stopping:
-		st.Phase = Stopping
-	case s.proc != nil:
-		st.Phase = Running
-	case s.holding:
-		st.Phase = Holding
-	default:
-		st.Phase, st.NextStartAt = BackingOff, s.nextStart
+	st := State{Phase: s.phase, Restarts: s.restarts, PodRestarts: s.podRestarts, LastExit: s.last, LastRestart: s.lastRestart, StartedAt: s.lastStart}
+	switch s.phase {
+	case Exited:
+		st.Status = s.result.Status
+	case BackingOff:
+		st.NextStartAt = s.nextStart
 	}
 	if s.proc != nil {
 		st.PID = s.proc.pid
@@ -277,7 +282,7 @@ func (s *supervisor) start() {
 		s.finish(se.Status())
 		return
 	}
-	s.proc = p
+	s.phase, s.proc = Running, p
 	s.lastStart = p.started
 	s.nextStart = time.Time{}
 	s.log.Info("workload started", "pid", p.pid, "command", s.o.Argv[0], "restarts", s.restarts)
@@ -285,7 +290,11 @@ func (s *supervisor) start() {
 }
 
 func (s *supervisor) finish(status int) {
-	s.done = true
+	// A stop must leave nothing either: under a shared PID namespace
+	// whatever survives us would live on under the pod's infrastructure
+	// container.
+	s.clearRun(0)
+	s.phase = Exited
 	s.result.Status = status
 	s.result.Restarts = s.restarts
 	args := []any{"status", status, "restarts", s.restarts}
@@ -335,8 +344,8 @@ func (s *supervisor) forward(pgid int, sig syscall.Signal) {
 // restart. With no workload running (backoff or hold) there is nothing to
 // wait for, so we exit at once with the last run's status.
 func (s *supervisor) onStop(sig syscall.Signal) {
-	first := !s.stopping
-	s.stopping = true
+	first := s.phase != Stopping
+	s.phase = Stopping
 	if s.backoff != nil {
 		s.backoff.Stop()
 		s.backoff = nil
@@ -378,7 +387,7 @@ func (s *supervisor) onGraceExpired() {
 	s.grace = nil
 	s.log.Warn("grace period expired; killing the workload's process group", "pgid", s.gracePgid, "gracePeriod", s.o.GracePeriod)
 	if s.drainPgid != 0 {
-		killGroup(s.drainPgid, s.onOrphan)
+		s.clearRun(s.drainPgid)
 		s.drainPgid = 0
 		s.finish(s.lastStatus())
 		return
@@ -387,6 +396,14 @@ func (s *supervisor) onGraceExpired() {
 }
 
 func (s *supervisor) onOrphan(reaped) { s.reapedOrph++ }
+
+// clearRun kills everything left of the run led by pgid (0: of any run),
+// so that the next run, or the container's end, finds nothing of it.
+func (s *supervisor) clearRun(pgid int) {
+	if !killRemnants(pgid, s.onOrphan) {
+		s.log.Warn("processes of the previous run survived SIGKILL", "pgid", pgid, "waited", groupDrainTimeout)
+	}
+}
 
 func (s *supervisor) reap() {
 	var exited *ExitStatus
@@ -408,32 +425,25 @@ func (s *supervisor) reap() {
 	}
 }
 
+// onWorkloadExit handles the workload's exit: it classifies the exit (a
+// stop, a pod restart's kill, or an exit for the rules to judge) and then
+// acts on that class alone.
 func (s *supervisor) onWorkloadExit(st ExitStatus) {
 	p := s.proc
 	s.proc = nil
 	exit := &Exit{ExitStatus: st, Rule: -1, At: time.Now()}
 	s.last = exit
 	ran := exit.At.Sub(p.started)
+	attrs := exitAttrs(p.pid, st, ran)
 
-	if s.stopping {
-		// The rest of the group got the stop signal too; let it finish
-		// within what is left of the grace period, then exit.
-		s.log.Info("workload exited after a stop request", exitAttrs(p.pid, st, ran)...)
-		if groupAlive(p.pid) {
-			s.drainPgid = p.pid
-			s.changed()
-			return
-		}
-		s.disarmGrace()
-		s.finish(st.Code)
+	if s.phase == Stopping {
+		s.endStoppedRun(p.pid, st, attrs)
 		return
 	}
 	s.disarmGrace()
 	// Nothing a finished run started may outlive it: it could hold ports,
 	// files or the terminal the next run needs.
-	if !killGroup(p.pid, s.onOrphan) {
-		s.log.Warn("processes of the previous run survived SIGKILL", "pgid", p.pid, "waited", groupDrainTimeout)
-	}
+	s.clearRun(p.pid)
 
 	if gen := s.pending; gen != nil {
 		// Killed by a pod restart: the exit is the pod restart's doing,
@@ -443,59 +453,98 @@ func (s *supervisor) onWorkloadExit(st ExitStatus) {
 		s.restarts++
 		s.podRestarts++
 		s.lastRestart = exit
-		s.log.Info("workload killed for a pod restart; restarting", append(exitAttrs(p.pid, st, ran), "generation", *gen, "restarts", s.restarts)...)
+		s.log.Info("workload killed for a pod restart; restarting", append(attrs, "generation", *gen, "restarts", s.restarts)...)
 		s.start()
 		return
 	}
+	s.act(s.judge(exit, ran), exit, attrs)
+}
 
-	cfg := s.config()
-	d, h := rules.Plan(cfg.Container, cfg.Pod(), int32(st.Code))
-	exit.Rule, exit.Action = d.Rule, d.Action
-	attrs := append(exitAttrs(p.pid, st, ran),
-		"rule", d.Rule, "action", string(d.Action), "decidedBy", string(d.Source), "handling", h.String())
-	switch h {
-	case rules.HandOver:
-		s.log.Info("workload exited; passing its status on to the kubelet or container runtime", append(attrs, "restarts", s.restarts)...)
-		s.finish(st.Code)
-	case rules.Hold:
-		s.holding = true
-		s.log.Warn("workload exited and must not restart, but the pod's restartPolicy would make the kubelet restart the container; holding the container idle until it is stopped",
-			append(attrs, "restarts", s.restarts, "podRestartPolicy", string(cfg.Pod()))...)
+// endStoppedRun finishes a stop whose workload has exited: the rest of the
+// group got the stop signal too and may finish within what is left of the
+// grace period; then the supervisor exits with the workload's status.
+func (s *supervisor) endStoppedRun(pgid int, st ExitStatus, attrs []any) {
+	s.log.Info("workload exited after a stop request", attrs...)
+	if groupAlive(pgid) {
+		s.drainPgid = pgid
 		s.changed()
-	case rules.RestartInPlace:
-		s.restarts++
-		s.lastRestart = exit
+		return
+	}
+	s.disarmGrace()
+	s.finish(st.Code)
+}
+
+// verdict is what the rules made of one exit: the kubelet's decision, who
+// carries it out, and for an in-place restart the delay before it.
+type verdict struct {
+	decision rules.Decision
+	handling rules.Handling
+	delay    time.Duration
+	pod      rules.RestartPolicy
+}
+
+// judge decides an exit with the configuration in force and, for an
+// in-place restart, advances the backoff exactly as the kubelet's
+// CrashLoopBackOff does: reset after a long enough run, then doubling.
+func (s *supervisor) judge(exit *Exit, ran time.Duration) verdict {
+	cfg := s.config()
+	d, h := rules.Plan(cfg.Container, cfg.Pod(), int32(exit.Code))
+	exit.Rule, exit.Action = d.Rule, d.Action
+	v := verdict{decision: d, handling: h, pod: cfg.Pod()}
+	if h == rules.RestartInPlace {
 		if ran >= cfg.Backoff.ResetAfterDuration() {
 			s.backoffN = 0
 		}
-		// The announcing container's own restart follows its backoff, as
-		// KEP-5532 says the container backoff applies to pod restarts: a
-		// workload that hits the rule on every start then spaces the pod
-		// restarts out instead of looping. The other containers restart
-		// at once.
-		delay := cfg.Backoff.Delay(s.backoffN)
+		// The announcing container's own restart follows its backoff too,
+		// as KEP-5532 says the container backoff applies to pod restarts:
+		// a workload that hits the rule on every start then spaces the pod
+		// restarts out instead of looping.
+		v.delay = cfg.Backoff.Delay(s.backoffN)
 		s.backoffN++
-		switch {
-		case d.Action == rules.ActionRestartAllContainers && s.o.Pod != nil:
-			s.podRestarts++
-			s.log.Info("workload exited; restarting the pod's containers in place", append(attrs, "restarts", s.restarts, "delay", delay)...)
-			if err := s.o.Pod.Announce(int32(st.Code)); err != nil {
-				s.log.Warn("cannot announce the pod restart; restarting this container only", "err", err)
-			}
-		case d.Action == rules.ActionRestartAllContainers:
-			s.log.Info("workload exited; restarting in place", append(attrs, "restarts", s.restarts, "delay", delay)...)
-			s.log.Warn("RestartAllContainers: restarting this container only; the other containers of the pod were not restarted (no pod state directory)")
-		default:
-			s.log.Info("workload exited; restarting in place", append(attrs, "restarts", s.restarts, "delay", delay)...)
-		}
-		if delay <= 0 {
-			s.start()
-			return
-		}
-		s.nextStart = time.Now().Add(delay)
-		s.backoff = time.NewTimer(delay)
-		s.changed()
 	}
+	return v
+}
+
+// act carries out a verdict.
+func (s *supervisor) act(v verdict, exit *Exit, attrs []any) {
+	d := v.decision
+	attrs = append(attrs, "rule", d.Rule, "action", string(d.Action), "decidedBy", string(d.Source), "handling", v.handling.String())
+	switch v.handling {
+	case rules.HandOver:
+		s.log.Info("workload exited; passing its status on to the kubelet or container runtime", append(attrs, "restarts", s.restarts)...)
+		s.finish(exit.Code)
+		return
+	case rules.Hold:
+		s.phase = Holding
+		s.log.Warn("workload exited and must not restart, but the pod's restartPolicy would make the kubelet restart the container; holding the container idle until it is stopped",
+			append(attrs, "restarts", s.restarts, "podRestartPolicy", string(v.pod))...)
+		s.changed()
+		return
+	}
+	s.restarts++
+	s.lastRestart = exit
+	attrs = append(attrs, "restarts", s.restarts, "delay", v.delay)
+	switch {
+	case d.Action == rules.ActionRestartAllContainers && s.o.Pod != nil:
+		s.podRestarts++
+		s.log.Info("workload exited; restarting the pod's containers in place", attrs...)
+		if err := s.o.Pod.Announce(int32(exit.Code)); err != nil {
+			s.log.Warn("cannot announce the pod restart; restarting this container only", "err", err)
+		}
+	case d.Action == rules.ActionRestartAllContainers:
+		s.log.Info("workload exited; restarting in place", attrs...)
+		s.log.Warn("RestartAllContainers: restarting this container only; the other containers of the pod were not restarted (no pod state directory)")
+	default:
+		s.log.Info("workload exited; restarting in place", attrs...)
+	}
+	if v.delay <= 0 {
+		s.start()
+		return
+	}
+	s.phase = BackingOff
+	s.nextStart = time.Now().Add(v.delay)
+	s.backoff = time.NewTimer(v.delay)
+	s.changed()
 }
 
 func exitAttrs(pid int, st ExitStatus, ran time.Duration) []any {
@@ -511,7 +560,7 @@ func exitAttrs(pid int, st ExitStatus, ran time.Duration) []any {
 // SIGKILLed, and its exit then restarts it without consulting the rules.
 // A workload in backoff or held starts at once.
 func (s *supervisor) onPodRestart(gen uint64) {
-	if s.stopping || s.done || !s.o.Pod.Accept(gen) {
+	if s.phase == Stopping || s.phase == Exited || !s.o.Pod.Accept(gen) {
 		return
 	}
 	switch {
@@ -524,7 +573,6 @@ func (s *supervisor) onPodRestart(gen uint64) {
 			s.backoff.Stop()
 			s.backoff = nil
 		}
-		s.holding = false
 		s.restarts++
 		s.podRestarts++
 		s.log.Info("pod restart; starting the workload", "generation", gen, "restarts", s.restarts)

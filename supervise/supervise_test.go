@@ -5,7 +5,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -201,3 +203,43 @@ func TestSIGURGIsNeverForwarded(t *testing.T) {
 }
 
 func parseForBench(doc string) (rules.Config, error) { return rules.Parse([]byte(doc)) }
+
+// TestNothingOfARunSurvivesItsRestart: every run starts a helper that
+// leaves the workload's process group and session (setsid) and another
+// that double-forks, then exits 42. Each run checks that the helpers of
+// the runs before it are gone, as they would be in a new container; the
+// last run exits 0 and nothing may outlive the supervisor either.
+func TestNothingOfARunSurvivesItsRestart(t *testing.T) {
+	dir := t.TempDir()
+	o := shell(fmt.Sprintf(`
+n=$(cat %[1]s/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > %[1]s/n
+for f in %[1]s/helper.*; do
+	[ -e "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null && echo "run $n: $f alive" >> %[1]s/survivors
+done
+setsid sh -c 'echo $$ > %[1]s/helper.setsid.'$n'; exec sleep 100' &
+(sh -c 'echo $$ > %[1]s/helper.double.'$n'; exec sleep 100' &) 
+while [ ! -s %[1]s/helper.setsid.$n ] || [ ! -s %[1]s/helper.double.$n ]; do sleep 0.01; done
+[ $n -le 3 ] && exit 42
+exit 0`, dir))
+	o.Config = mustParse(t, `{"restartPolicy":"Never","podRestartPolicy":"Never","backoff":{"initial":"0s"},
+	  "restartPolicyRules":[{"action":"Restart","exitCodes":{"operator":"In","values":[42]}}]}`)
+	r := waitResult(t, runAsync(o))
+	if r.Status != 0 || r.Restarts != 3 {
+		t.Fatalf("result %+v, want status 0 after 3 restarts", r)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "survivors")); err == nil {
+		t.Fatalf("processes of earlier runs were still running:\n%s", b)
+	}
+	helpers, _ := filepath.Glob(filepath.Join(dir, "helper.*"))
+	if len(helpers) != 8 {
+		t.Fatalf("%d helpers recorded, want 8", len(helpers))
+	}
+	for _, f := range helpers {
+		b, _ := os.ReadFile(f)
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		if pid > 0 && syscall.Kill(pid, 0) == nil {
+			t.Errorf("%s (pid %d) outlived the supervisor", filepath.Base(f), pid)
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
