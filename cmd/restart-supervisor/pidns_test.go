@@ -146,3 +146,28 @@ func startPID1Raw(t *testing.T, args ...string) *sup {
 	requirePIDNamespace(t)
 	return start(t, nil, append([]string{"unshare", "--pid", "--fork", "--mount-proc", bin}, args...)...)
 }
+
+// TestPID1LeavesNothingOfARunToTheNext: as PID 1 every orphan comes to
+// the supervisor, including a helper that left the workload's session with
+// setsid. Each run counts the helpers of earlier runs that still run; a
+// new container would have none.
+func TestPID1LeavesNothingOfARunToTheNext(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "cfg.yaml", restart42, 0o644)
+	w := writeFile(t, dir, "w.sh", `#!/bin/sh
+n=$(cat `+dir+`/count 2>/dev/null || echo 0); n=$((n+1)); echo $n > `+dir+`/count
+echo "run $n: $(pgrep -c -f 'sleep 1001') helpers" >> `+dir+`/seen
+setsid sleep 1001 &
+while ! pgrep -f 'sleep 1001' >/dev/null; do sleep 0.01; done
+[ $n -lt 4 ] && exit 42
+exit 0
+`, 0o755)
+	s := startPID1(t, nil, "--config", cfg, "--", w)
+	if st := s.wait(20 * time.Second); st != 0 {
+		t.Fatalf("exit status = %d, want 0", st)
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, "seen"))
+	if want := "run 1: 0 helpers\nrun 2: 0 helpers\nrun 3: 0 helpers\nrun 4: 0 helpers\n"; string(b) != want {
+		t.Fatalf("helpers seen by each run:\n%s\nwant:\n%s", b, want)
+	}
+}
