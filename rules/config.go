@@ -20,7 +20,10 @@ type Config struct {
 	// PodRestartPolicy is the pod's spec.restartPolicy; empty means Always,
 	// as in Kubernetes.
 	PodRestartPolicy RestartPolicy `json:"podRestartPolicy,omitempty" yaml:"podRestartPolicy,omitempty"`
-	Backoff          Backoff       `json:"backoff,omitzero" yaml:"backoff,omitempty"`
+	// InitContainer marks an init container that is not a sidecar: its
+	// exit 0 means "initialized" and is never restarted (see PlanInit).
+	InitContainer bool    `json:"initContainer,omitempty" yaml:"initContainer,omitempty"`
+	Backoff       Backoff `json:"backoff,omitzero" yaml:"backoff,omitempty"`
 }
 
 // Backoff configures the delay between in-place restarts. A nil field takes
@@ -112,7 +115,7 @@ func (b Backoff) Delay(n int) time.Duration {
 // type is an error that names the field instead of a silently ignored rule.
 var configSchema = map[string]map[string]valueKind{
 	"": {"restartPolicy": kindString, "restartPolicyRules": kindList,
-		"podRestartPolicy": kindString, "backoff": kindMap},
+		"podRestartPolicy": kindString, "initContainer": kindBool, "backoff": kindMap},
 	"backoff":                        {"initial": kindDuration, "max": kindDuration, "resetAfter": kindDuration},
 	"restartPolicyRules[]":           {"action": kindString, "exitCodes": kindMap},
 	"restartPolicyRules[].exitCodes": {"operator": kindString, "values": kindInt32List},
@@ -126,6 +129,7 @@ const (
 	kindList
 	kindDuration
 	kindInt32List
+	kindBool
 )
 
 func checkValue(n *yaml.Node, kind valueKind, schema, path string) error {
@@ -151,6 +155,10 @@ func checkValue(n *yaml.Node, kind valueKind, schema, path string) error {
 		}
 		if _, err := time.ParseDuration(n.Value); err != nil {
 			return invalid(n, path, "must be a Go duration such as \"10s\"")
+		}
+	case kindBool:
+		if n.Kind != yaml.ScalarNode || (n.Value != "true" && n.Value != "false") {
+			return invalid(n, path, "must be true or false")
 		}
 	case kindInt32List:
 		if n.Kind != yaml.SequenceNode {
@@ -222,7 +230,7 @@ func Parse(data []byte) (Config, error) {
 		return cfg, fmt.Errorf("config is empty")
 	}
 	if root.Kind != yaml.MappingNode {
-		return cfg, fmt.Errorf("config: must be a mapping with the keys %s", "restartPolicy, restartPolicyRules, podRestartPolicy, backoff")
+		return cfg, fmt.Errorf("config: must be a mapping with the keys %s", "restartPolicy, restartPolicyRules, podRestartPolicy, initContainer, backoff")
 	}
 	if err := checkValue(root, kindMap, "", ""); err != nil {
 		return cfg, err
@@ -248,6 +256,15 @@ func (c Config) Validate() error {
 		}
 	}
 	return errs.Err()
+}
+
+// Plan decides an exit of the container this document describes, an init
+// container's (PlanInit) or any other's (Plan).
+func (c Config) Plan(exitCode int32) (Decision, Handling) {
+	if c.InitContainer {
+		return PlanInit(c.Container, c.Pod(), exitCode)
+	}
+	return Plan(c.Container, c.Pod(), exitCode)
 }
 
 // Pod returns the effective pod restart policy.

@@ -7,6 +7,9 @@ const (
 	SourceRule            Source = "rule"
 	SourceContainerPolicy Source = "containerPolicy"
 	SourcePodPolicy       Source = "podPolicy"
+	// SourceInitialized: an init container exited 0, which initializes it
+	// whatever its rules say.
+	SourceInitialized Source = "initialized"
 )
 
 // Decision is the kubelet's verdict on one container exit.
@@ -133,4 +136,23 @@ func Plan(c Container, pod RestartPolicy, exitCode int32) (Decision, Handling) {
 		return d, Hold
 	}
 	return d, HandOver
+}
+
+// PlanInit is Plan for an init container that is not a sidecar. The
+// kubelet consults the restart decision for such a container only when it
+// failed (computeInitContainerActions and isInitContainerFailed in
+// pkg/kubelet/kuberuntime, v1.34.4 to v1.36.3): exit 0 initializes it and
+// the next init container starts, whatever its rules match. The one
+// exception is a first matching rule for 0 whose action is
+// RestartAllContainers: ShouldAllContainersRestart
+// (pkg/kubelet/container/helpers.go, v1.35.4 and v1.36.3) looks at every
+// exited container, init containers and exit 0 included.
+func PlanInit(c Container, pod RestartPolicy, exitCode int32) (Decision, Handling) {
+	if exitCode != 0 {
+		return Plan(c, pod, exitCode)
+	}
+	if i, ok := MatchingRule(c.RestartPolicyRules, 0); ok && c.RestartPolicyRules[i].Action == ActionRestartAllContainers {
+		return Decision{Restart: true, Rule: i, Action: ActionRestartAllContainers, Source: SourceRule}, RestartInPlace
+	}
+	return Decision{Rule: -1, Source: SourceInitialized}, HandOver
 }

@@ -246,3 +246,44 @@ func TestPlan(t *testing.T) {
 		t.Fatal("Handling names changed; log consumers depend on them")
 	}
 }
+
+// TestPlanInit: an init container's exit 0 initializes it whatever its
+// rules match, except a first matching RestartAllContainers rule; a
+// failure is decided like any container's.
+func TestPlanInit(t *testing.T) {
+	R, RA := ActionRestart, ActionRestartAllContainers
+	for _, tc := range []struct {
+		name string
+		c    Container
+		pod  RestartPolicy
+		code int32
+		want Handling
+		src  Source
+	}{
+		{"exit 0 under NotIn [1]", ctr(Never, notIn(R, 1)), OnFailure, 0, HandOver, SourceInitialized},
+		{"exit 0, container OnFailure", ctr(OnFailure), OnFailure, 0, HandOver, SourceInitialized},
+		{"exit 0 matches RestartAllContainers", ctr(Never, in(RA, 0)), OnFailure, 0, RestartInPlace, SourceRule},
+		{"exit 0, first match is Restart", ctr(Never, in(R, 0), in(RA, 0)), OnFailure, 0, HandOver, SourceInitialized},
+		{"exit 3 under NotIn [1]", ctr(Never, notIn(R, 1)), Never, 3, RestartInPlace, SourceRule},
+		{"exit 1 under NotIn [1], pod Never", ctr(Never, notIn(R, 1)), Never, 1, HandOver, SourceContainerPolicy},
+	} {
+		d, h := PlanInit(tc.c, tc.pod, tc.code)
+		if h != tc.want || d.Source != tc.src {
+			t.Errorf("%s: %v by %s, want %v by %s", tc.name, h, d.Source, tc.want, tc.src)
+		}
+		cfg := Config{Container: tc.c, PodRestartPolicy: tc.pod, InitContainer: true}
+		if _, h2 := cfg.Plan(tc.code); h2 != h {
+			t.Errorf("%s: Config.Plan %v, PlanInit %v", tc.name, h2, h)
+		}
+	}
+	if _, h := (Config{Container: ctr(Never, notIn(R, 1)), PodRestartPolicy: OnFailure}).Plan(0); h != RestartInPlace {
+		t.Errorf("a regular container's exit 0 under NotIn [1]: %v, want restartInPlace", h)
+	}
+	cfg, err := Parse([]byte(`{"initContainer":true,"restartPolicy":"Never","restartPolicyRules":[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[1]}}]}`))
+	if err != nil || !cfg.InitContainer {
+		t.Fatalf("parse initContainer: %+v %v", cfg, err)
+	}
+	if _, err := Parse([]byte(`{"initContainer":"yes"}`)); err == nil || err.Error() != `config: initContainer: Invalid value: "yes" (line 1): must be true or false` {
+		t.Fatalf("initContainer: \"yes\": %v", err)
+	}
+}
