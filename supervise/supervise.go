@@ -50,8 +50,17 @@ type Options struct {
 	Rules func() rules.Config
 
 	// GracePeriod is how long the workload may take to exit after a stop
-	// signal before its process group is SIGKILLed.
+	// signal before its process group is SIGKILLed. Zero or less sets no
+	// timer: the container runtime's own SIGKILL at the end of its grace
+	// period ends the workload.
 	GracePeriod time.Duration
+	// StartErrorCode, when not zero, is the exit code that a command that
+	// cannot be executed is given, and that exit is then judged by the
+	// rules like any other: containerd reports such a container as exited
+	// with 128 (reason StartError) and the kubelet applies the rules to
+	// it. Zero keeps the shell's convention: the supervisor exits at once
+	// with 127 (not found) or 126 (not executable).
+	StartErrorCode int
 	// StopSignals ask for the container to stop; nil means
 	// DefaultStopSignals. They are forwarded like any other signal, but
 	// the workload is never restarted afterwards.
@@ -276,17 +285,40 @@ func (s *supervisor) state() State {
 func (s *supervisor) start() {
 	p, err := spawn(s.o.Path, s.o.Argv, s.o.Env, s.tty)
 	if err != nil {
-		se := err.(*StartError)
-		s.log.Error("cannot start workload", "command", s.o.Argv[0], "err", se.Error(), "status", se.Status())
-		s.result.StartErr = se
-		s.finish(se.Status())
+		s.onStartError(err.(*StartError))
 		return
 	}
 	s.phase, s.proc = Running, p
+	s.result.StartErr = nil
 	s.lastStart = p.started
 	s.nextStart = time.Time{}
 	s.log.Info("workload started", "pid", p.pid, "command", s.o.Argv[0], "restarts", s.restarts)
 	s.changed()
+}
+
+// onStartError handles a command that could not be executed: either the
+// shell's convention (exit 127/126 at once) or, with StartErrorCode, an
+// exit with that code for the rules to judge, as under the kubelet.
+func (s *supervisor) onStartError(se *StartError) {
+	s.result.StartErr = se
+	if s.o.StartErrorCode == 0 {
+		s.log.Error("cannot start workload", "command", s.o.Argv[0], "err", se.Error(), "status", se.Status())
+		s.finish(se.Status())
+		return
+	}
+	s.log.Error("cannot start workload", "command", s.o.Argv[0], "err", se.Error(), "exitCode", s.o.StartErrorCode)
+	now := time.Now()
+	exit := &Exit{ExitStatus: ExitStatus{Code: s.o.StartErrorCode}, Rule: -1, At: now}
+	s.last = exit
+	s.lastStart = now
+	v := s.judge(exit, 0)
+	// Never restart from inside start(): with a zero backoff a command
+	// that keeps failing would recurse. The timer goes through the loop,
+	// where signals are still served.
+	if v.handling == rules.RestartInPlace && v.delay <= 0 {
+		v.delay = time.Nanosecond
+	}
+	s.act(v, exit, []any{"pid", 0, "exitCode", exit.Code, "ranFor", time.Duration(0)})
 }
 
 func (s *supervisor) finish(status int) {
@@ -356,7 +388,7 @@ func (s *supervisor) onStop(sig syscall.Signal) {
 			s.log.Info("stop requested; forwarding to the workload", "signal", unix.SignalName(sig), "pid", s.proc.pid, "gracePeriod", s.o.GracePeriod)
 		}
 		s.forward(s.proc.pid, sig)
-		if s.grace == nil {
+		if s.grace == nil && s.o.GracePeriod > 0 {
 			s.armGrace(s.proc.pid)
 		}
 		s.changed()
@@ -488,7 +520,7 @@ type verdict struct {
 // CrashLoopBackOff does: reset after a long enough run, then doubling.
 func (s *supervisor) judge(exit *Exit, ran time.Duration) verdict {
 	cfg := s.config()
-	d, h := rules.Plan(cfg.Container, cfg.Pod(), int32(exit.Code))
+	d, h := cfg.Plan(int32(exit.Code))
 	exit.Rule, exit.Action = d.Rule, d.Action
 	v := verdict{decision: d, handling: h, pod: cfg.Pod()}
 	if h == rules.RestartInPlace {

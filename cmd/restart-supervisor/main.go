@@ -45,6 +45,15 @@ const (
 	envName             = "RESTART_SUPERVISOR_CONTAINER_NAME"
 	envPlatformCommands = "RESTART_SUPERVISOR_PLATFORM_COMMANDS"
 	envStopSignals      = "RESTART_SUPERVISOR_STOP_SIGNALS"
+	envGracePeriod      = "RESTART_SUPERVISOR_GRACE_PERIOD"
+	envStartError       = "RESTART_SUPERVISOR_START_ERROR"
+
+	// defaultGracePeriod is the pod default terminationGracePeriodSeconds.
+	defaultGracePeriod = 30 * time.Second
+	// containerdStartErrorCode is the exit code containerd's CRI reports
+	// for a container whose process could not be started (reason
+	// StartError); the kubelet applies the rules to it.
+	containerdStartErrorCode = 128
 )
 
 func main() { os.Exit(run(os.Args[1:])) }
@@ -91,8 +100,8 @@ flags:
 `
 
 type cliFlags struct {
-	config, logFormat, stateDir, name, termPath, stopSignals string
-	grace                                                    time.Duration
+	config, logFormat, stateDir, name, termPath, stopSignals, startError string
+	grace                                                                string
 }
 
 func supervisorCmd(args []string) int {
@@ -100,7 +109,8 @@ func supervisorCmd(args []string) int {
 	fs := flag.NewFlagSet("restart-supervisor", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&f.config, "config", "", "restart configuration file, YAML or JSON (default: $"+envConfig+")")
-	fs.DurationVar(&f.grace, "grace-period", 25*time.Second, "after a stop signal, SIGKILL the workload's process group if it is still running after this long")
+	fs.StringVar(&f.grace, "grace-period", os.Getenv(envGracePeriod), "after a stop signal, SIGKILL the workload's process group if it is still running after this long; 0: never, the container runtime does it (default: 0 as PID 1, else 30s) ($"+envGracePeriod+")")
+	fs.StringVar(&f.startError, "start-error", os.Getenv(envStartError), "a command that cannot be executed: \"kubelet\" judges exit code 128 by the rules as the kubelet does, \"shell\" exits 127/126 at once (default: kubelet inside a Kubernetes pod, else shell) ($"+envStartError+")")
 	fs.StringVar(&f.logFormat, "log-format", envOr(envLogFormat, "text"), "log format on stderr: text or json ($"+envLogFormat+")")
 	fs.StringVar(&f.stateDir, "state-dir", os.Getenv(envStateDir), "directory for the status file shared by the pod's containers ($"+envStateDir+")")
 	fs.StringVar(&f.name, "name", os.Getenv(envName), "container name used in logs and the status file ($"+envName+")")
@@ -115,8 +125,13 @@ func supervisorCmd(args []string) int {
 		}
 		return usageError("%v (see --help)", err)
 	}
-	if f.grace < 0 {
-		return usageError("--grace-period: must not be negative, got %s", f.grace)
+	grace, err := gracePeriod(f.grace, os.Getpid() == 1)
+	if err != nil {
+		return usageError("--grace-period: %v", err)
+	}
+	startErrorCode, err := startErrorCode(f.startError)
+	if err != nil {
+		return usageError("--start-error: %v", err)
 	}
 	argv := fs.Args()
 
@@ -165,8 +180,13 @@ func supervisorCmd(args []string) int {
 	path, err := exec.LookPath(argv[0])
 	if err != nil && !errors.Is(err, exec.ErrDot) {
 		se := lookupError(argv[0], err)
-		fmt.Fprintf(os.Stderr, "restart-supervisor: %v\n", se)
-		return se.Status()
+		if startErrorCode == 0 {
+			fmt.Fprintf(os.Stderr, "restart-supervisor: %v\n", se)
+			return se.Status()
+		}
+		// The loop reports the failure and the rules judge it; the
+		// command may yet appear (a volume mounted later) before a retry.
+		path = argv[0]
 	}
 
 	pod, err := podstate.Open(f.stateDir, f.name, version, logger)
@@ -175,15 +195,16 @@ func supervisorCmd(args []string) int {
 	}
 	var final supervise.State
 	res := supervise.Run(supervise.Options{
-		Path:        path,
-		Argv:        argv,
-		Env:         os.Environ(),
-		Config:      cfg,
-		Rules:       current,
-		GracePeriod: f.grace,
-		StopSignals: stops,
-		Log:         logger,
-		Pod:         pod.Restarter(),
+		Path:           path,
+		Argv:           argv,
+		Env:            os.Environ(),
+		Config:         cfg,
+		Rules:          current,
+		GracePeriod:    grace,
+		StartErrorCode: startErrorCode,
+		StopSignals:    stops,
+		Log:            logger,
+		Pod:            pod.Restarter(),
 		OnChange: func(st supervise.State) {
 			if st.Restarts > 0 {
 				tightenGC()
@@ -269,6 +290,51 @@ func parseStopSignals(list string) ([]syscall.Signal, error) {
 		return nil, fmt.Errorf("no signal given")
 	}
 	return out, nil
+}
+
+// gracePeriod resolves --grace-period. As PID 1 of the container the
+// default is no timer at all: the runtime SIGKILLs the whole PID namespace
+// at the end of the grace period it was given, which may be the pod's
+// terminationGracePeriodSeconds, a deletion's shorter one or a probe's own,
+// none of which the supervisor can know; racing it could only cut the
+// workload short. Under a shared PID namespace the supervisor is not PID
+// 1, its workload would outlive it, and the injector passes the pod's
+// terminationGracePeriodSeconds, so that both kills fall together.
+func gracePeriod(v string, pid1 bool) (time.Duration, error) {
+	if v == "" {
+		if pid1 {
+			return 0, nil
+		}
+		return defaultGracePeriod, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("invalid duration %q: want a Go duration such as \"30s\"", v)
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("must not be negative, got %s", d)
+	}
+	return d, nil
+}
+
+// startErrorCode resolves --start-error into supervise.Options'
+// StartErrorCode. Unset, it follows where the supervisor runs: the kubelet
+// sets KUBERNETES_SERVICE_HOST in every container it starts (whatever
+// enableServiceLinks says), and Docker sets nothing of the kind.
+func startErrorCode(mode string) (int, error) {
+	if mode == "" {
+		mode = "shell"
+		if os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
+			mode = "kubelet"
+		}
+	}
+	switch mode {
+	case "kubelet":
+		return containerdStartErrorCode, nil
+	case "shell":
+		return 0, nil
+	}
+	return 0, fmt.Errorf("unsupported value %q: supported values: \"kubelet\", \"shell\"", mode)
 }
 
 // lookupError turns an exec.LookPath failure into the status a shell would

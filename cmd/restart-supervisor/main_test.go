@@ -814,3 +814,51 @@ func TestExampleExit42(t *testing.T) {
 		t.Fatalf("log lacks the backoff or the final line")
 	}
 }
+
+// TestGracePeriodFromEnvironment: the injector passes the pod's
+// terminationGracePeriodSeconds through the environment when the
+// supervisor is not PID 1 (a shared PID namespace).
+func TestGracePeriodFromEnvironment(t *testing.T) {
+	dir := t.TempDir()
+	w := writeFile(t, dir, "w.sh", "#!/bin/sh\ntrap '' TERM\necho ok > "+dir+"/ready\nwhile :; do sleep 0.02; done\n", 0o755)
+	s := start(t, []string{"RESTART_SUPERVISOR_GRACE_PERIOD=300ms"}, bin, "--", w)
+	waitFor(t, "workload ready", 10*time.Second, func() bool {
+		_, err := os.Stat(filepath.Join(dir, "ready"))
+		return err == nil
+	})
+	s.signal(syscall.SIGTERM)
+	if st := s.wait(10 * time.Second); st != 137 {
+		t.Fatalf("exit status = %d, want 137", st)
+	}
+	if !strings.Contains(s.stderr.String(), "gracePeriod=300ms") {
+		t.Errorf("log lacks gracePeriod=300ms:\n%s", s.stderr.String())
+	}
+}
+
+// TestStartErrorUnderKubelet: inside a Kubernetes pod a command that
+// cannot be executed is exit code 128 for the rules, as containerd
+// reports it; outside (or with --start-error=shell) the shell's 127.
+func TestStartErrorUnderKubelet(t *testing.T) {
+	kube := []string{"KUBERNETES_SERVICE_HOST=127.0.0.1",
+		`RESTART_SUPERVISOR_CONFIG={"restartPolicy":"Never","podRestartPolicy":"Never","backoff":{"initial":"50ms","max":"50ms"},
+		  "restartPolicyRules":[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[0]}}]}`}
+	s := start(t, kube, bin, "--", "no-such-command-xyz")
+	waitFor(t, "three attempts", 10*time.Second, func() bool {
+		return strings.Count(s.stderr.String(), "cannot start workload") >= 3
+	})
+	s.signal(syscall.SIGTERM)
+	if st := s.wait(10 * time.Second); st != 128 {
+		t.Fatalf("retried start error: exit status = %d, want 128\n%s", st, s.stderr.String())
+	}
+	if !strings.Contains(s.stderr.String(), "exitCode=128 ranFor=0s rule=0 action=Restart") {
+		t.Errorf("log does not show exit 128 judged by rule 0:\n%s", s.stderr.String())
+	}
+
+	noRules := []string{"KUBERNETES_SERVICE_HOST=127.0.0.1", `RESTART_SUPERVISOR_CONFIG={"podRestartPolicy":"Never"}`}
+	if st := start(t, noRules, bin, "--", "no-such-command-xyz").wait(10 * time.Second); st != 128 {
+		t.Fatalf("start error handed over: exit status = %d, want 128", st)
+	}
+	if st := start(t, noRules, bin, "--start-error", "shell", "--", "no-such-command-xyz").wait(10 * time.Second); st != 127 {
+		t.Fatalf("--start-error shell: exit status = %d, want 127", st)
+	}
+}

@@ -171,3 +171,23 @@ exit 0
 		t.Fatalf("helpers seen by each run:\n%s\nwant:\n%s", b, want)
 	}
 }
+
+// TestPID1LeavesTheGracePeriodToTheRuntime: as PID 1 the supervisor sets
+// no timer of its own by default; a workload that takes its time over
+// SIGTERM finishes and its status is passed on.
+func TestPID1LeavesTheGracePeriodToTheRuntime(t *testing.T) {
+	dir := t.TempDir()
+	w := writeFile(t, dir, "w.sh", "#!/bin/sh\ntrap 'sleep 1; exit 0' TERM\necho ok > "+dir+"/ready\nwhile :; do sleep 0.02; done\n", 0o755)
+	s := startPID1(t, nil, "--", w)
+	waitFor(t, "workload ready", 10*time.Second, func() bool {
+		_, err := os.Stat(filepath.Join(dir, "ready"))
+		return err == nil
+	})
+	s.signal(syscall.SIGTERM)
+	if st := s.wait(10 * time.Second); st != 0 {
+		t.Fatalf("exit status = %d, want 0", st)
+	}
+	if !strings.Contains(s.stderr.String(), "gracePeriod=0s") {
+		t.Errorf("log does not show that no grace timer was set:\n%s", s.stderr.String())
+	}
+}
