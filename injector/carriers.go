@@ -7,7 +7,9 @@ import (
 	"regexp"
 	"strings"
 
-	"gopkg.in/yaml.v3"
+	// The library for YAML text (see the package documentation); the
+	// annotation is decoded with the same one that reads the manifests.
+	textyaml "go.yaml.in/yaml/v3"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/restart-supervisor/restart-supervisor/rules"
@@ -144,13 +146,13 @@ func parseRulesAnnotation(ann map[string]string) (map[string]rules.Container, er
 	}
 	field := "metadata.annotations[" + AnnotationRules + "]"
 	m := map[string]rules.Container{}
-	dec := yaml.NewDecoder(bytes.NewReader([]byte(v)))
+	dec := textyaml.NewDecoder(bytes.NewReader([]byte(v)))
 	dec.KnownFields(true)
 	if err := dec.Decode(&m); err != nil {
 		if err.Error() == "EOF" {
 			return nil, fmt.Errorf("%s: is empty: want a map from container name to {restartPolicy, restartPolicyRules}", field)
 		}
-		var te *yaml.TypeError
+		var te *textyaml.TypeError
 		if errors.As(err, &te) {
 			msgs := make([]string, len(te.Errors))
 			for i, e := range te.Errors {

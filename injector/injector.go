@@ -6,6 +6,13 @@
 // (for the admission webhook) and the mutated object (for the offline CLI).
 // It is pure apart from the optional registry lookup and never touches a
 // cluster.
+//
+// YAML goes through two libraries, each with one job and an import name
+// that says which: textyaml (go.yaml.in/yaml/v3) works on YAML text, the
+// node trees that keep a manifest's comments, key order and styles, and
+// the strict decoding of the rules annotation; kubeyaml (sigs.k8s.io/yaml)
+// writes a whole object the way kubectl does, through JSON with sorted
+// keys, for the documents that cannot be patched in place.
 package injector
 
 import (
