@@ -137,6 +137,42 @@ func PodRules(pod *corev1.Pod, specPath, object string) ([]ContainerRules, error
 	return out, nil
 }
 
+// wrapped decides, for the mutation and for Explain alike, which
+// containers run under the supervisor: those with restart fields the
+// kubelet would not honour and, when a rule restarts all containers, every
+// regular container too, since each of them must take part in that
+// restart. The result is parallel to crs.
+func wrapped(crs []ContainerRules) []bool {
+	restartsAll := false
+	for _, cr := range crs {
+		for _, r := range cr.Rules.RestartPolicyRules {
+			restartsAll = restartsAll || r.Action == rules.ActionRestartAllContainers
+		}
+	}
+	out := make([]bool, len(crs))
+	for k, cr := range crs {
+		out[k] = cr.Ruled || (restartsAll && cr.Kind == KindRegular)
+	}
+	return out
+}
+
+// supervised returns the rules the supervisor of cr applies: none of its
+// own when the container is wrapped only to follow pod-level restarts.
+func (cr ContainerRules) supervised() rules.Container {
+	if !cr.Ruled {
+		return rules.Container{}
+	}
+	return cr.Rules
+}
+
+// gatedFields reports which KEP-5307 fields the container itself carries
+// that only a cluster with the ContainerRestartRules gate understands:
+// restartPolicyRules on any container, and restartPolicy on any but a
+// sidecar, whose restartPolicy Always every supported cluster knows.
+func (cr ContainerRules) gatedFields() (restartRules, restartPolicy bool) {
+	return cr.nativeRules, cr.nativePolicy && cr.Kind != KindSidecar
+}
+
 // parseRulesAnnotation reads the restart-supervisor.dev/rules annotation:
 // a YAML or JSON map from container name to the container's restart fields.
 func parseRulesAnnotation(ann map[string]string) (map[string]rules.Container, error) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -65,19 +66,8 @@ func (i *Injector) mutate(ctx context.Context, in *corev1.Pod, specPath, object 
 	if raw, ok := in.Annotations[AnnotationStatus]; ok {
 		return res, alreadyInjected(res, raw, crs, object)
 	}
-	podAll := false
-	anyRuled := false
-	for _, cr := range crs {
-		if cr.Ruled {
-			anyRuled = true
-		}
-		for _, r := range cr.Rules.RestartPolicyRules {
-			if r.Action == rules.ActionRestartAllContainers {
-				podAll = true
-			}
-		}
-	}
-	if !anyRuled {
+	wrap := wrapped(crs)
+	if !slices.Contains(wrap, true) {
 		return res, nil
 	}
 	if in.Spec.OS != nil && in.Spec.OS.Name == corev1.Windows {
@@ -104,9 +94,8 @@ func (i *Injector) mutate(ctx context.Context, in *corev1.Pod, specPath, object 
 		out.Spec.InitContainers = append([]corev1.Container{install}, out.Spec.InitContainers...)
 	}
 
-	for _, cr := range crs {
-		wrap := cr.Ruled || (podAll && cr.Kind == KindRegular)
-		if !wrap {
+	for k, cr := range crs {
+		if !wrap[k] {
 			continue
 		}
 		var c, dst *corev1.Container
@@ -169,7 +158,7 @@ func alreadyInjected(res *Result, raw string, crs []ContainerRules, object strin
 		if wrapped[cr.Name] {
 			continue
 		}
-		if cr.nativeRules || (cr.nativePolicy && cr.Kind != KindSidecar) {
+		if r, p := cr.gatedFields(); r || p {
 			return fmt.Errorf("%s: %s: container %q carries restart rules but the pod was injected without it (annotation %s); inject the original manifest again",
 				object, cr.Field, cr.Name, AnnotationStatus)
 		}
@@ -285,10 +274,7 @@ func (i *Injector) wrap(ctx context.Context, in *corev1.Pod, c, dst *corev1.Cont
 	cmd = append(cmd, "--")
 	cmd = append(cmd, argv...)
 
-	cfg := rules.Config{Container: cr.Rules, PodRestartPolicy: cr.KubeletPolicy}
-	if !cr.Ruled {
-		cfg.Container = rules.Container{} // follows pod-level restarts only
-	}
+	cfg := rules.Config{Container: cr.supervised(), PodRestartPolicy: cr.KubeletPolicy}
 	cfgJSON, err := cfg.Marshal()
 	if err != nil {
 		return fmt.Errorf("%s: container %q: %v", object, c.Name, err)
@@ -306,8 +292,10 @@ func (i *Injector) wrap(ctx context.Context, in *corev1.Pod, c, dst *corev1.Cont
 		{Name: StateVolume, MountPath: StateDir},
 	}
 
-	dropRules := cr.nativeRules
-	dropPolicy := cr.nativePolicy && cr.Kind != KindSidecar
+	// The supervisor applies these fields now: a cluster without the
+	// ContainerRestartRules gate refuses or drops them, and one with it
+	// would act on them a second time.
+	dropRules, dropPolicy := cr.gatedFields()
 	if dropRules {
 		p.remove(base + "/restartPolicyRules")
 	}
