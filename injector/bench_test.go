@@ -117,8 +117,8 @@ func BenchmarkInjectStream(b *testing.B) {
 
 // BenchmarkMutatePod measures the per-pod cost on a pod whose container
 // has no command, its image already in the resolver's cache: patch-only is
-// PodPatch, the webhook's call; with-pod is MutatePod, which also builds
-// Result.Pod.
+// PodPatch, the webhook's call; with-pod is MutatePod, which also applies
+// the patch to a copy of the pod for Result.Pod.
 func BenchmarkMutatePod(b *testing.B) {
 	inj, _ := goldenInjector(b)
 	pod := &corev1.Pod{}

@@ -114,10 +114,11 @@ type PatchOp struct {
 
 // Result is the outcome of a mutation.
 type Result struct {
-	// Patch turns the input into Pod; empty when nothing changed.
+	// Patch is the mutation; empty when nothing changed.
 	Patch []PatchOp
-	// Pod is the mutated copy (the input's copy when nothing changed); it
-	// shares nothing with the input. PodPatch leaves it nil.
+	// Pod is Patch applied to a copy of the input (the input's copy when
+	// nothing changed); it shares nothing with the input. Only MutatePod
+	// sets it.
 	Pod *corev1.Pod
 	// Injected reports whether this call changed the pod.
 	Injected bool
