@@ -44,7 +44,7 @@ func (i *Injector) MutatePod(ctx context.Context, pod *corev1.Pod) (*Result, err
 // that carry restart rules, without Result.Pod. The admission webhook sends
 // the patch on as it is. pod is not modified.
 func (i *Injector) PodPatch(ctx context.Context, pod *corev1.Pod) (*Result, error) {
-	return i.mutate(ctx, pod, "spec", podObjectName(pod))
+	return i.mutate(ctx, pod, pod.Namespace, "spec", podObjectName(pod))
 }
 
 func podObjectName(pod *corev1.Pod) string {
@@ -86,15 +86,18 @@ func patchedPod(pod *corev1.Pod, ops []PatchOp) (*corev1.Pod, error) {
 // writes. The input is never modified; every edit is an operation in p.
 type mutation struct {
 	*Injector
-	ctx    context.Context
-	pod    *corev1.Pod // the input
-	object string      // names the input in messages
-	p      patchBuilder
-	res    *Result
+	ctx context.Context
+	pod *corev1.Pod // the input
+	// namespace is where pull secrets are read: a pod template has none
+	// of its own and uses its workload's.
+	namespace string
+	object    string // names the input in messages
+	p         patchBuilder
+	res       *Result
 }
 
 // mutate computes the injection of in as a patch relative to its root.
-func (i *Injector) mutate(ctx context.Context, in *corev1.Pod, specPath, object string) (*Result, error) {
+func (i *Injector) mutate(ctx context.Context, in *corev1.Pod, namespace, specPath, object string) (*Result, error) {
 	res := &Result{}
 	crs, err := PodRules(in, specPath, object)
 	if err != nil {
@@ -114,7 +117,7 @@ func (i *Injector) mutate(ctx context.Context, in *corev1.Pod, specPath, object 
 		return nil, err
 	}
 
-	m := &mutation{Injector: i, ctx: ctx, pod: in, object: object, res: res}
+	m := &mutation{Injector: i, ctx: ctx, pod: in, namespace: namespace, object: object, res: res}
 	status := Status{Version: Version}
 
 	// Pod-level additions first: the container edits below address
@@ -352,7 +355,7 @@ func (m *mutation) entrypoint(c *corev1.Container) (argv []string, platforms str
 	for _, s := range m.pod.Spec.ImagePullSecrets {
 		secrets = append(secrets, s.Name)
 	}
-	img, err := m.opts.Resolver.Resolve(m.ctx, c.Image, m.pod.Namespace, secrets)
+	img, err := m.opts.Resolver.Resolve(m.ctx, c.Image, m.namespace, secrets)
 	if err != nil {
 		return nil, "", nil, eerr(err)
 	}

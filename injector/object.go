@@ -55,7 +55,7 @@ func (i *Injector) mutateObject(ctx context.Context, obj *unstructured.Unstructu
 	if !ok {
 		return &ObjectResult{Object: obj, TemplatePath: path}, nil
 	}
-	res, err := i.mutate(ctx, pod, specPath, object)
+	res, err := i.mutate(ctx, pod, obj.GetNamespace(), specPath, object)
 	if err != nil {
 		return nil, err
 	}
@@ -145,11 +145,6 @@ func podOf(obj *unstructured.Unstructured) (pod *corev1.Pod, specPath, object st
 	pod = &corev1.Pod{}
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(tmpl, pod); err != nil {
 		return nil, "", "", false, fmt.Errorf("%s: %s: %s", object, specPathParent(specPath), oneLine(err))
-	}
-	if path != nil {
-		// A template has no namespace of its own; pull secrets are
-		// looked up in the workload's.
-		pod.Namespace = obj.GetNamespace()
 	}
 	return pod, specPath, object, true, nil
 }
