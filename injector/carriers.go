@@ -56,6 +56,13 @@ func PodRules(pod *corev1.Pod, specPath, object string) ([]ContainerRules, error
 	if err != nil {
 		return nil, fmt.Errorf("%s: %v", object, err)
 	}
+	return podRules(pod, ann, specPath, object)
+}
+
+// podRules is PodRules with the annotation carrier already parsed; ann nil
+// reads the container fields alone.
+func podRules(pod *corev1.Pod, ann map[string]rules.Container, specPath, object string) ([]ContainerRules, error) {
+	var err error
 	for i, c := range pod.Spec.EphemeralContainers {
 		f := fmt.Sprintf("%s.ephemeralContainers[%d]", specPath, i)
 		if c.RestartPolicy != nil {

@@ -1,11 +1,14 @@
-// Package injector owns the pod mutation that makes restart-supervisor run
-// the containers that carry restart rules: it reads the rules from the
-// KEP-5307 container fields or the restart-supervisor.dev/rules annotation,
-// validates them as the API server would, resolves image entrypoints when a
-// container has no command, and returns both explicit RFC 6902 operations
-// (for the admission webhook) and the mutated object (for the offline CLI).
-// It is pure apart from the optional registry lookup and never touches a
-// cluster.
+// Package injector owns every mutation restart-injector makes, and the
+// decision of which containers run under restart-supervisor. It reads the
+// rules from the KEP-5307 container fields or the
+// restart-supervisor.dev/rules annotation, validates them as the API server
+// would, resolves image entrypoints when a container has no command, and
+// records the injection as RFC 6902 operations; that patch is its one
+// output, and a mutated object (Result.Pod, the CLI's documents) is the
+// patch applied. It also owns the rewrite of workload pod templates that
+// carries their rules in the annotation (CarryTemplateRules), explain's
+// plans, and reading and writing manifest streams. It is pure apart from
+// the optional registry lookup and never touches a cluster.
 //
 // YAML goes through two libraries, each with one job and an import name
 // that says which: textyaml (go.yaml.in/yaml/v3) works on YAML text, the
