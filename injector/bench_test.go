@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/yaml"
+	kubeyaml "sigs.k8s.io/yaml"
 )
 
 // benchStream is a 1000-document stream: Deployments with a command and
@@ -117,8 +117,8 @@ func BenchmarkInjectStream(b *testing.B) {
 
 // BenchmarkMutatePod measures the per-pod cost on a pod whose container
 // has no command, its image already in the resolver's cache: patch-only is
-// PodPatch, the webhook's call; with-pod is MutatePod, which also builds
-// Result.Pod.
+// PodPatch, the webhook's call; with-pod is MutatePod, which also applies
+// the patch to a copy of the pod for Result.Pod.
 func BenchmarkMutatePod(b *testing.B) {
 	inj, _ := goldenInjector(b)
 	pod := &corev1.Pod{}
@@ -163,10 +163,10 @@ func BenchmarkYAMLRoundTripBaseline(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		for _, d := range m.Docs {
 			var v map[string]any
-			if err := yaml.Unmarshal(d.Raw, &v); err != nil {
+			if err := kubeyaml.Unmarshal(d.Raw, &v); err != nil {
 				b.Fatal(err)
 			}
-			if _, err := yaml.Marshal(v); err != nil {
+			if _, err := kubeyaml.Marshal(v); err != nil {
 				b.Fatal(err)
 			}
 		}

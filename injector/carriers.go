@@ -7,7 +7,9 @@ import (
 	"regexp"
 	"strings"
 
-	"gopkg.in/yaml.v3"
+	// The library for YAML text (see the package documentation); the
+	// annotation is decoded with the same one that reads the manifests.
+	textyaml "go.yaml.in/yaml/v3"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/restart-supervisor/restart-supervisor/rules"
@@ -54,6 +56,13 @@ func PodRules(pod *corev1.Pod, specPath, object string) ([]ContainerRules, error
 	if err != nil {
 		return nil, fmt.Errorf("%s: %v", object, err)
 	}
+	return podRules(pod, ann, specPath, object)
+}
+
+// podRules is PodRules with the annotation carrier already parsed; ann nil
+// reads the container fields alone.
+func podRules(pod *corev1.Pod, ann map[string]rules.Container, specPath, object string) ([]ContainerRules, error) {
+	var err error
 	for i, c := range pod.Spec.EphemeralContainers {
 		f := fmt.Sprintf("%s.ephemeralContainers[%d]", specPath, i)
 		if c.RestartPolicy != nil {
@@ -135,6 +144,42 @@ func PodRules(pod *corev1.Pod, specPath, object string) ([]ContainerRules, error
 	return out, nil
 }
 
+// wrapped decides, for the mutation and for Explain alike, which
+// containers run under the supervisor: those with restart fields the
+// kubelet would not honour and, when a rule restarts all containers, every
+// regular container too, since each of them must take part in that
+// restart. The result is parallel to crs.
+func wrapped(crs []ContainerRules) []bool {
+	restartsAll := false
+	for _, cr := range crs {
+		for _, r := range cr.Rules.RestartPolicyRules {
+			restartsAll = restartsAll || r.Action == rules.ActionRestartAllContainers
+		}
+	}
+	out := make([]bool, len(crs))
+	for k, cr := range crs {
+		out[k] = cr.Ruled || (restartsAll && cr.Kind == KindRegular)
+	}
+	return out
+}
+
+// supervised returns the rules the supervisor of cr applies: none of its
+// own when the container is wrapped only to follow pod-level restarts.
+func (cr ContainerRules) supervised() rules.Container {
+	if !cr.Ruled {
+		return rules.Container{}
+	}
+	return cr.Rules
+}
+
+// gatedFields reports which KEP-5307 fields the container itself carries
+// that only a cluster with the ContainerRestartRules gate understands:
+// restartPolicyRules on any container, and restartPolicy on any but a
+// sidecar, whose restartPolicy Always every supported cluster knows.
+func (cr ContainerRules) gatedFields() (restartRules, restartPolicy bool) {
+	return cr.nativeRules, cr.nativePolicy && cr.Kind != KindSidecar
+}
+
 // parseRulesAnnotation reads the restart-supervisor.dev/rules annotation:
 // a YAML or JSON map from container name to the container's restart fields.
 func parseRulesAnnotation(ann map[string]string) (map[string]rules.Container, error) {
@@ -144,13 +189,13 @@ func parseRulesAnnotation(ann map[string]string) (map[string]rules.Container, er
 	}
 	field := "metadata.annotations[" + AnnotationRules + "]"
 	m := map[string]rules.Container{}
-	dec := yaml.NewDecoder(bytes.NewReader([]byte(v)))
+	dec := textyaml.NewDecoder(bytes.NewReader([]byte(v)))
 	dec.KnownFields(true)
 	if err := dec.Decode(&m); err != nil {
 		if err.Error() == "EOF" {
 			return nil, fmt.Errorf("%s: is empty: want a map from container name to {restartPolicy, restartPolicyRules}", field)
 		}
-		var te *yaml.TypeError
+		var te *textyaml.TypeError
 		if errors.As(err, &te) {
 			msgs := make([]string, len(te.Errors))
 			for i, e := range te.Errors {

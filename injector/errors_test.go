@@ -10,13 +10,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/yaml"
+	kubeyaml "sigs.k8s.io/yaml"
 )
 
 func podYAML(t *testing.T, s string) *corev1.Pod {
 	t.Helper()
 	var p corev1.Pod
-	if err := yaml.UnmarshalStrict([]byte(s), &p); err != nil {
+	if err := kubeyaml.UnmarshalStrict([]byte(s), &p); err != nil {
 		t.Fatal(err)
 	}
 	return &p
@@ -177,7 +177,7 @@ spec:
 
 func TestTemplateErrorsUseTemplatePath(t *testing.T) {
 	obj := &unstructured.Unstructured{}
-	if err := yaml.Unmarshal([]byte(`
+	if err := kubeyaml.Unmarshal([]byte(`
 apiVersion: batch/v1
 kind: CronJob
 metadata: {name: c, namespace: prod}

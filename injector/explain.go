@@ -47,20 +47,11 @@ func Explain(pod *corev1.Pod, specPath, object string) ([]ContainerPlan, error) 
 	if err != nil {
 		return nil, err
 	}
-	podAll := false
-	for _, cr := range crs {
-		for _, r := range cr.Rules.RestartPolicyRules {
-			podAll = podAll || r.Action == rules.ActionRestartAllContainers
-		}
-	}
+	wrap := wrapped(crs)
 	var plans []ContainerPlan
-	for _, cr := range crs {
-		cp := ContainerPlan{Name: cr.Name, Kind: cr.Kind, KubeletPolicy: cr.KubeletPolicy,
-			Wrapped: cr.Ruled || (podAll && cr.Kind == KindRegular)}
-		c := cr.Rules
-		if !cr.Ruled {
-			c = rules.Container{}
-		}
+	for k, cr := range crs {
+		cp := ContainerPlan{Name: cr.Name, Kind: cr.Kind, KubeletPolicy: cr.KubeletPolicy, Wrapped: wrap[k]}
+		c := cr.supervised()
 		type key struct {
 			h       rules.Handling
 			restart bool

@@ -1,11 +1,21 @@
-// Package injector owns the pod mutation that makes restart-supervisor run
-// the containers that carry restart rules: it reads the rules from the
-// KEP-5307 container fields or the restart-supervisor.dev/rules annotation,
-// validates them as the API server would, resolves image entrypoints when a
-// container has no command, and returns both explicit RFC 6902 operations
-// (for the admission webhook) and the mutated object (for the offline CLI).
-// It is pure apart from the optional registry lookup and never touches a
-// cluster.
+// Package injector owns every mutation restart-injector makes, and the
+// decision of which containers run under restart-supervisor. It reads the
+// rules from the KEP-5307 container fields or the
+// restart-supervisor.dev/rules annotation, validates them as the API server
+// would, resolves image entrypoints when a container has no command, and
+// records the injection as RFC 6902 operations; that patch is its one
+// output, and a mutated object (Result.Pod, the CLI's documents) is the
+// patch applied. It also owns the rewrite of workload pod templates that
+// carries their rules in the annotation (CarryTemplateRules), explain's
+// plans, and reading and writing manifest streams. It is pure apart from
+// the optional registry lookup and never touches a cluster.
+//
+// YAML goes through two libraries, each with one job and an import name
+// that says which: textyaml (go.yaml.in/yaml/v3) works on YAML text, the
+// node trees that keep a manifest's comments, key order and styles, and
+// the strict decoding of the rules annotation; kubeyaml (sigs.k8s.io/yaml)
+// writes a whole object the way kubectl does, through JSON with sorted
+// keys, for the documents that cannot be patched in place.
 package injector
 
 import (
@@ -107,10 +117,11 @@ type PatchOp struct {
 
 // Result is the outcome of a mutation.
 type Result struct {
-	// Patch turns the input into Pod; empty when nothing changed.
+	// Patch is the mutation; empty when nothing changed.
 	Patch []PatchOp
-	// Pod is the mutated copy (the input's copy when nothing changed); it
-	// shares nothing with the input. PodPatch leaves it nil.
+	// Pod is Patch applied to a copy of the input (the input's copy when
+	// nothing changed); it shares nothing with the input. Only MutatePod
+	// sets it.
 	Pod *corev1.Pod
 	// Injected reports whether this call changed the pod.
 	Injected bool

@@ -14,10 +14,10 @@ import (
 	"sync"
 	"sync/atomic"
 
-	yaml3 "go.yaml.in/yaml/v3"
+	textyaml "go.yaml.in/yaml/v3"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
-	"sigs.k8s.io/yaml"
+	kubeyaml "sigs.k8s.io/yaml"
 )
 
 // Format of a manifest stream.
@@ -52,7 +52,7 @@ type Document struct {
 	// the parts they do not touch survive.
 	Ops []PatchOp
 
-	node *yaml3.Node // the parsed YAML document, reused when writing
+	node *textyaml.Node // the parsed YAML document, reused when writing
 }
 
 // Changed reports whether the document will be written differently.
@@ -110,11 +110,11 @@ func readYAML(data []byte) (*Manifests, error) {
 	flush := func(end int) error {
 		raw := data[start:end]
 		doc := Document{Sep: sep, Raw: raw, Line: docLine}
-		var node yaml3.Node
-		if err := yaml3.Unmarshal(raw, &node); err != nil {
+		var node textyaml.Node
+		if err := textyaml.Unmarshal(raw, &node); err != nil {
 			return fmt.Errorf("document at line %d: %s", docLine, oneLine(err))
 		}
-		if node.Kind == yaml3.DocumentNode && len(node.Content) == 1 && node.Content[0].Kind == yaml3.MappingNode {
+		if node.Kind == textyaml.DocumentNode && len(node.Content) == 1 && node.Content[0].Kind == textyaml.MappingNode {
 			var obj any
 			if err := node.Decode(&obj); err != nil {
 				return fmt.Errorf("document at line %d: %s", docLine, oneLine(err))
@@ -225,7 +225,7 @@ func (m *Manifests) encode(d Document) ([]byte, error) {
 		if rerr != nil {
 			return nil, rerr
 		}
-		if b, err = yaml.Marshal(out); err != nil {
+		if b, err = kubeyaml.Marshal(out); err != nil {
 			return nil, err
 		}
 	}

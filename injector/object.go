@@ -36,17 +36,16 @@ func TemplatePath(apiVersion, kind string) ([]string, bool) {
 	return nil, false
 }
 
-// MutateObject is MutatePod for a Pod or the pod template of a workload,
-// on the generic form of the object so that fields this build of k8s.io/api
-// does not know survive: the edits are applied as the same JSON patch the
-// webhook would send. obj is not modified.
+// MutateObject is PodPatch for a Pod or the pod template of a workload,
+// with the patch applied to the generic form of the object, so that fields
+// this build of k8s.io/api does not know survive. Result.Pod is left nil.
+// obj is not modified.
 func (i *Injector) MutateObject(ctx context.Context, obj *unstructured.Unstructured) (*ObjectResult, error) {
 	return i.mutateObject(ctx, obj, true)
 }
 
-// mutateObject builds the mutated object (and Result.Pod) only when apply
-// is set; the manifest writer applies the patch to the document text
-// instead.
+// mutateObject applies the patch to the object only when apply is set; the
+// manifest writer applies it to the document text instead.
 func (i *Injector) mutateObject(ctx context.Context, obj *unstructured.Unstructured, apply bool) (*ObjectResult, error) {
 	path, _ := TemplatePath(obj.GetAPIVersion(), obj.GetKind())
 	pod, specPath, object, ok, err := podOf(obj)
@@ -56,7 +55,7 @@ func (i *Injector) mutateObject(ctx context.Context, obj *unstructured.Unstructu
 	if !ok {
 		return &ObjectResult{Object: obj, TemplatePath: path}, nil
 	}
-	res, err := i.mutate(ctx, pod, specPath, object, apply)
+	res, err := i.mutate(ctx, pod, obj.GetNamespace(), specPath, object)
 	if err != nil {
 		return nil, err
 	}
@@ -146,11 +145,6 @@ func podOf(obj *unstructured.Unstructured) (pod *corev1.Pod, specPath, object st
 	pod = &corev1.Pod{}
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(tmpl, pod); err != nil {
 		return nil, "", "", false, fmt.Errorf("%s: %s: %s", object, specPathParent(specPath), oneLine(err))
-	}
-	if path != nil {
-		// A template has no namespace of its own; pull secrets are
-		// looked up in the workload's.
-		pod.Namespace = obj.GetNamespace()
 	}
 	return pod, specPath, object, true, nil
 }

@@ -104,9 +104,9 @@ func aliasTrapPod() *corev1.Pod {
 }
 
 // TestPatchMatchesMutatedPod: the webhook's patch applied to the input
-// (by an independent RFC 6902 implementation) gives exactly Result.Pod, the
-// input is left alone, PodPatch (the webhook's call) answers the same
-// without Result.Pod, and a second run on the output yields no operation.
+// gives exactly Result.Pod, the input is left alone, PodPatch (the
+// webhook's call) answers the same without Result.Pod, and a second run on
+// the output yields no operation.
 func TestPatchMatchesMutatedPod(t *testing.T) {
 	inj, _ := goldenInjector(t)
 	injected := 0

@@ -9,38 +9,39 @@ import (
 	"sync"
 	"sync/atomic"
 
-	// The maintained fork of gopkg.in/yaml.v3 that sigs.k8s.io/yaml uses:
-	// only it can write lists at the indentation kubectl and most
-	// hand-written manifests use ("- " flush with the parent key), so an
-	// injected document keeps the look of its input.
-	yaml "go.yaml.in/yaml/v3"
+	// The library for YAML text (see the package documentation): the
+	// maintained fork of gopkg.in/textyaml.v3 that sigs.k8s.io/yaml uses. Only
+	// it can write lists at the indentation kubectl and most hand-written
+	// manifests use ("- " flush with the parent key), so an injected
+	// document keeps the look of its input.
+	textyaml "go.yaml.in/yaml/v3"
 )
 
 // patchYAML applies ops to one YAML document and re-encodes it, keeping the
 // key order, comments and flow/block styles of everything the patch does
 // not touch.
-func patchYAML(raw []byte, parsed *yaml.Node, ops []PatchOp) ([]byte, error) {
-	var doc yaml.Node
+func patchYAML(raw []byte, parsed *textyaml.Node, ops []PatchOp) ([]byte, error) {
+	var doc textyaml.Node
 	if parsed != nil {
 		doc = *parsed
-	} else if err := yaml.Unmarshal(raw, &doc); err != nil {
+	} else if err := textyaml.Unmarshal(raw, &doc); err != nil {
 		return nil, err
 	}
-	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 {
+	if doc.Kind != textyaml.DocumentNode || len(doc.Content) != 1 {
 		return nil, fmt.Errorf("not a single YAML document")
 	}
 	// Copy on write: the parsed tree is shared with the Document (a
 	// stream may be written more than once) and value nodes with a cache,
 	// so every node on the way to an edit is copied before it changes.
-	owned := map[*yaml.Node]bool{}
-	doc.Content = []*yaml.Node{own(owned, doc.Content[0])}
+	owned := map[*textyaml.Node]bool{}
+	doc.Content = []*textyaml.Node{own(owned, doc.Content[0])}
 	for _, op := range ops {
 		if err := applyNodeOp(doc.Content[0], op, owned); err != nil {
 			return nil, fmt.Errorf("%s %s: %v", op.Op, op.Path, err)
 		}
 	}
 	var buf bytes.Buffer
-	enc := yaml.NewEncoder(&buf)
+	enc := textyaml.NewEncoder(&buf)
 	enc.SetIndent(2)
 	if compactSequences(raw) {
 		enc.CompactSeqIndent()
@@ -80,17 +81,17 @@ func compactSequences(raw []byte) bool {
 
 // own returns a shallow copy of n that may be edited, or n when it is
 // already such a copy.
-func own(owned map[*yaml.Node]bool, n *yaml.Node) *yaml.Node {
+func own(owned map[*textyaml.Node]bool, n *textyaml.Node) *textyaml.Node {
 	if owned[n] {
 		return n
 	}
 	c := *n
-	c.Content = append([]*yaml.Node(nil), n.Content...)
+	c.Content = append([]*textyaml.Node(nil), n.Content...)
 	owned[&c] = true
 	return &c
 }
 
-func applyNodeOp(root *yaml.Node, op PatchOp, owned map[*yaml.Node]bool) error {
+func applyNodeOp(root *textyaml.Node, op PatchOp, owned map[*textyaml.Node]bool) error {
 	tokens, err := pointerTokens(op.Path)
 	if err != nil {
 		return err
@@ -116,17 +117,17 @@ func applyNodeOp(root *yaml.Node, op PatchOp, owned map[*yaml.Node]bool) error {
 			return err
 		}
 		switch parent.Kind {
-		case yaml.MappingNode:
+		case textyaml.MappingNode:
 			for i := 0; i+1 < len(parent.Content); i += 2 {
 				if parent.Content[i].Value == last {
 					parent.Content[i+1] = val
 					return nil
 				}
 			}
-			key := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: last}
+			key := &textyaml.Node{Kind: textyaml.ScalarNode, Tag: "!!str", Value: last}
 			parent.Content = append(parent.Content, key, val)
 			return nil
-		case yaml.SequenceNode:
+		case textyaml.SequenceNode:
 			if last == "-" {
 				parent.Content = append(parent.Content, val)
 				return nil
@@ -135,12 +136,12 @@ func applyNodeOp(root *yaml.Node, op PatchOp, owned map[*yaml.Node]bool) error {
 			if err != nil {
 				return err
 			}
-			parent.Content = append(parent.Content[:i], append([]*yaml.Node{val}, parent.Content[i:]...)...)
+			parent.Content = append(parent.Content[:i], append([]*textyaml.Node{val}, parent.Content[i:]...)...)
 			return nil
 		}
 	case "remove":
 		switch parent.Kind {
-		case yaml.MappingNode:
+		case textyaml.MappingNode:
 			for i := 0; i+1 < len(parent.Content); i += 2 {
 				if parent.Content[i].Value == last {
 					parent.Content = append(parent.Content[:i], parent.Content[i+2:]...)
@@ -148,7 +149,7 @@ func applyNodeOp(root *yaml.Node, op PatchOp, owned map[*yaml.Node]bool) error {
 				}
 			}
 			return fmt.Errorf("no member %q", last)
-		case yaml.SequenceNode:
+		case textyaml.SequenceNode:
 			i, err := index(last, len(parent.Content))
 			if err != nil {
 				return err
@@ -163,10 +164,10 @@ func applyNodeOp(root *yaml.Node, op PatchOp, owned map[*yaml.Node]bool) error {
 }
 
 // childIndex locates the child named by tok in n.Content.
-func childIndex(n *yaml.Node, tok string) (int, error) {
+func childIndex(n *textyaml.Node, tok string) (int, error) {
 	var i int
 	switch n.Kind {
-	case yaml.MappingNode:
+	case textyaml.MappingNode:
 		i = -1
 		for k := 0; k+1 < len(n.Content); k += 2 {
 			if n.Content[k].Value == tok {
@@ -177,7 +178,7 @@ func childIndex(n *yaml.Node, tok string) (int, error) {
 		if i < 0 {
 			return 0, fmt.Errorf("no member %q", tok)
 		}
-	case yaml.SequenceNode:
+	case textyaml.SequenceNode:
 		var err error
 		if i, err = index(tok, len(n.Content)); err != nil {
 			return 0, err
@@ -185,7 +186,7 @@ func childIndex(n *yaml.Node, tok string) (int, error) {
 	default:
 		return 0, fmt.Errorf("%q: not a mapping or sequence", tok)
 	}
-	if c := n.Content[i]; c.Kind == yaml.AliasNode || c.Anchor != "" {
+	if c := n.Content[i]; c.Kind == textyaml.AliasNode || c.Anchor != "" {
 		// An edit through an alias or below an anchor would change every
 		// place that refers to it; the caller falls back to writing the
 		// object, with aliases expanded.
@@ -220,7 +221,7 @@ func pointerTokens(p string) ([]string, error) {
 // order of its JSON encoding and quoting strings only where YAML needs it.
 // It reads the JSON tokens directly: parsing the JSON as YAML costs ten
 // times more.
-func valueNode(v any) (*yaml.Node, error) {
+func valueNode(v any) (*textyaml.Node, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return nil, err
@@ -228,7 +229,7 @@ func valueNode(v any) (*yaml.Node, error) {
 	// The same volumes, mounts and install container go into every
 	// document of a stream: convert each distinct value once.
 	if n, ok := valueNodes.Load(string(b)); ok {
-		return n.(*yaml.Node), nil
+		return n.(*textyaml.Node), nil
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
@@ -245,11 +246,11 @@ func valueNode(v any) (*yaml.Node, error) {
 }
 
 var (
-	valueNodes     sync.Map // JSON text → *yaml.Node, never modified
+	valueNodes     sync.Map // JSON text → *textyaml.Node, never modified
 	valueNodeCount atomic.Int64
 )
 
-func tokenNode(dec *json.Decoder) (*yaml.Node, error) {
+func tokenNode(dec *json.Decoder) (*textyaml.Node, error) {
 	tok, err := dec.Token()
 	if err != nil {
 		return nil, err
@@ -258,7 +259,7 @@ func tokenNode(dec *json.Decoder) (*yaml.Node, error) {
 	case json.Delim:
 		switch t {
 		case '{':
-			n := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+			n := &textyaml.Node{Kind: textyaml.MappingNode, Tag: "!!map"}
 			for dec.More() {
 				k, err := dec.Token()
 				if err != nil {
@@ -268,12 +269,12 @@ func tokenNode(dec *json.Decoder) (*yaml.Node, error) {
 				if err != nil {
 					return nil, err
 				}
-				n.Content = append(n.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: k.(string)}, v)
+				n.Content = append(n.Content, &textyaml.Node{Kind: textyaml.ScalarNode, Tag: "!!str", Value: k.(string)}, v)
 			}
 			_, err := dec.Token() // '}'
 			return n, err
 		case '[':
-			n := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
+			n := &textyaml.Node{Kind: textyaml.SequenceNode, Tag: "!!seq"}
 			for dec.More() {
 				v, err := tokenNode(dec)
 				if err != nil {
@@ -285,17 +286,17 @@ func tokenNode(dec *json.Decoder) (*yaml.Node, error) {
 			return n, err
 		}
 	case string:
-		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: t}, nil
+		return &textyaml.Node{Kind: textyaml.ScalarNode, Tag: "!!str", Value: t}, nil
 	case json.Number:
 		tag := "!!int"
 		if strings.ContainsAny(string(t), ".eE") {
 			tag = "!!float"
 		}
-		return &yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: string(t)}, nil
+		return &textyaml.Node{Kind: textyaml.ScalarNode, Tag: tag, Value: string(t)}, nil
 	case bool:
-		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: strconv.FormatBool(t)}, nil
+		return &textyaml.Node{Kind: textyaml.ScalarNode, Tag: "!!bool", Value: strconv.FormatBool(t)}, nil
 	case nil:
-		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Value: "null"}, nil
+		return &textyaml.Node{Kind: textyaml.ScalarNode, Tag: "!!null", Value: "null"}, nil
 	}
 	return nil, fmt.Errorf("unexpected JSON token %v", tok)
 }

@@ -209,8 +209,8 @@ func (h *Handler) safeReview(ctx context.Context, req *admissionv1.AdmissionRequ
 // review decides one request. It never returns nil.
 func (h *Handler) review(ctx context.Context, req *admissionv1.AdmissionRequest, pod *corev1.Pod) (*admissionv1.AdmissionResponse, string) {
 	log := h.log().With("uid", req.UID, "namespace", req.Namespace, "name", req.Name)
-	if path, ok := templatePaths[req.Kind]; ok && req.SubResource == "" {
-		resp, result := h.reviewTemplate(req, path)
+	if isWorkload(req.Kind) && req.SubResource == "" {
+		resp, result := h.reviewTemplate(req)
 		if result == ResultInjected {
 			log.Info("rules copied into the pod template annotation", "kind", req.Kind.Kind)
 		}

@@ -2,7 +2,9 @@
 // admission/v1 handler that turns the injector's mutation into a JSON patch,
 // serving-certificate loading and hot reload, the self-managed CA mode, the
 // detection of clusters that honour restartPolicyRules natively, and the
-// health and metrics endpoints. The pod mutation itself lives in injector/.
+// health and metrics endpoints. Every mutation, of pods and of workload pod
+// templates, lives in injector/; the webhook adds HTTP and, for workloads,
+// the check whether the API server keeps restartPolicyRules at all.
 //
 // It is built on net/http and the k8s.io/api admission types rather than
 // controller-runtime's webhook package: one handler, one decode, and an

@@ -7,6 +7,7 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
 	"github.com/restart-supervisor/restart-supervisor/injector"
@@ -137,8 +138,8 @@ spec:
 	if err := json.Unmarshal(out, &obj); err != nil {
 		t.Fatal(err)
 	}
-	ann, _ := dig(obj, []string{"spec", "jobTemplate", "spec", "template", "metadata", "annotations", injector.AnnotationRules})
-	if s, _ := ann.(string); !strings.HasPrefix(s, `{"job":{"restartPolicy":"Never"`) {
+	s, _, _ := unstructured.NestedString(obj, "spec", "jobTemplate", "spec", "template", "metadata", "annotations", injector.AnnotationRules)
+	if !strings.HasPrefix(s, `{"job":{"restartPolicy":"Never"`) {
 		t.Fatalf("patched: %s", out)
 	}
 }
@@ -147,7 +148,7 @@ func TestTemplateInvalidRulesDenied(t *testing.T) {
 	ts := startServer(t, newHandler())
 	_, body := workloadReview(t, strings.Replace(deploymentYAML, "operator: In, values: [42]", "operator: Between, values: [42]", 1), deploymentGVK, "deployments")
 	resp := admit(t, ts, body)
-	if resp.Allowed || resp.Result.Code != 422 || !strings.Contains(resp.Result.Message, `deployment "shop/web": spec.template.spec.containers[0].restartPolicyRules[0].exitCodes.operator: Unsupported value: "Between"`) {
+	if resp.Allowed || resp.Result.Code != 422 || !strings.Contains(resp.Result.Message, `Deployment "shop/web": spec.template.spec.containers[0].restartPolicyRules[0].exitCodes.operator: Unsupported value: "Between"`) {
 		t.Fatalf("%+v", resp.Result)
 	}
 }
