@@ -172,6 +172,13 @@ func (cr ContainerRules) supervised() rules.Container {
 	return cr.Rules
 }
 
+// config is the supervisor's configuration for the container: the rules it
+// applies, the policy the kubelet would apply, and for an init container
+// that is not a sidecar the mark that its exit 0 means "initialized".
+func (cr ContainerRules) config() rules.Config {
+	return rules.Config{Container: cr.supervised(), PodRestartPolicy: cr.KubeletPolicy, InitContainer: cr.Kind == KindInit}
+}
+
 // gatedFields reports which KEP-5307 fields the container itself carries
 // that only a cluster with the ContainerRestartRules gate understands:
 // restartPolicyRules on any container, and restartPolicy on any but a

@@ -51,7 +51,7 @@ func Explain(pod *corev1.Pod, specPath, object string) ([]ContainerPlan, error) 
 	var plans []ContainerPlan
 	for k, cr := range crs {
 		cp := ContainerPlan{Name: cr.Name, Kind: cr.Kind, KubeletPolicy: cr.KubeletPolicy, Wrapped: wrap[k]}
-		c := cr.supervised()
+		c, cfg := cr.supervised(), cr.config()
 		type key struct {
 			h       rules.Handling
 			restart bool
@@ -62,7 +62,7 @@ func Explain(pod *corev1.Pod, specPath, object string) ([]ContainerPlan, error) 
 		groups := map[key][]int32{}
 		decisions := map[key]rules.Decision{}
 		for code := int32(0); code <= 255; code++ {
-			d, h := rules.Plan(c, cr.KubeletPolicy, code)
+			d, h := cfg.Plan(code)
 			if !cp.Wrapped {
 				h = rules.HandOver
 			}
@@ -101,6 +101,9 @@ func describe(cr ContainerRules, c rules.Container, d rules.Decision, h rules.Ha
 	}
 	all := d.Action == rules.ActionRestartAllContainers
 	switch {
+	case d.Source == rules.SourceInitialized:
+		why = "init container succeeded: rules not consulted"
+		native = "initialized"
 	case d.Restart && all:
 		native = "kubelet restarts all containers"
 	case d.Restart:

@@ -48,6 +48,8 @@ const (
 	EnvStateDir         = "RESTART_SUPERVISOR_STATE_DIR"
 	EnvContainerName    = "RESTART_SUPERVISOR_CONTAINER_NAME"
 	EnvPlatformCommands = "RESTART_SUPERVISOR_PLATFORM_COMMANDS"
+	EnvStopSignals      = "RESTART_SUPERVISOR_STOP_SIGNALS"
+	EnvGracePeriod      = "RESTART_SUPERVISOR_GRACE_PERIOD"
 
 	// ImageRepository is where release images of the supervisor live.
 	ImageRepository = "ghcr.io/restart-supervisor/restart-supervisor"

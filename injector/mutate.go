@@ -13,8 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-
-	"github.com/restart-supervisor/restart-supervisor/rules"
 )
 
 // Status is the value of the restart-supervisor.dev/status annotation.
@@ -291,8 +289,7 @@ func (m *mutation) wrap(cr ContainerRules) error {
 	cmd = append(cmd, "--")
 	cmd = append(cmd, argv...)
 
-	cfg := rules.Config{Container: cr.supervised(), PodRestartPolicy: cr.KubeletPolicy}
-	cfgJSON, err := cfg.Marshal()
+	cfgJSON, err := cr.config().Marshal()
 	if err != nil {
 		return fmt.Errorf("%s: container %q: %v", m.object, c.Name, err)
 	}
@@ -303,6 +300,21 @@ func (m *mutation) wrap(cr ContainerRules) error {
 	}
 	if platforms != "" {
 		env = append(env, corev1.EnvVar{Name: EnvPlatformCommands, Value: platforms})
+	}
+	if sig := catchableStopSignal(c); sig != "" {
+		// The runtime stops the container with this signal instead of
+		// SIGTERM: the supervisor must take it as a stop, not forward it
+		// and then judge the workload's exit by the rules.
+		env = append(env, corev1.EnvVar{Name: EnvStopSignals, Value: "SIGTERM,SIGINT," + sig})
+	}
+	if sp := m.pod.Spec.ShareProcessNamespace; sp != nil && *sp {
+		// Not PID 1: the workload would outlive a supervisor killed by
+		// the runtime, so the supervisor kills it when the runtime would.
+		grace := int64(corev1.DefaultTerminationGracePeriodSeconds)
+		if g := m.pod.Spec.TerminationGracePeriodSeconds; g != nil {
+			grace = *g
+		}
+		env = append(env, corev1.EnvVar{Name: EnvGracePeriod, Value: strconv.FormatInt(grace, 10) + "s"})
 	}
 	mounts := []corev1.VolumeMount{
 		{Name: BinVolume, MountPath: BinDir, ReadOnly: true},
@@ -323,6 +335,22 @@ func (m *mutation) wrap(cr ContainerRules) error {
 	addToArray(&m.p, base+"/env", len(c.Env), env...)
 	addToArray(&m.p, base+"/volumeMounts", len(c.VolumeMounts), mounts...)
 	return nil
+}
+
+// catchableStopSignal returns the container's lifecycle.stopSignal (1.33+,
+// gate ContainerStopSignals) when it is one the supervisor can catch.
+// SIGKILL and SIGSTOP end the supervisor itself, which is what the runtime
+// then does to the whole container anyway; SIGCHLD would be a child's exit.
+func catchableStopSignal(c *corev1.Container) string {
+	if c.Lifecycle == nil || c.Lifecycle.StopSignal == nil {
+		return ""
+	}
+	switch sig := *c.Lifecycle.StopSignal; sig {
+	case "", corev1.SIGTERM, corev1.SIGINT, corev1.SIGKILL, corev1.SIGSTOP, corev1.SIGCHLD, corev1.SIGCLD:
+		return ""
+	default:
+		return string(sig)
+	}
 }
 
 // entrypoint returns the argv that goes after "--", following the

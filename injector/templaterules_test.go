@@ -4,8 +4,11 @@ import (
 	"reflect"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	kubeyaml "sigs.k8s.io/yaml"
+
+	"github.com/restart-supervisor/restart-supervisor/rules"
 )
 
 func objectYAML(t *testing.T, s string) *unstructured.Unstructured {
@@ -121,5 +124,26 @@ func TestCarryTemplateRulesErrors(t *testing.T) {
 		if err == nil || err.Error() != c.want {
 			t.Errorf("%s:\n got %v\nwant %s", name, err, c.want)
 		}
+	}
+}
+
+// TestExplainInitContainerExitZero: an init container whose rule matches 0
+// is initialized by exit 0, natively and under the supervisor; only its
+// failures are restarted in place.
+func TestExplainInitContainerExitZero(t *testing.T) {
+	never := corev1.ContainerRestartPolicyNever
+	pod := &corev1.Pod{Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyAlways,
+		InitContainers: []corev1.Container{{Name: "fetch", Image: "x", Command: []string{"fetch"}, RestartPolicy: &never,
+			RestartPolicyRules: []corev1.ContainerRestartRule{{Action: corev1.ContainerRestartRuleActionRestart,
+				ExitCodes: &corev1.ContainerRestartRuleOnExitCodes{Operator: corev1.ContainerRestartRuleOnExitCodesOpNotIn, Values: []int32{1}}}}}},
+		Containers: []corev1.Container{{Name: "app", Image: "x"}}}}
+	plans, err := Explain(pod, "spec", "Pod \"p\"")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := plans[0].Outcomes
+	if len(o) != 3 || o[0].Codes != "0" || o[0].Handling != rules.HandOver || o[0].Native != "initialized" ||
+		o[1].Codes != "1" || o[2].Codes != "2-255" || o[2].Handling != rules.RestartInPlace {
+		t.Fatalf("outcomes: %+v", o)
 	}
 }

@@ -50,8 +50,23 @@ func isForwarded(sig syscall.Signal) bool {
 	return false
 }
 
+// The real-time signal range as container runtimes number it (moby's
+// signal package, which containerd uses for STOPSIGNAL and the kubelet's
+// lifecycle.stopSignal): glibc keeps 32 and 33 for itself.
+const (
+	sigRTMin = 34
+	sigRTMax = 64
+)
+
+// signalAliases are the names Kubernetes accepts as a stop signal
+// (supportedStopSignalsLinux in pkg/apis/core/validation, v1.33 to v1.36)
+// that golang.org/x/sys does not know.
+var signalAliases = map[string]syscall.Signal{"SIGCLD": unix.SIGCHLD, "SIGIOT": unix.SIGABRT, "SIGPOLL": unix.SIGIO}
+
 // ParseSignal accepts a signal name with or without the SIG prefix, in any
-// case, or a number.
+// case, or a number, including every name Kubernetes accepts as a stop
+// signal: the aliases SIGCLD, SIGIOT and SIGPOLL, and SIGRTMIN, SIGRTMIN+N,
+// SIGRTMAX-N and SIGRTMAX.
 func ParseSignal(name string) (syscall.Signal, bool) {
 	n := 0
 	digits := len(name) > 0
@@ -79,9 +94,47 @@ func ParseSignal(name string) (syscall.Signal, bool) {
 		}
 		up = append(up, c)
 	}
-	s := unix.SignalNum(string(up))
-	if s == 0 {
-		s = unix.SignalNum("SIG" + string(up))
+	name = string(up)
+	if len(name) < 3 || name[:3] != "SIG" {
+		name = "SIG" + name
 	}
+	if s, ok := signalAliases[name]; ok {
+		return s, true
+	}
+	if s, ok := realtimeSignal(name); ok {
+		return s, true
+	}
+	s := unix.SignalNum(name)
 	return s, s != 0
+}
+
+// realtimeSignal parses SIGRTMIN, SIGRTMIN+N, SIGRTMAX-N and SIGRTMAX.
+func realtimeSignal(name string) (syscall.Signal, bool) {
+	var base, sign int
+	switch {
+	case len(name) >= 8 && name[:8] == "SIGRTMIN":
+		base, sign, name = sigRTMin, 1, name[8:]
+	case len(name) >= 8 && name[:8] == "SIGRTMAX":
+		base, sign, name = sigRTMax, -1, name[8:]
+	default:
+		return 0, false
+	}
+	if name == "" {
+		return syscall.Signal(base), true
+	}
+	if (sign > 0 && name[0] != '+') || (sign < 0 && name[0] != '-') || len(name) < 2 || len(name) > 3 {
+		return 0, false
+	}
+	n := 0
+	for _, c := range name[1:] {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	s := base + sign*n
+	if s < sigRTMin || s > sigRTMax {
+		return 0, false
+	}
+	return syscall.Signal(s), true
 }
