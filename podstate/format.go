@@ -9,6 +9,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/restart-supervisor/restart-supervisor/contract"
 )
 
 // Exit codes of StatusCommand.
@@ -88,7 +90,7 @@ func StatusCommand(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
-	def := os.Getenv("RESTART_SUPERVISOR_STATE_DIR")
+	def := os.Getenv(contract.EnvStateDir)
 	if def == "" {
 		def = DefaultDir
 	}

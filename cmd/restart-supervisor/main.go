@@ -30,23 +30,23 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/restart-supervisor/restart-supervisor/configreload"
+	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/podstate"
 	"github.com/restart-supervisor/restart-supervisor/rules"
 	"github.com/restart-supervisor/restart-supervisor/supervise"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
-
 const (
 	exitUsage = 2
 
-	envConfig           = "RESTART_SUPERVISOR_CONFIG"
-	envLogFormat        = "RESTART_SUPERVISOR_LOG_FORMAT"
-	envStateDir         = "RESTART_SUPERVISOR_STATE_DIR"
-	envName             = "RESTART_SUPERVISOR_CONTAINER_NAME"
-	envPlatformCommands = "RESTART_SUPERVISOR_PLATFORM_COMMANDS"
-	envStopSignals      = "RESTART_SUPERVISOR_STOP_SIGNALS"
+	// The injector sets these names, so they come from its contract with
+	// the supervisor.
+	envConfig           = contract.EnvConfig
+	envLogFormat        = contract.EnvLogFormat
+	envStateDir         = contract.EnvStateDir
+	envName             = contract.EnvContainerName
+	envPlatformCommands = contract.EnvPlatformCommands
+	envStopSignals      = contract.EnvStopSignals
 )
 
 func main() { os.Exit(run(os.Args[1:])) }
@@ -69,7 +69,7 @@ func run(args []string) int {
 		case "install":
 			return installCmd(args[1:])
 		case "version":
-			fmt.Printf("restart-supervisor %s %s %s/%s\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			fmt.Printf("restart-supervisor %s %s %s/%s\n", contract.Version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 			return 0
 		case "status":
 			return podstate.StatusCommand(args[1:], os.Stdout, os.Stderr)

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/podstate"
 	"github.com/restart-supervisor/restart-supervisor/supervise"
 )
@@ -30,7 +31,7 @@ func joinPod(dir, name string, log *slog.Logger) (*pod, error) {
 	p := &pod{log: log}
 	rec, err := podstate.NewRecorder(dir, podstate.Status{
 		Container: name, State: podstate.StateRunning,
-		SupervisorPID: os.Getpid(), SupervisorVersion: version,
+		SupervisorPID: os.Getpid(), SupervisorVersion: contract.Version,
 	}, func(err error) { log.Warn("cannot write the status document", "err", err) })
 	if err != nil {
 		return nil, err
