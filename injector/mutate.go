@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/rules"
 )
 
@@ -21,8 +22,6 @@ type Status struct {
 	Version    string   `json:"version"`
 	Containers []string `json:"containers"`
 }
-
-const defaultTerminationMessagePath = "/dev/termination-log"
 
 // MutatePod wraps the containers of pod that carry restart rules. pod is
 // not modified. A pod without rules, or one already injected, yields no
@@ -88,7 +87,7 @@ func (i *Injector) mutate(ctx context.Context, in *corev1.Pod, specPath, object 
 	}
 
 	p := &patchBuilder{}
-	status := Status{Version: Version}
+	status := Status{Version: contract.Version}
 
 	// Pod-level additions first: the container edits below address
 	// initContainers by their index after the install container went in.
@@ -175,7 +174,7 @@ func alreadyInjected(res *Result, raw string, crs []ContainerRules, object strin
 		}
 	}
 	res.Containers = st.Containers
-	if st.Version != Version {
+	if st.Version != contract.Version {
 		res.Warnings = append(res.Warnings, fmt.Sprintf("%s was injected by restart-injector %s; left unchanged", object, st.Version))
 	}
 	return nil
@@ -212,7 +211,7 @@ func (i *Injector) installContainer(pod *corev1.Pod) corev1.Container {
 		Name:            InstallContainer,
 		Image:           i.opts.SupervisorImage,
 		ImagePullPolicy: i.opts.ImagePullPolicy,
-		Command:         []string{"/restart-supervisor", "install", BinDir},
+		Command:         []string{contract.ImageBinaryPath, "install", BinDir},
 		VolumeMounts:    []corev1.VolumeMount{{Name: BinVolume, MountPath: BinDir}},
 		SecurityContext: &corev1.SecurityContext{
 			RunAsNonRoot:             ptr.To(true),
@@ -279,7 +278,7 @@ func (i *Injector) wrap(ctx context.Context, in *corev1.Pod, c, dst *corev1.Cont
 	}
 
 	cmd := []string{SupervisorPath}
-	if c.TerminationMessagePath != "" && c.TerminationMessagePath != defaultTerminationMessagePath {
+	if c.TerminationMessagePath != "" && c.TerminationMessagePath != contract.DefaultTerminationMessagePath {
 		cmd = append(cmd, "--termination-message-path", c.TerminationMessagePath)
 	}
 	cmd = append(cmd, "--")
