@@ -1,5 +1,7 @@
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -s -w -X main.version=$(VERSION)
+# Both binaries, and the images (docker build --build-arg VERSION=...), read
+# the version from the one variable the supervisor and injector share.
+LDFLAGS := -s -w -X github.com/restart-supervisor/restart-supervisor/contract.Version=$(VERSION)
 
 .PHONY: build example test e2e-up e2e-down clean
 

@@ -16,14 +16,17 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+
+	"github.com/restart-supervisor/restart-supervisor/contract"
 )
 
-// Where the supervisor lives inside the container; the same path the
-// Kubernetes injector uses, so a rules file behaves the same in both places.
+// Where the supervisor lives inside the container and where it reads its
+// rules: the contract the Kubernetes injector also follows, so a rules file
+// behaves the same in both places.
 const (
-	MountDir       = "/opt/restart-supervisor"
-	SupervisorPath = MountDir + "/restart-supervisor"
-	ConfigEnv      = "RESTART_SUPERVISOR_CONFIG"
+	MountDir       = contract.BinDir
+	SupervisorPath = contract.SupervisorPath
+	ConfigEnv      = contract.EnvConfig
 )
 
 // ImageConfig is the part of an image's configuration that decides what a

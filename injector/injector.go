@@ -24,42 +24,48 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/restart-supervisor/restart-supervisor/contract"
 )
 
-// Version is recorded in the status annotation and selects the default
-// supervisor image tag. Release builds override it with -ldflags -X.
-var Version = "v0.1.0"
-
 // Names shared with the supervisor and the webhook; docs/injector.md shows
-// the wrapped pod they make up.
+// the wrapped pod they make up. Those the supervisor reads are defined in
+// package contract and repeated here for the injector's callers; the status
+// annotation records contract.Version, which also selects the default
+// supervisor image tag.
 const (
-	AnnotationRules      = "restart-supervisor.dev/rules"
-	AnnotationEntrypoint = "restart-supervisor.dev/entrypoint." // + container name
-	AnnotationStatus     = "restart-supervisor.dev/status"
+	AnnotationRules      = contract.AnnotationRules
+	AnnotationEntrypoint = contract.AnnotationEntrypoint // + container name
+	AnnotationStatus     = contract.AnnotationStatus
 
 	BinVolume        = "restart-supervisor-bin"
 	StateVolume      = "restart-supervisor-state"
 	InstallContainer = "restart-supervisor-install"
-	BinDir           = "/opt/restart-supervisor"
-	SupervisorPath   = BinDir + "/restart-supervisor"
-	StateDir         = "/run/restart-supervisor"
+	BinDir           = contract.BinDir
+	SupervisorPath   = contract.SupervisorPath
+	StateDir         = contract.StateDir
 
-	EnvConfig           = "RESTART_SUPERVISOR_CONFIG"
-	EnvStateDir         = "RESTART_SUPERVISOR_STATE_DIR"
-	EnvContainerName    = "RESTART_SUPERVISOR_CONTAINER_NAME"
-	EnvPlatformCommands = "RESTART_SUPERVISOR_PLATFORM_COMMANDS"
-	EnvStopSignals      = "RESTART_SUPERVISOR_STOP_SIGNALS"
-	EnvGracePeriod      = "RESTART_SUPERVISOR_GRACE_PERIOD"
+	EnvConfig           = contract.EnvConfig
+	EnvStateDir         = contract.EnvStateDir
+	EnvContainerName    = contract.EnvContainerName
+	EnvPlatformCommands = contract.EnvPlatformCommands
+	EnvStopSignals      = contract.EnvStopSignals
+	EnvGracePeriod      = contract.EnvGracePeriod
 
 	// ImageRepository is where release images of the supervisor live.
 	ImageRepository = "ghcr.io/restart-supervisor/restart-supervisor"
 )
 
+// DefaultSupervisorImage is the release image of the supervisor built with
+// this injector: the same contract.Version, so that what the injector writes
+// is what the installed supervisor reads.
+func DefaultSupervisorImage() string { return ImageRepository + ":" + contract.Version }
+
 // Options configure an Injector. The zero value is usable: it injects the
-// release image matching Version and performs no registry lookups.
+// release image matching contract.Version and performs no registry lookups.
 type Options struct {
 	// SupervisorImage runs the install init container; default
-	// ImageRepository:Version.
+	// DefaultSupervisorImage().
 	SupervisorImage string
 	// ImagePullPolicy of the install container; empty leaves it to the
 	// API server's defaulting.
@@ -89,7 +95,7 @@ type Injector struct {
 // New returns an Injector with opts, defaults filled in.
 func New(opts Options) *Injector {
 	if opts.SupervisorImage == "" {
-		opts.SupervisorImage = ImageRepository + ":" + Version
+		opts.SupervisorImage = DefaultSupervisorImage()
 	}
 	if opts.BinSizeLimit == nil {
 		q := resource.MustParse("32Mi")

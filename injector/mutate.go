@@ -13,6 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/restart-supervisor/restart-supervisor/contract"
 )
 
 // Status is the value of the restart-supervisor.dev/status annotation.
@@ -116,7 +118,7 @@ func (i *Injector) mutate(ctx context.Context, in *corev1.Pod, namespace, specPa
 	}
 
 	m := &mutation{Injector: i, ctx: ctx, pod: in, namespace: namespace, object: object, res: res}
-	status := Status{Version: Version}
+	status := Status{Version: contract.Version}
 
 	// Pod-level additions first: the container edits below address
 	// initContainers by their index after the install container went in.
@@ -171,7 +173,7 @@ func alreadyInjected(res *Result, raw string, crs []ContainerRules, object strin
 		}
 	}
 	res.Containers = st.Containers
-	if st.Version != Version {
+	if st.Version != contract.Version {
 		res.Warnings = append(res.Warnings, fmt.Sprintf("%s was injected by restart-injector %s; left unchanged", object, st.Version))
 	}
 	return nil
@@ -208,7 +210,7 @@ func (i *Injector) installContainer(pod *corev1.Pod) corev1.Container {
 		Name:            InstallContainer,
 		Image:           i.opts.SupervisorImage,
 		ImagePullPolicy: i.opts.ImagePullPolicy,
-		Command:         []string{"/restart-supervisor", "install", BinDir},
+		Command:         []string{contract.ImageBinaryPath, "install", BinDir},
 		VolumeMounts:    []corev1.VolumeMount{{Name: BinVolume, MountPath: BinDir}},
 		SecurityContext: &corev1.SecurityContext{
 			RunAsNonRoot:             ptr.To(true),
@@ -283,7 +285,7 @@ func (m *mutation) wrap(cr ContainerRules) error {
 	}
 
 	cmd := []string{SupervisorPath}
-	if c.TerminationMessagePath != "" && c.TerminationMessagePath != defaultTerminationMessagePath {
+	if c.TerminationMessagePath != "" && c.TerminationMessagePath != contract.DefaultTerminationMessagePath {
 		cmd = append(cmd, "--termination-message-path", c.TerminationMessagePath)
 	}
 	cmd = append(cmd, "--")

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/internal/dirwatch"
 )
 
@@ -29,7 +30,7 @@ import (
 // announcement, one restart of each container, no loop.
 
 const (
-	genDir = "pod-restarts"
+	genDir = contract.PodRestartsDir
 	// genKeep is how many older generation files an announcer leaves for
 	// inspection; only the newest is ever needed.
 	genKeep = 8

@@ -6,6 +6,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/restart-supervisor/restart-supervisor/contract"
+
 	"github.com/restart-supervisor/restart-supervisor/supervise"
 )
 
@@ -24,9 +26,9 @@ type Pod struct {
 	pending chan uint64
 }
 
-// Open joins the state directory dir as container name. supervisorVersion
-// is recorded in the status document. An empty dir returns a nil *Pod.
-func Open(dir, name, supervisorVersion string, log *slog.Logger) (*Pod, error) {
+// Open joins the state directory dir as container name. An empty dir
+// returns a nil *Pod.
+func Open(dir, name string, log *slog.Logger) (*Pod, error) {
 	if dir == "" {
 		return nil, nil
 	}
@@ -36,7 +38,7 @@ func Open(dir, name, supervisorVersion string, log *slog.Logger) (*Pod, error) {
 	p := &Pod{log: log}
 	rec, err := NewRecorder(dir, Status{
 		Container: name, State: supervise.Running,
-		SupervisorPID: os.Getpid(), SupervisorVersion: supervisorVersion,
+		SupervisorPID: os.Getpid(), SupervisorVersion: contract.Version,
 	}, func(err error) { log.Warn("cannot write the status document", "err", err) })
 	if err != nil {
 		return nil, err

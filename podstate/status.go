@@ -28,12 +28,13 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/rules"
 	"github.com/restart-supervisor/restart-supervisor/supervise"
 )
 
 // DefaultDir is where the injector mounts the state volume.
-const DefaultDir = "/run/restart-supervisor"
+const DefaultDir = contract.StateDir
 
 // Exit describes one exit of the workload and the decision taken on it.
 type Exit struct {
@@ -83,8 +84,8 @@ type Status struct {
 }
 
 const (
-	statusDir = "status"
-	statusExt = ".json"
+	statusDir = contract.StatusDir
+	statusExt = contract.StatusExt
 	// sharedDirMode: every container of the pod may run as a different
 	// UID and must be able to create and replace its own files.
 	sharedDirMode = 0o777
@@ -101,7 +102,7 @@ func StatusPath(dir, container string) string {
 func CheckContainerName(name string) error {
 	switch {
 	case name == "":
-		return errors.New("container name is empty (set --name or RESTART_SUPERVISOR_CONTAINER_NAME)")
+		return errors.New("container name is empty (set --name or " + contract.EnvContainerName + ")")
 	case len(name) > 253, strings.ContainsAny(name, "/\x00"), strings.HasPrefix(name, "."):
 		return fmt.Errorf("container name %q: must not start with '.', contain '/' or exceed 253 bytes", name)
 	}

@@ -7,12 +7,14 @@ import (
 	"os"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/restart-supervisor/restart-supervisor/contract"
 )
 
 const (
 	// DefaultTerminationMessagePath is the kubelet's default
 	// terminationMessagePath.
-	DefaultTerminationMessagePath = "/dev/termination-log"
+	DefaultTerminationMessagePath = contract.DefaultTerminationMessagePath
 	// MaxTerminationMessageBytes is how much of the message the kubelet
 	// keeps per container.
 	MaxTerminationMessageBytes = 4096

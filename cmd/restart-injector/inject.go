@@ -52,7 +52,7 @@ func runInject(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	fl.SetOutput(stderr)
 	var files fileList
 	fl.Var(&files, "f", "manifest file, directory (read recursively) or - for stdin; repeatable")
-	image := fl.String("supervisor-image", "", "image of the install init container (default "+injector.ImageRepository+":"+injector.Version+")")
+	image := fl.String("supervisor-image", "", "image of the install init container (default "+injector.DefaultSupervisorImage()+")")
 	noLookup := fl.Bool("no-lookup", false, "never contact a registry: containers without command need the annotation "+injector.AnnotationEntrypoint+"<container>")
 	timeout := fl.Duration("lookup-timeout", 10*time.Second, "time limit of one image lookup")
 	medium := fl.String("volume-medium", "", `emptyDir medium of the injected volumes: "" (node disk) or Memory`)

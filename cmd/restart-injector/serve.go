@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/injector"
 	"github.com/restart-supervisor/restart-supervisor/webhook"
 )
@@ -67,7 +68,7 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	fs.StringVar(&c.onEntrypointError, "on-entrypoint-error", "deny", "`POLICY` when an image entrypoint cannot be resolved: deny, or allow (admit without the supervisor, with a warning)")
 	fs.BoolVar(&c.registryLookup, "registry-lookup", true, "look up the entrypoint of images for containers without command")
 	fs.DurationVar(&c.lookupTimeout, "lookup-timeout", 5*time.Second, "bound of one registry lookup (keep it below the webhook's timeoutSeconds)")
-	fs.StringVar(&c.supervisorImage, "supervisor-image", "", "`IMAGE` of the install init container (default "+injector.ImageRepository+":"+injector.Version+")")
+	fs.StringVar(&c.supervisorImage, "supervisor-image", "", "`IMAGE` of the install init container (default "+injector.DefaultSupervisorImage()+")")
 	fs.StringVar(&c.pullPolicy, "image-pull-policy", "", "imagePullPolicy of the install init container (default: the API server's)")
 	fs.StringVar(&c.volumeMedium, "volume-medium", "", "`MEDIUM` of the injected emptyDirs: \"\" (node disk) or Memory")
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "`FILE` for API access outside a cluster (default: in-cluster config)")
@@ -229,7 +230,7 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger) error {
 			}
 			log.Warn("no API access: registry lookups will not use the pods' imagePullSecrets", "err", err)
 		} else {
-			cfg.UserAgent = "restart-injector/" + injector.Version
+			cfg.UserAgent = "restart-injector/" + contract.Version
 			if client, err = kubernetes.NewForConfig(cfg); err != nil {
 				return fmt.Errorf("API client: %w", err)
 			}
@@ -339,7 +340,7 @@ func serve(ctx context.Context, c *serveConfig, log *slog.Logger) error {
 	}
 	srv := &webhook.Server{Handler: h, Certs: certs, Metrics: metrics, Log: log,
 		ShutdownDelay: c.shutdownDelay, ShutdownTimeout: c.shutdownTimeout}
-	log.Info("restart-injector starting", "version", injector.Version, "certMode", c.certMode,
+	log.Info("restart-injector starting", "version", contract.Version, "certMode", c.certMode,
 		"native", c.native, "onEntrypointError", c.onEntrypointError, "registryLookup", c.registryLookup)
 	return srv.Serve(ctx, mutateLn, healthLn)
 }

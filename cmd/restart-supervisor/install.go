@@ -5,6 +5,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/restart-supervisor/restart-supervisor/contract"
 )
 
 // installCmd copies this executable to DIR/restart-supervisor. The init
@@ -39,7 +41,7 @@ func install(dir string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
-	dst := filepath.Join(dir, "restart-supervisor")
+	dst := filepath.Join(dir, contract.BinaryName)
 	tmp, err := os.CreateTemp(dir, ".restart-supervisor-*")
 	if err != nil {
 		return "", err

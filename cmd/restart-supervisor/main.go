@@ -28,25 +28,25 @@ import (
 	"time"
 
 	"github.com/restart-supervisor/restart-supervisor/configreload"
+	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/podstate"
 	"github.com/restart-supervisor/restart-supervisor/rules"
 	"github.com/restart-supervisor/restart-supervisor/supervise"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
-
 const (
 	exitUsage = 2
 
-	envConfig           = "RESTART_SUPERVISOR_CONFIG"
-	envLogFormat        = "RESTART_SUPERVISOR_LOG_FORMAT"
-	envStateDir         = "RESTART_SUPERVISOR_STATE_DIR"
-	envName             = "RESTART_SUPERVISOR_CONTAINER_NAME"
-	envPlatformCommands = "RESTART_SUPERVISOR_PLATFORM_COMMANDS"
-	envStopSignals      = "RESTART_SUPERVISOR_STOP_SIGNALS"
-	envGracePeriod      = "RESTART_SUPERVISOR_GRACE_PERIOD"
-	envStartError       = "RESTART_SUPERVISOR_START_ERROR"
+	// The injector sets these names, so they come from its contract with
+	// the supervisor.
+	envConfig           = contract.EnvConfig
+	envLogFormat        = contract.EnvLogFormat
+	envStateDir         = contract.EnvStateDir
+	envName             = contract.EnvContainerName
+	envPlatformCommands = contract.EnvPlatformCommands
+	envStopSignals      = contract.EnvStopSignals
+	envGracePeriod      = contract.EnvGracePeriod
+	envStartError       = contract.EnvStartError
 
 	// defaultGracePeriod is the pod default terminationGracePeriodSeconds.
 	defaultGracePeriod = 30 * time.Second
@@ -76,7 +76,7 @@ func run(args []string) int {
 		case "install":
 			return installCmd(args[1:])
 		case "version":
-			fmt.Printf("restart-supervisor %s %s %s/%s\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			fmt.Printf("restart-supervisor %s %s %s/%s\n", contract.Version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 			return 0
 		case "status":
 			return statusCmd(args[1:], os.Stdout, os.Stderr)
@@ -189,7 +189,7 @@ func supervisorCmd(args []string) int {
 		path = argv[0]
 	}
 
-	pod, err := podstate.Open(f.stateDir, f.name, version, logger)
+	pod, err := podstate.Open(f.stateDir, f.name, logger)
 	if err != nil {
 		return usageError("--state-dir %s: %v", f.stateDir, err)
 	}

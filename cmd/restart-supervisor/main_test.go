@@ -26,7 +26,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	bin = filepath.Join(dir, "restart-supervisor")
-	build := exec.Command("go", "build", "-ldflags=-X main.version=v0.0.0-test", "-o", bin, ".")
+	build := exec.Command("go", "build", "-ldflags=-X github.com/restart-supervisor/restart-supervisor/contract.Version=v0.0.0-test", "-o", bin, ".")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building the supervisor:", err)

@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/podstate"
 	"github.com/restart-supervisor/restart-supervisor/supervise"
 )
@@ -94,7 +95,7 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
-	def := os.Getenv("RESTART_SUPERVISOR_STATE_DIR")
+	def := os.Getenv(contract.EnvStateDir)
 	if def == "" {
 		def = podstate.DefaultDir
 	}

@@ -1,0 +1,91 @@
+// Package contract is the interface between the injector (the admission
+// webhook and the offline inject CLI), the Docker helper and the supervisor:
+// the environment variables, paths, state-volume layout and annotation keys
+// that one side writes and the other reads. They live here, and only here,
+// so that both sides change together; a value changed on one side alone
+// breaks every pod the other side wrapped.
+//
+// Because pods injected by one release run the supervisor of the same
+// release, but may be read by the tooling of another (`restart-supervisor
+// status`, an upgraded webhook finding an injected pod), these values are
+// also a compatibility surface: change them only with a migration in mind.
+//
+// The package imports nothing, so the supervisor binary can use it without
+// pulling in Kubernetes or networking code.
+package contract
+
+// Environment the injector and the Docker helper set on a wrapped container
+// and the supervisor reads.
+const (
+	// EnvConfig holds the restart rules as a compact JSON document
+	// (rules.Config).
+	EnvConfig = "RESTART_SUPERVISOR_CONFIG"
+	// EnvStateDir is where the pod's state volume is mounted.
+	EnvStateDir = "RESTART_SUPERVISOR_STATE_DIR"
+	// EnvContainerName names the container in logs and in the state volume.
+	EnvContainerName = "RESTART_SUPERVISOR_CONTAINER_NAME"
+	// EnvPlatformCommands maps "os/arch[/variant]" to the workload's argv
+	// when the image's entrypoint differs per platform.
+	EnvPlatformCommands = "RESTART_SUPERVISOR_PLATFORM_COMMANDS"
+	// EnvStopSignals lists the signals that stop the container: the
+	// injector adds a container's lifecycle.stopSignal to SIGTERM and
+	// SIGINT.
+	EnvStopSignals = "RESTART_SUPERVISOR_STOP_SIGNALS"
+	// EnvGracePeriod is how long a stopped workload may take before the
+	// supervisor SIGKILLs it. The injector sets the pod's
+	// terminationGracePeriodSeconds only under shareProcessNamespace, where
+	// the supervisor is not PID 1.
+	EnvGracePeriod = "RESTART_SUPERVISOR_GRACE_PERIOD"
+	// EnvStartError chooses how a command that cannot be executed is
+	// reported: "kubelet" (exit code 128, judged by the rules) or "shell"
+	// (127/126). Unset, the supervisor tells from its environment.
+	EnvStartError = "RESTART_SUPERVISOR_START_ERROR"
+	// EnvLogFormat is not written by the injector; users
+	// set them on the container to change the supervisor's defaults.
+	EnvLogFormat = "RESTART_SUPERVISOR_LOG_FORMAT"
+)
+
+// Paths inside a wrapped container and inside the supervisor image.
+const (
+	// ImageBinaryPath is where the supervisor image holds the binary
+	// (Dockerfile.supervisor); the install init container runs it.
+	ImageBinaryPath = "/restart-supervisor"
+	// BinDir is where the binary volume is mounted, read-only in the
+	// wrapped containers; `restart-supervisor install BinDir` fills it.
+	BinDir = "/opt/restart-supervisor"
+	// BinaryName is the file `restart-supervisor install DIR` writes in DIR.
+	BinaryName = "restart-supervisor"
+	// SupervisorPath is the command of every wrapped container.
+	SupervisorPath = BinDir + "/" + BinaryName
+	// StateDir is where the pod's state volume is mounted in every wrapped
+	// container, and the default of `restart-supervisor status`.
+	StateDir = "/run/restart-supervisor"
+	// DefaultTerminationMessagePath is the kubelet's default
+	// terminationMessagePath. The injector passes
+	// --termination-message-path only for a container that sets another.
+	DefaultTerminationMessagePath = "/dev/termination-log"
+)
+
+// Layout of the state volume, shared by the supervisors of all of a pod's
+// containers and read by `restart-supervisor status`.
+const (
+	// StatusDir holds one status document per container, named
+	// <container>StatusExt.
+	StatusDir = "status"
+	StatusExt = ".json"
+	// PodRestartsDir holds one file per pod-wide restart generation.
+	PodRestartsDir = "pod-restarts"
+)
+
+// Annotation keys on pods and pod templates.
+const (
+	// AnnotationRules carries restart rules for API servers without the
+	// KEP-5307 container fields.
+	AnnotationRules = "restart-supervisor.dev/rules"
+	// AnnotationEntrypoint, followed by a container name, gives the argv of
+	// a container without command when the image cannot be looked up.
+	AnnotationEntrypoint = "restart-supervisor.dev/entrypoint."
+	// AnnotationStatus marks an injected pod: the injector's Version and
+	// the wrapped containers.
+	AnnotationStatus = "restart-supervisor.dev/status"
+)
