@@ -1,6 +1,7 @@
 package podstate
 
 import (
+	"errors"
 	"log/slog"
 	"os"
 
@@ -21,6 +22,7 @@ import (
 // this container.
 type Pod struct {
 	log     *slog.Logger
+	resume  *supervise.Resume
 	rec     *Recorder
 	member  *Member
 	pending chan uint64
@@ -36,6 +38,14 @@ func Open(dir, name string, log *slog.Logger) (*Pod, error) {
 		return nil, err
 	}
 	p := &Pod{log: log}
+	// The document an earlier supervisor of this container left behind
+	// (the kubelet restarted the container after a hand-over) carries the
+	// container's back-off. Read it before it is replaced.
+	if prev, err := readStatus(dir, name); err == nil && prev.LastExit != nil {
+		p.resume = &supervise.Resume{BackoffRestarts: prev.BackoffRestarts, LastStart: prev.StartedAt, LastExit: prev.LastExit.At}
+	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+		log.Warn("cannot read the container's previous status document; its back-off starts over", "err", err)
+	}
 	rec, err := NewRecorder(dir, Status{
 		Container: name, State: supervise.Running,
 		SupervisorPID: os.Getpid(), SupervisorVersion: contract.Version,
@@ -58,6 +68,15 @@ func Open(dir, name string, log *slog.Logger) (*Pod, error) {
 		}
 	}()
 	return p, nil
+}
+
+// Resume returns the back-off an earlier supervisor of this container left,
+// nil when there is none.
+func (p *Pod) Resume() *supervise.Resume {
+	if p == nil {
+		return nil
+	}
+	return p.resume
 }
 
 // Restarter returns the supervise.PodRestarter, nil when this container
@@ -121,6 +140,7 @@ func (s *Status) fill(st supervise.State, gen uint64) {
 	s.Restarts, s.PodRestarts, s.Generation = st.Restarts, st.PodRestarts, gen
 	s.LastExit, s.LastRestart = exitOf(st.LastExit), exitOf(st.LastRestart)
 	s.StartedAt, s.NextStartAt = st.StartedAt, st.NextStartAt
+	s.BackoffRestarts = st.BackoffRestarts
 }
 
 func exitOf(e *supervise.Exit) *Exit {

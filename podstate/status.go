@@ -20,6 +20,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -76,7 +77,10 @@ type Status struct {
 	StartedAt time.Time `json:"startedAt,omitzero"`
 	// NextStartAt is when a workload in backoff starts again.
 	NextStartAt time.Time `json:"nextStartAt,omitzero"`
-	UpdatedAt   time.Time `json:"updatedAt"`
+	// BackoffRestarts is the container's CrashLoopBackOff count; the next
+	// supervisor of the same container continues from it.
+	BackoffRestarts int       `json:"backoffRestarts,omitempty"`
+	UpdatedAt       time.Time `json:"updatedAt"`
 	// SupervisorPID is the supervisor's PID in its own container's PID
 	// namespace; it is not meaningful from another container.
 	SupervisorPID     int    `json:"supervisorPid"`
@@ -153,7 +157,7 @@ func ReadAll(dir string) ([]Status, error) {
 		if strings.HasPrefix(name, ".") || !strings.HasSuffix(name, statusExt) || e.IsDir() {
 			continue
 		}
-		data, err := os.ReadFile(filepath.Join(sdir, name))
+		data, err := readBounded(filepath.Join(sdir, name), maxStatusSize)
 		if errors.Is(err, os.ErrNotExist) {
 			continue // removed since ReadDir
 		}
@@ -173,6 +177,58 @@ func ReadAll(dir string) ([]Status, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Container < out[j].Container })
 	return out, errors.Join(errs...)
+}
+
+// maxStatusSize bounds a status document. A real one is well under 2 KiB;
+// every container of the pod can write to the directory, so a document is
+// read as an adversary's file.
+const maxStatusSize = 64 << 10
+
+// readStatus reads the status document of container.
+func readStatus(dir, container string) (Status, error) {
+	var s Status
+	data, err := readBounded(StatusPath(dir, container), maxStatusSize)
+	if err != nil {
+		return s, err
+	}
+	if err := json.Unmarshal(data, &s); err != nil {
+		return s, fmt.Errorf("status %s: %v", container, err)
+	}
+	return s, nil
+}
+
+// readBounded reads a regular file of at most max bytes. It refuses a
+// symbolic link (which could point anywhere in the reader's filesystem) and
+// any special file (a FIFO would block the reader for ever), without
+// opening anything but the file itself.
+func readBounded(path string, max int64) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if err == unix.ELOOP {
+			return nil, fmt.Errorf("%s: is a symbolic link", filepath.Base(path))
+		}
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file", filepath.Base(path))
+	}
+	if fi.Size() > max {
+		return nil, fmt.Errorf("%s: larger than %d bytes", filepath.Base(path), max)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > max {
+		return nil, fmt.Errorf("%s: larger than %d bytes", filepath.Base(path), max)
+	}
+	return data, nil
 }
 
 // sharedSubdir creates dir/name if needed, writable by every UID of the

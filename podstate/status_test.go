@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/restart-supervisor/restart-supervisor/rules"
 )
 
@@ -282,5 +284,44 @@ func TestRecorderReportsWriteErrors(t *testing.T) {
 	r.Update(func(s *Status) { s.Restarts = 1 })
 	if err := r.Close(); err == nil {
 		t.Fatal("Close must return the error of the last write")
+	}
+}
+
+// TestHostileStatusDocuments: every container of the pod can write to the
+// status directory. A FIFO must not block the reader, a symbolic link must
+// not be followed and an oversized document must not be read whole.
+func TestHostileStatusDocuments(t *testing.T) {
+	dir := t.TempDir()
+	if err := WriteStatus(dir, Status{Container: "good", State: supervise.Running}); err != nil {
+		t.Fatal(err)
+	}
+	sdir := filepath.Join(dir, "status")
+	if err := unix.Mkfifo(filepath.Join(sdir, "fifo.json"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	secret := filepath.Join(t.TempDir(), "secret")
+	os.WriteFile(secret, []byte(`{"container":"secret","restarts":7}`), 0o600)
+	os.Symlink(secret, filepath.Join(sdir, "link.json"))
+	os.WriteFile(filepath.Join(sdir, "big.json"), make([]byte, maxStatusSize+1), 0o644)
+
+	done := make(chan struct{})
+	var all []Status
+	var err error
+	go func() { all, err = ReadAll(dir); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("ReadAll blocked on a FIFO")
+	}
+	if len(all) != 1 || all[0].Container != "good" {
+		t.Fatalf("statuses %+v, want only the good one", all)
+	}
+	for _, want := range []string{"fifo.json: not a regular file", "link.json: is a symbolic link", "big.json: larger than 65536 bytes"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v lacks %q", err, want)
+		}
+	}
+	if _, err := readStatus(dir, "link"); err == nil {
+		t.Error("readStatus followed a symbolic link")
 	}
 }

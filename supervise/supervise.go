@@ -76,6 +76,24 @@ type Options struct {
 	// OnChange, when set, is called from the supervising goroutine after
 	// every change of State.
 	OnChange func(State)
+
+	// Resume, when set, is the container's back-off as an earlier
+	// supervisor of the same container left it when it handed an exit
+	// over to the kubelet. The kubelet keeps one CrashLoopBackOff per
+	// container across all its exits; it counts only the exits it saw,
+	// so the first start waits whatever the container's curve still asks
+	// for, and the curve goes on from there.
+	Resume *Resume
+}
+
+// Resume is a container's back-off carried from one supervisor process to
+// the next through the pod's state volume.
+type Resume struct {
+	// BackoffRestarts is State.BackoffRestarts when the earlier supervisor
+	// exited.
+	BackoffRestarts int
+	// LastStart and LastExit bound the earlier supervisor's last run.
+	LastStart, LastExit time.Time
 }
 
 // PodRestarter connects the loop to pod-wide restarts (KEP-5532
@@ -147,6 +165,10 @@ type State struct {
 	NextStartAt time.Time
 	// Status is the supervisor's exit status once Phase is Exited.
 	Status int
+	// BackoffRestarts counts the restarts in the current back-off window
+	// (the kubelet's CrashLoopBackOff count): the next restart waits
+	// Backoff.Delay(BackoffRestarts).
+	BackoffRestarts int
 }
 
 // Result is how supervision ended.
@@ -220,7 +242,7 @@ func Run(o Options) Result {
 	}
 	s.tty = ownsTerminal()
 
-	s.start()
+	s.resume()
 	tick := time.NewTicker(reapInterval)
 	defer tick.Stop()
 	for s.phase != Exited {
@@ -269,7 +291,8 @@ func (s *supervisor) changed() {
 }
 
 func (s *supervisor) state() State {
-	st := State{Phase: s.phase, Restarts: s.restarts, PodRestarts: s.podRestarts, LastExit: s.last, LastRestart: s.lastRestart, StartedAt: s.lastStart}
+	st := State{Phase: s.phase, Restarts: s.restarts, PodRestarts: s.podRestarts, LastExit: s.last, LastRestart: s.lastRestart,
+		StartedAt: s.lastStart, BackoffRestarts: s.backoffN}
 	switch s.phase {
 	case Exited:
 		st.Status = s.result.Status
@@ -293,6 +316,37 @@ func (s *supervisor) start() {
 	s.lastStart = p.started
 	s.nextStart = time.Time{}
 	s.log.Info("workload started", "pid", p.pid, "command", s.o.Argv[0], "restarts", s.restarts)
+	s.changed()
+}
+
+// resume makes the first start: at once, or, when an earlier supervisor of
+// this container handed its last exit over to the kubelet, after what is
+// left of the delay the container's back-off asks for. That delay is
+// measured from the exit, as the kubelet's doBackOff measures it from the
+// container's FinishedAt, and the kubelet's own wait, which counted fewer
+// exits, has already used part of it.
+func (s *supervisor) resume() {
+	r := s.o.Resume
+	if r == nil || r.LastExit.IsZero() {
+		s.start()
+		return
+	}
+	cfg := s.config()
+	s.backoffN = r.BackoffRestarts
+	if r.LastExit.Sub(r.LastStart) >= cfg.Backoff.ResetAfterDuration() {
+		s.backoffN = 0
+	}
+	delay := cfg.Backoff.Delay(s.backoffN)
+	s.backoffN++
+	left := time.Until(r.LastExit.Add(delay))
+	if left <= 0 {
+		s.start()
+		return
+	}
+	s.log.Info("continuing the container's back-off from its last exit", "backoffRestarts", s.backoffN, "delay", delay, "waiting", left.Round(time.Millisecond))
+	s.phase = BackingOff
+	s.nextStart = time.Now().Add(left)
+	s.backoff = time.NewTimer(left)
 	s.changed()
 }
 

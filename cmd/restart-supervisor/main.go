@@ -205,6 +205,7 @@ func supervisorCmd(args []string) int {
 		StopSignals:    stops,
 		Log:            logger,
 		Pod:            pod.Restarter(),
+		Resume:         pod.Resume(),
 		OnChange: func(st supervise.State) {
 			if st.Restarts > 0 {
 				tightenGC()

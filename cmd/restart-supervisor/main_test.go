@@ -862,3 +862,44 @@ func TestStartErrorUnderKubelet(t *testing.T) {
 		t.Fatalf("--start-error shell: exit status = %d, want 127", st)
 	}
 }
+
+// TestBackoffContinuesAcrossHandOver: the kubelet keeps one back-off per
+// container across all its exits. Under container Always + Restart In
+// [42] in a pod Always, exits 42, 42, 1, 42, 42 wait 0, 1, 2, 4, 8 units
+// upstream. The exit 1 is handed over and the kubelet starts a new
+// supervisor, which must continue the curve from the state volume instead
+// of starting over at 0.
+func TestBackoffContinuesAcrossHandOver(t *testing.T) {
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	os.Mkdir(state, 0o777)
+	env := []string{"RESTART_SUPERVISOR_STATE_DIR=" + state, "RESTART_SUPERVISOR_CONTAINER_NAME=trainer",
+		`RESTART_SUPERVISOR_CONFIG={"restartPolicy":"Always","podRestartPolicy":"Always","backoff":{"initial":"200ms","max":"10s"},
+		  "restartPolicyRules":[{"action":"Restart","exitCodes":{"operator":"In","values":[42]}}]}`}
+	w := writeFile(t, dir, "w.sh", `#!/bin/sh
+n=$(cat `+dir+`/count 2>/dev/null || echo 0); n=$((n+1)); echo $n > `+dir+`/count
+case $n in 3) exit 1 ;; 1|2|4|5) exit 42 ;; esac
+exec sleep 60
+`, 0o755)
+	first := start(t, env, bin, "--", w)
+	if st := first.wait(10 * time.Second); st != 1 {
+		t.Fatalf("first supervisor: exit status %d, want 1 (handed over)", st)
+	}
+	for _, want := range []string{"restarts=1 delay=0s", "restarts=2 delay=200ms"} {
+		if !strings.Contains(first.stderr.String(), want) {
+			t.Fatalf("first supervisor's log lacks %q:\n%s", want, first.stderr.String())
+		}
+	}
+	// The kubelet restarts the container at once (its own count saw one
+	// exit); the new supervisor waits the rest of the third delay.
+	second := start(t, env, bin, "--", w)
+	second.waitLog("restarts=2 delay=1.6s", 15*time.Second)
+	out := second.stderr.String()
+	for _, want := range []string{"continuing the container's back-off from its last exit", "delay=400ms", "restarts=1 delay=800ms"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("second supervisor's log lacks %q:\n%s", want, out)
+		}
+	}
+	second.signal(syscall.SIGTERM)
+	second.wait(10 * time.Second)
+}
