@@ -40,6 +40,10 @@ const (
 	// reported: "kubelet" (exit code 128, judged by the rules) or "shell"
 	// (127/126). Unset, the supervisor tells from its environment.
 	EnvStartError = "RESTART_SUPERVISOR_START_ERROR"
+	// EnvInitSignals, "true", delivers signals to the workload as the
+	// kernel does to a PID namespace's init (supervise.Options.InitSignals).
+	// Users set it on the container; the injector leaves it alone.
+	EnvInitSignals = "RESTART_SUPERVISOR_INIT_SIGNALS"
 	// EnvLogFormat is not written by the injector; users
 	// set them on the container to change the supervisor's defaults.
 	EnvLogFormat = "RESTART_SUPERVISOR_LOG_FORMAT"

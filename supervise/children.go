@@ -2,9 +2,11 @@ package supervise
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 )
 
 // statReadLimit bounds what is read of /proc/PID/stat: the parent pid
@@ -91,4 +93,28 @@ func parentOf(statPath string, buf []byte) int {
 	}
 	ppid, _ := strconv.Atoi(string(fields[1]))
 	return ppid
+}
+
+// catches reports whether process pid has a handler installed for sig,
+// from the SigCgt mask of /proc/PID/status (bit N-1 for signal N). When
+// the mask cannot be read the signal is delivered: losing a stop request
+// is worse than delivering one the kernel would have dropped.
+func catches(pid int, sig syscall.Signal) bool {
+	f, err := os.Open(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+	if err != nil {
+		return true
+	}
+	defer f.Close()
+	buf := make([]byte, 4096) // SigCgt is in the first 1.5 KiB
+	n, _ := io.ReadFull(f, buf)
+	for _, line := range bytes.Split(buf[:n], []byte{'\n'}) {
+		if v, ok := bytes.CutPrefix(line, []byte("SigCgt:")); ok {
+			mask, err := strconv.ParseUint(string(bytes.TrimSpace(v)), 16, 64)
+			if err != nil {
+				return true
+			}
+			return mask&(1<<(uint(sig)-1)) != 0
+		}
+	}
+	return true
 }

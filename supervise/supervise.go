@@ -77,6 +77,16 @@ type Options struct {
 	// every change of State.
 	OnChange func(State)
 
+	// InitSignals delivers signals from outside as the kernel delivers
+	// them to a PID namespace's init, which is what the workload is in a
+	// container without the supervisor: to the workload's own process
+	// only, and only when it has a handler installed for that signal. A
+	// workload without a SIGTERM handler then ignores the runtime's stop
+	// and is SIGKILLed at the end of the grace period (exit 137), as it
+	// would be natively; by default it dies of SIGTERM at once (143), as
+	// under tini. SIGKILL from the supervisor itself is not affected.
+	InitSignals bool
+
 	// Resume, when set, is the container's back-off as an earlier
 	// supervisor of the same container left it when it handed an exit
 	// over to the kubelet. The kubelet keeps one CrashLoopBackOff per
@@ -414,7 +424,22 @@ func (s *supervisor) onSignal(sig syscall.Signal) {
 		s.log.Debug("no workload is running; signal dropped", "signal", unix.SignalName(sig))
 		return
 	}
-	s.forward(s.proc.pid, sig)
+	s.deliver(sig)
+}
+
+// deliver passes a signal from outside on to the running workload.
+func (s *supervisor) deliver(sig syscall.Signal) {
+	if !s.o.InitSignals {
+		s.forward(s.proc.pid, sig)
+		return
+	}
+	if !catches(s.proc.pid, sig) {
+		s.log.Debug("the workload has no handler for the signal; dropped, as for a PID namespace's init", "signal", unix.SignalName(sig))
+		return
+	}
+	if err := unix.Kill(s.proc.pid, sig); err != nil && err != unix.ESRCH {
+		s.log.Warn("cannot forward signal", "signal", unix.SignalName(sig), "pid", s.proc.pid, "err", err)
+	}
 }
 
 // forward sends sig to the whole process group, so that a shell's jobs get
@@ -441,7 +466,7 @@ func (s *supervisor) onStop(sig syscall.Signal) {
 		if first {
 			s.log.Info("stop requested; forwarding to the workload", "signal", unix.SignalName(sig), "pid", s.proc.pid, "gracePeriod", s.o.GracePeriod)
 		}
-		s.forward(s.proc.pid, sig)
+		s.deliver(sig)
 		if s.grace == nil && s.o.GracePeriod > 0 {
 			s.armGrace(s.proc.pid)
 		}

@@ -47,6 +47,7 @@ const (
 	envStopSignals      = contract.EnvStopSignals
 	envGracePeriod      = contract.EnvGracePeriod
 	envStartError       = contract.EnvStartError
+	envInitSignals      = contract.EnvInitSignals
 
 	// defaultGracePeriod is the pod default terminationGracePeriodSeconds.
 	defaultGracePeriod = 30 * time.Second
@@ -102,6 +103,7 @@ flags:
 type cliFlags struct {
 	config, logFormat, stateDir, name, termPath, stopSignals, startError string
 	grace                                                                string
+	initSignals                                                          bool
 }
 
 func supervisorCmd(args []string) int {
@@ -110,6 +112,7 @@ func supervisorCmd(args []string) int {
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&f.config, "config", "", "restart configuration file, YAML or JSON (default: $"+envConfig+")")
 	fs.StringVar(&f.grace, "grace-period", os.Getenv(envGracePeriod), "after a stop signal, SIGKILL the workload's process group if it is still running after this long; 0: never, the container runtime does it (default: 0 as PID 1, else 30s) ($"+envGracePeriod+")")
+	fs.BoolVar(&f.initSignals, "init-signals", os.Getenv(envInitSignals) == "true", "deliver signals to the workload as the kernel does to a container's PID 1: to its own process only, and only when it has a handler ($"+envInitSignals+"=true)")
 	fs.StringVar(&f.startError, "start-error", os.Getenv(envStartError), "a command that cannot be executed: \"kubelet\" judges exit code 128 by the rules as the kubelet does, \"shell\" exits 127/126 at once (default: kubelet inside a Kubernetes pod, else shell) ($"+envStartError+")")
 	fs.StringVar(&f.logFormat, "log-format", envOr(envLogFormat, "text"), "log format on stderr: text or json ($"+envLogFormat+")")
 	fs.StringVar(&f.stateDir, "state-dir", os.Getenv(envStateDir), "directory for the status file shared by the pod's containers ($"+envStateDir+")")
@@ -202,6 +205,7 @@ func supervisorCmd(args []string) int {
 		Rules:          current,
 		GracePeriod:    grace,
 		StartErrorCode: startErrorCode,
+		InitSignals:    f.initSignals,
 		StopSignals:    stops,
 		Log:            logger,
 		Pod:            pod.Restarter(),

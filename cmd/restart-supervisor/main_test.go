@@ -903,3 +903,38 @@ exec sleep 60
 	second.signal(syscall.SIGTERM)
 	second.wait(10 * time.Second)
 }
+
+// TestInitSignals: natively the workload is its PID namespace's init, and
+// a SIGTERM from the runtime reaches it only if it has a handler. With
+// --init-signals, sleep (no handler) ignores the stop and is killed at the
+// end of the grace period (137), a shell with a trap gets it (0); by
+// default sleep dies of SIGTERM at once (143).
+func TestInitSignals(t *testing.T) {
+	dir := t.TempDir()
+	trap := writeFile(t, dir, "trap.sh", "#!/bin/sh\ntrap 'exit 0' TERM\necho ok > "+dir+"/ready\nwhile :; do sleep 0.02; done\n", 0o755)
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		ready func() bool
+		want  int
+	}{
+		{"sleep, init signals", []string{"--init-signals", "--grace-period", "500ms", "--", "sleep", "60"}, nil, 137},
+		{"sleep, default", []string{"--grace-period", "5s", "--", "sleep", "60"}, nil, 143},
+		{"trap, init signals", []string{"--init-signals", "--grace-period", "5s", "--", trap}, func() bool {
+			_, err := os.Stat(filepath.Join(dir, "ready"))
+			return err == nil
+		}, 0},
+	} {
+		s := start(t, nil, append([]string{bin}, tc.args...)...)
+		s.waitLog("workload started", 10*time.Second)
+		if tc.ready != nil {
+			waitFor(t, "workload ready", 10*time.Second, tc.ready)
+		} else {
+			time.Sleep(100 * time.Millisecond)
+		}
+		s.signal(syscall.SIGTERM)
+		if st := s.wait(10 * time.Second); st != tc.want {
+			t.Errorf("%s: exit status %d, want %d", tc.name, st, tc.want)
+		}
+	}
+}
