@@ -10,8 +10,9 @@
 // status`, an upgraded webhook finding an injected pod), these values are
 // also a compatibility surface: change them only with a migration in mind.
 //
-// The package imports nothing, so the supervisor binary can use it without
-// pulling in Kubernetes or networking code.
+// The package imports nothing but the standard library and
+// golang.org/x/sys (for signal names), so the supervisor binary can use it
+// without pulling in Kubernetes or networking code.
 package contract
 
 // Environment the injector and the Docker helper set on a wrapped container

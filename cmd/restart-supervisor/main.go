@@ -285,7 +285,7 @@ func parseStopSignals(list string) ([]syscall.Signal, error) {
 		if name == "" {
 			continue
 		}
-		sig, ok := supervise.ParseSignal(name)
+		sig, ok := contract.ParseSignal(name)
 		if !ok || sig == syscall.SIGKILL || sig == syscall.SIGSTOP || sig == syscall.SIGCHLD {
 			return nil, fmt.Errorf("unsupported signal %q", name)
 		}
