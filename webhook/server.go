@@ -1,8 +1,10 @@
 // Package webhook owns the admission webhook server of restart-injector: the
 // admission/v1 handler that turns the injector's mutation into a JSON patch,
 // serving-certificate loading and hot reload, the self-managed CA mode, the
-// detection of clusters that honour restartPolicyRules natively, and the
-// health and metrics endpoints. The pod mutation itself lives in injector/.
+// detection of clusters that honour restartPolicyRules natively, the
+// health and metrics endpoints, and Run, which wires all of these into the
+// process that `restart-injector serve` starts. The pod mutation itself
+// lives in injector/.
 //
 // It is built on net/http and the k8s.io/api admission types rather than
 // controller-runtime's webhook package: one handler, one decode, and an
