@@ -7,19 +7,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"runtime"
 	"time"
 
 	"github.com/restart-supervisor/restart-supervisor/dockerrun"
 )
-
-func init() {
-	register("docker-args", "print the docker run arguments that run an image under restart-supervisor",
-		func(ctx context.Context, args []string) int {
-			return dockerArgs(ctx, args, os.Stdin, os.Stdout, os.Stderr)
-		})
-}
 
 const dockerArgsUsage = `usage: restart-injector docker-args IMAGE [flags] [-- ARGS...]
 

@@ -17,10 +17,6 @@ import (
 	"github.com/restart-supervisor/restart-supervisor/webhook"
 )
 
-func init() {
-	register("serve", "run the mutating admission webhook (HTTPS)", runServe)
-}
-
 func runServe(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.Usage = func() {
