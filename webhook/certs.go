@@ -94,6 +94,7 @@ func (w *CertWatcher) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, er
 // anything missed. Where inotify cannot be set up, including a directory
 // that does not exist yet (a volume still being populated), the directory
 // is polled; a poll that first sees the directory switches to inotify.
+// Only one Watch may run at a time for a CertWatcher.
 func (w *CertWatcher) Watch(ctx context.Context) error {
 	dw := w.newDirWatch()
 	defer func() { dw.Close() }()
