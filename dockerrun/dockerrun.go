@@ -6,9 +6,11 @@
 //
 // Docker does not tell a container what its image's ENTRYPOINT was, and
 // `docker run --entrypoint` also drops the image's CMD, so both have to be
-// read from the image config and written out again; this package owns that
-// and the shell quoting of the result. It does no I/O except where a function
-// says it asks the local engine.
+// read from the image config and written out again; this package owns that,
+// the shell quoting of the result, and (in Build) gathering what goes in:
+// the validated rules document, the supervisor binary, and the image config
+// from the local engine or the image's registry. Args, Command and
+// ShellQuote do no I/O.
 package dockerrun
 
 import (

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestArgsBindMount(t *testing.T) {
@@ -141,5 +142,32 @@ func TestInspectLocalErrors(t *testing.T) {
 	_, err = InspectLocal(t.Context(), "", "restart-supervisor-test/does-not-exist:none")
 	if !errors.Is(err, ErrNoSuchImage) {
 		t.Errorf("absent image: err = %v, want ErrNoSuchImage", err)
+	}
+}
+
+// Mistakes in the request are usage errors, found before anything is read:
+// neither the rules file nor the docker CLI named here exists.
+func TestBuildUsageErrorsComeFirst(t *testing.T) {
+	base := Request{Image: "app:1", RulesFile: "/nonexistent.yaml", DockerCLI: "/nonexistent/docker"}
+	for _, tc := range []struct {
+		edit func(*Request)
+		want string
+	}{
+		{func(r *Request) { r.Source = "store" }, `--source: unsupported value "store"`},
+		{func(r *Request) { r.LogFormat = "xml" }, `--log-format: unsupported value "xml"`},
+		{func(r *Request) { r.GracePeriod = -time.Second }, "--grace-period: must not be negative"},
+		{func(r *Request) { r.Supervisor, r.Volume = "/bin/true", "v" }, "give only one of them"},
+	} {
+		r := base
+		tc.edit(&r)
+		_, err := Build(t.Context(), r)
+		if _, ok := errors.AsType[*UsageError](err); !ok || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Build: %v; want a usage error with %q", err, tc.want)
+		}
+	}
+	if _, err := Build(t.Context(), base); err == nil || !strings.Contains(err.Error(), "--rules: open /nonexistent.yaml") {
+		t.Errorf("Build with a missing rules file: %v", err)
+	} else if _, ok := errors.AsType[*UsageError](err); ok {
+		t.Errorf("a missing rules file is reported as a usage error: %v", err)
 	}
 }

@@ -7,11 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sync/atomic"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
+	"github.com/restart-supervisor/restart-supervisor/internal/dirwatch"
 )
 
 // CertFiles names the serving certificate and key inside a directory, as a
@@ -33,6 +34,12 @@ type CertWatcher struct {
 	cert atomic.Pointer[tls.Certificate]
 	// onLoad is called after every successful load with the leaf's expiry.
 	onLoad func(notAfter time.Time)
+
+	// Used by Watch only.
+	forcePoll    bool          // tests: poll even where inotify works
+	poll         time.Duration // poll interval; 0 means 2s
+	watchRetried bool          // inotify was tried again once the directory appeared
+	seen         string        // the files as the last reload attempt read them
 }
 
 // NewCertWatcher returns a watcher for dir. It does not read anything yet.
@@ -80,52 +87,73 @@ func (w *CertWatcher) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, er
 	return c, nil
 }
 
-// Watch reloads the key pair on every change in the directory until ctx is
-// done. Any event triggers a re-read (the symlink swap produces Create/Remove
-// events on `..data` and on the timestamped directory, never a Write on
-// tls.crt), and a slow periodic re-read covers missed events.
+// Watch reloads the key pair whenever the directory may have changed,
+// until ctx is done. Any change triggers a re-read (the symlink swap
+// produces Create/Remove events on `..data` and on the timestamped
+// directory, never a Write on tls.crt), and a slow periodic re-read covers
+// anything missed. Where inotify cannot be set up, including a directory
+// that does not exist yet (a volume still being populated), the directory
+// is polled; a poll that first sees the directory switches to inotify.
+// Only one Watch may run at a time for a CertWatcher.
 func (w *CertWatcher) Watch(ctx context.Context) error {
-	fw, err := fsnotify.NewWatcher()
-	if err != nil {
-		return fmt.Errorf("watch %s: %w", w.dir, err)
+	dw := w.newDirWatch()
+	defer func() { dw.Close() }()
+	if dw.Polling() {
+		w.log.Warn("cannot watch certificate directory; polling it", "dir", w.dir, "every", w.pollInterval())
 	}
-	defer fw.Close()
-	// The directory may not exist yet (a volume still being populated):
-	// keep trying, loading whatever appears.
-	for err := fw.Add(w.dir); err != nil; err = fw.Add(w.dir) {
-		w.log.Warn("cannot watch certificate directory yet; retrying", "dir", w.dir, "err", err)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(2 * time.Second):
-		}
-	}
-	if err := w.Load(); err != nil {
-		w.log.Debug("certificate not loadable yet", "err", err)
-	}
+	w.reloadIfChanged("watch started")
 	resync := time.NewTicker(time.Minute)
 	defer resync.Stop()
-	reload := func(why string) {
-		if err := w.Load(); err != nil {
-			w.log.Warn("serving certificate not reloaded; keeping the previous one", "reason", why, "err", err)
-		}
-	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case ev, ok := <-fw.Events:
-			if !ok {
-				return nil
+		case <-dw.C():
+			if dw.Polling() && !w.forcePoll && !w.watchRetried {
+				if _, err := os.Stat(w.dir); err == nil {
+					// The directory appeared: inotify may work now. Tried
+					// once, so a kernel without inotify is not asked on
+					// every poll.
+					w.watchRetried = true
+					if next := w.newDirWatch(); !next.Polling() {
+						dw.Close()
+						dw = next
+						w.log.Info("watching certificate directory", "dir", w.dir)
+					} else {
+						next.Close()
+					}
+				}
 			}
-			reload(ev.String())
-		case err, ok := <-fw.Errors:
-			if !ok {
-				return nil
-			}
-			w.log.Warn("certificate directory watch error", "dir", w.dir, "err", err)
+			w.reloadIfChanged("directory changed")
 		case <-resync.C:
-			reload("periodic resync")
+			w.reloadIfChanged("periodic resync")
 		}
+	}
+}
+
+func (w *CertWatcher) pollInterval() time.Duration {
+	if w.poll > 0 {
+		return w.poll
+	}
+	return 2 * time.Second
+}
+
+func (w *CertWatcher) newDirWatch() *dirwatch.Watcher {
+	return dirwatch.New(w.dir, dirwatch.Options{ForcePoll: w.forcePoll, PollInterval: w.pollInterval()})
+}
+
+// reloadIfChanged loads the key pair unless the files hold what the last
+// attempt read: a kubelet swap signals several times, a poll signals on
+// every tick, and a broken pair should be reported once, not on each.
+func (w *CertWatcher) reloadIfChanged(why string) {
+	cert, certErr := os.ReadFile(filepath.Join(w.dir, CertFile))
+	key, keyErr := os.ReadFile(filepath.Join(w.dir, KeyFile))
+	seen := string(cert) + "\x00" + string(key) + "\x00" + fmt.Sprint(certErr, keyErr)
+	if seen == w.seen {
+		return
+	}
+	w.seen = seen
+	if err := w.Load(); err != nil {
+		w.log.Warn("serving certificate not reloaded; keeping the previous one", "reason", why, "err", err)
 	}
 }

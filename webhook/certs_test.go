@@ -75,7 +75,14 @@ func servedName(t *testing.T, w *CertWatcher) string {
 	return leaf.Subject.CommonName
 }
 
+// The ..data swap is picked up both through inotify and by polling, the
+// fallback where inotify cannot be set up.
 func TestCertReloadOnSecretSymlinkSwap(t *testing.T) {
+	t.Run("inotify", func(t *testing.T) { testCertReloadOnSwap(t, false) })
+	t.Run("poll", func(t *testing.T) { testCertReloadOnSwap(t, true) })
+}
+
+func testCertReloadOnSwap(t *testing.T, poll bool) {
 	dir := t.TempDir()
 	vol := &secretVolume{t: t, dir: dir}
 	s1, ca1 := servingPair(t, "first.example")
@@ -84,6 +91,7 @@ func TestCertReloadOnSecretSymlinkSwap(t *testing.T) {
 	var expiries []time.Time
 	loaded := make(chan time.Time, 16)
 	w := NewCertWatcher(dir, testLogger(t), func(nt time.Time) { loaded <- nt })
+	w.forcePoll, w.poll = poll, 50*time.Millisecond
 	if _, err := w.GetCertificate(nil); err == nil {
 		t.Fatal("certificate served before any load")
 	}
@@ -129,6 +137,42 @@ func TestCertReloadOnSecretSymlinkSwap(t *testing.T) {
 	}
 	if len(expiries) < 2 {
 		t.Errorf("onLoad called %d times", len(expiries))
+	}
+}
+
+// A directory that does not exist when the watch starts is served from as
+// soon as it is filled, and a later swap in it is still seen.
+func TestCertWatchDirectoryAppearsLater(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "tls")
+	w := NewCertWatcher(dir, testLogger(t), nil)
+	w.poll = 50 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Watch(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if w.Loaded() {
+		t.Fatal("loaded a certificate from a missing directory")
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	vol := &secretVolume{t: t, dir: dir}
+	for i, name := range []string{"first.example", "second.example"} {
+		s, ca := servingPair(t, name)
+		vol.publish(s, ca)
+		deadline := time.Now().Add(10 * time.Second)
+		for !w.Loaded() || servedName(t, w) != name {
+			if time.Now().After(deadline) {
+				t.Fatalf("update %d: %s not served", i, name)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
 }
 

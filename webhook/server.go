@@ -1,10 +1,12 @@
 // Package webhook owns the admission webhook server of restart-injector: the
 // admission/v1 handler that turns the injector's mutation into a JSON patch,
 // serving-certificate loading and hot reload, the self-managed CA mode, the
-// detection of clusters that honour restartPolicyRules natively, and the
-// health and metrics endpoints. Every mutation, of pods and of workload pod
-// templates, lives in injector/; the webhook adds HTTP and, for workloads,
-// the check whether the API server keeps restartPolicyRules at all.
+// detection of clusters that honour restartPolicyRules natively, the
+// health and metrics endpoints, and Run, which wires all of these into the
+// process that `restart-injector serve` starts. Every mutation, of pods and
+// of workload pod templates, lives in injector/; the webhook adds HTTP and,
+// for workloads, the check whether the API server keeps restartPolicyRules
+// at all.
 //
 // It is built on net/http and the k8s.io/api admission types rather than
 // controller-runtime's webhook package: one handler, one decode, and an

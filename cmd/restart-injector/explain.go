@@ -1,22 +1,15 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/restart-supervisor/restart-supervisor/injector"
 )
-
-func init() {
-	register("explain", "print, per container, what each exit code leads to once injected",
-		func(ctx context.Context, args []string) int { return runExplain(args, os.Stdin, os.Stdout, os.Stderr) })
-}
 
 const explainUsage = `usage: restart-injector explain -f FILE|DIR|- [-f ...]
 

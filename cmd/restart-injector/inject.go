@@ -21,13 +21,6 @@ import (
 	"github.com/restart-supervisor/restart-supervisor/injector"
 )
 
-func init() {
-	register("inject", "rewrite manifests so containers with restart rules run under restart-supervisor",
-		func(ctx context.Context, args []string) int {
-			return runInject(ctx, args, os.Stdin, os.Stdout, os.Stderr)
-		})
-}
-
 const injectUsage = `usage: restart-injector inject -f FILE|DIR|- [-f ...] [flags]
 
 Reads Kubernetes manifests (multi-document YAML or JSON, List objects,

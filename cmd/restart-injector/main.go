@@ -1,7 +1,8 @@
 // Command restart-injector rewrites Kubernetes pods and workload templates so
-// that containers carrying restart rules run under restart-supervisor. Each
-// subcommand lives in its own file and registers itself in init(), so the
-// offline tools (inject, explain) and the admission webhook share one binary.
+// that containers carrying restart rules run under restart-supervisor. The
+// offline tools (inject, explain, docker-args) and the admission webhook
+// (serve) share one binary; the subcommands table below lists them all, and
+// each lives in its own file.
 //
 // Exit codes: 0 success; 1 failure (invalid rules, unresolvable image,
 // unreadable input, server error); 2 usage error (unknown subcommand or flag).
@@ -13,7 +14,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"sort"
 	"syscall"
 )
 
@@ -26,31 +26,32 @@ const (
 
 type subcommand struct {
 	name    string
-	summary string
+	summary string // one line, shown in the usage text
 	run     func(ctx context.Context, args []string) int
 }
 
-var subcommands = map[string]subcommand{}
-
-// register adds a subcommand. It is called from init() in the file that
-// implements the subcommand; a duplicate name is a programming error.
-func register(name, summary string, run func(ctx context.Context, args []string) int) {
-	if _, dup := subcommands[name]; dup {
-		panic("restart-injector: subcommand registered twice: " + name)
-	}
-	subcommands[name] = subcommand{name, summary, run}
+// subcommands is every command of the binary, in the order the usage text
+// lists them.
+var subcommands = []subcommand{
+	{"docker-args", "print the docker run arguments that run an image under restart-supervisor",
+		func(ctx context.Context, args []string) int {
+			return dockerArgs(ctx, args, os.Stdin, os.Stdout, os.Stderr)
+		}},
+	{"explain", "print, per container, what each exit code leads to once injected",
+		func(ctx context.Context, args []string) int { return runExplain(args, os.Stdin, os.Stdout, os.Stderr) }},
+	{"inject", "rewrite manifests so containers with restart rules run under restart-supervisor",
+		func(ctx context.Context, args []string) int {
+			return runInject(ctx, args, os.Stdin, os.Stdout, os.Stderr)
+		}},
+	{"serve", "run the mutating admission webhook (HTTPS)", runServe},
+	{"version", "print the version, Go version and platform", runVersion},
 }
 
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: restart-injector COMMAND [flags]")
 	fmt.Fprintln(w, "\ncommands:")
-	names := make([]string, 0, len(subcommands))
-	for n := range subcommands {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(w, "  %-12s %s\n", n, subcommands[n].summary)
+	for _, sc := range subcommands {
+		fmt.Fprintf(w, "  %-12s %s\n", sc.name, sc.summary)
 	}
 	fmt.Fprintln(w, "\nRun 'restart-injector COMMAND -h' for the flags of a command.")
 	fmt.Fprintln(w, "Exit status: 0 ok, 1 failure (invalid rules, unresolvable image, I/O), 2 usage error.")
@@ -73,11 +74,12 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		usage(stdout)
 		return exitOK
 	}
-	sc, ok := subcommands[args[0]]
-	if !ok {
-		fmt.Fprintf(stderr, "restart-injector: unknown command %q\n", args[0])
-		usage(stderr)
-		return exitUsage
+	for _, sc := range subcommands {
+		if sc.name == args[0] {
+			return sc.run(ctx, args[1:])
+		}
 	}
-	return sc.run(ctx, args[1:])
+	fmt.Fprintf(stderr, "restart-injector: unknown command %q\n", args[0])
+	usage(stderr)
+	return exitUsage
 }

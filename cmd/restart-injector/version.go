@@ -9,17 +9,14 @@ import (
 	"github.com/restart-supervisor/restart-supervisor/contract"
 )
 
-// The version subcommand prints the line `restart-supervisor version`
-// prints, from the same stamped variable, so that the injector and the
-// supervisor of one build can be matched.
-func init() {
-	register("version", "print the version, Go version and platform",
-		func(ctx context.Context, args []string) int {
-			if len(args) > 0 {
-				fmt.Fprintln(os.Stderr, "usage: restart-injector version")
-				return exitUsage
-			}
-			fmt.Printf("restart-injector %s %s %s/%s\n", contract.Version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
-			return exitOK
-		})
+// runVersion prints the line `restart-supervisor version` prints, from the
+// same stamped variable, so that the injector and the supervisor of one
+// build can be matched.
+func runVersion(_ context.Context, args []string) int {
+	if len(args) > 0 {
+		fmt.Fprintln(os.Stderr, "usage: restart-injector version")
+		return exitUsage
+	}
+	fmt.Printf("restart-injector %s %s %s/%s\n", contract.Version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	return exitOK
 }

@@ -71,19 +71,38 @@ var tightenGC = sync.OnceFunc(func() {
 	}
 })
 
+// subcommand is a mode of the binary other than supervising, chosen by the
+// first argument; any other first argument is a flag of the supervisor or
+// "--".
+type subcommand struct {
+	name     string
+	synopsis string // the arguments, for the usage text
+	summary  string // one line, for the usage text
+	run      func(args []string) int
+}
+
+// subcommands is every subcommand, in the order the usage text lists them.
+var subcommands = []subcommand{
+	{"install", "DIR", "copy this binary into DIR (the injected init container's job)", installCmd},
+	{"version", "", "print the version", versionCmd},
+	{"status", "[--json]", "print the status of every supervised container of the pod",
+		func(args []string) int { return statusCmd(args, os.Stdout, os.Stderr) }},
+}
+
 func run(args []string) int {
 	if len(args) > 0 {
-		switch args[0] {
-		case "install":
-			return installCmd(args[1:])
-		case "version":
-			fmt.Printf("restart-supervisor %s %s %s/%s\n", contract.Version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
-			return 0
-		case "status":
-			return statusCmd(args[1:], os.Stdout, os.Stderr)
+		for _, sc := range subcommands {
+			if sc.name == args[0] {
+				return sc.run(args[1:])
+			}
 		}
 	}
 	return supervisorCmd(args)
+}
+
+func versionCmd([]string) int {
+	fmt.Printf("restart-supervisor %s %s %s/%s\n", contract.Version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	return 0
 }
 
 // usageError prints one line and returns the usage exit status.
@@ -92,13 +111,16 @@ func usageError(format string, a ...any) int {
 	return exitUsage
 }
 
-const usage = `usage: restart-supervisor [flags] -- COMMAND [ARGS...]
-       restart-supervisor install DIR
-       restart-supervisor version
-       restart-supervisor status [--json]
-
-flags:
-`
+// usage is the text of --help, before the flags.
+func usage() string {
+	var b strings.Builder
+	b.WriteString("usage: restart-supervisor [flags] -- COMMAND [ARGS...]\n")
+	for _, sc := range subcommands {
+		fmt.Fprintf(&b, "       %-36s %s\n", strings.TrimSpace("restart-supervisor "+sc.name+" "+sc.synopsis), sc.summary)
+	}
+	b.WriteString("\nflags:\n")
+	return b.String()
+}
 
 type cliFlags struct {
 	config, logFormat, stateDir, name, termPath, stopSignals, startError string
@@ -121,7 +143,7 @@ func supervisorCmd(args []string) int {
 	fs.StringVar(&f.stopSignals, "stop-signals", envOr(envStopSignals, "SIGTERM,SIGINT"), "comma-separated signals that stop the container instead of being only forwarded ($"+envStopSignals+")")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Print(usage)
+			fmt.Print(usage())
 			fs.SetOutput(os.Stdout)
 			fs.PrintDefaults()
 			return 0

@@ -4,7 +4,8 @@
 // shared between the pod's containers and a ConfigMap volume, on kernels
 // and in containers where inotify may be missing or its instance limit
 // used up; a supervisor that stopped noticing there would be worse than a
-// slow one.
+// slow one. The webhook watches its serving certificate's Secret volume
+// with it for the same reason.
 //
 // It does not say what changed. Its owner looks again on each signal and
 // compares with what it saw last, which also answers the events inotify

@@ -1,0 +1,385 @@
+package webhook
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/restart-supervisor/restart-supervisor/contract"
+	"github.com/restart-supervisor/restart-supervisor/injector"
+)
+
+// CertMode says where the serving certificate comes from.
+type CertMode string
+
+const (
+	// CertFiles reads the certificate from a directory that something
+	// else fills, normally a Secret volume issued by cert-manager.
+	CertFiles CertMode = "files"
+	// CertSelf creates a CA, keeps it in a Secret, issues the serving
+	// certificate itself and patches the webhook configuration's caBundle.
+	CertSelf CertMode = "self"
+)
+
+// Config is what Run serves with. Fields left at their zero value take the
+// defaults of `restart-injector serve` unless their comment says otherwise.
+type Config struct {
+	// Listen is the TCP address of the HTTPS admission endpoint (/mutate).
+	// If Listen is empty, Run listens on ":8443".
+	Listen string
+	// HealthListen is the TCP address of the plain-HTTP /healthz, /readyz
+	// and /metrics endpoint. If HealthListen is empty, Run listens on
+	// ":8081".
+	HealthListen string
+
+	// CertDir is the directory holding tls.crt and tls.key, reloaded when
+	// it changes; CertSelf writes them there. If CertDir is empty,
+	// "/etc/restart-injector/tls" is used.
+	CertDir string
+	// CertMode is CertFiles or CertSelf. If CertMode is empty, CertFiles
+	// is used: Run stays up, reporting not ready, until a certificate
+	// appears in CertDir. Any other value makes Run fail.
+	CertMode CertMode
+	// Namespace is the webhook's own namespace: CertSelf keeps its CA
+	// Secret there, and the native-mode detector dry-runs its probe pod
+	// there. If Namespace is empty, Run uses PodNamespace; if that is
+	// empty too, Run fails when CertMode is CertSelf or Native is
+	// NativeAuto, and otherwise does without the detector.
+	Namespace string
+	// Service is the name of the webhook's Service, whose DNS names
+	// CertSelf issues the certificate for. If Service is empty,
+	// "restart-injector" is used.
+	Service string
+	// WebhookConfig is the MutatingWebhookConfiguration whose caBundle
+	// CertSelf patches. If WebhookConfig is empty, "restart-injector" is
+	// used.
+	WebhookConfig string
+	// CASecret is the Secret in Namespace where CertSelf keeps its CA. If
+	// CASecret is empty, "restart-injector-ca" is used.
+	CASecret string
+	// ExtraSANs are DNS names and IP addresses the self-managed
+	// certificate is also issued for; empty entries are skipped. CertFiles
+	// ignores them.
+	ExtraSANs []string
+
+	// Native is NativeOff (always inject), NativeAuto (inject until the
+	// cluster is seen to honour restartPolicyRules) or NativeOn (never
+	// inject). If Native is empty, NativeAuto is used. Any other value
+	// makes Run fail.
+	Native NativeMode
+	// NativeInterval is how often the cluster is checked again. If
+	// NativeInterval is zero, it is five minutes.
+	NativeInterval time.Duration
+
+	// OnEntrypointError is what happens to a pod whose image entrypoint
+	// cannot be resolved: EntrypointDeny or EntrypointAllow. If it is
+	// empty, EntrypointDeny is used. Any other value makes Run fail.
+	OnEntrypointError EntrypointPolicy
+	// RegistryLookup makes Run look up the entrypoint of images for
+	// containers without command, with the pods' imagePullSecrets when the
+	// API server is reachable. If RegistryLookup is false, such
+	// containers need the entrypoint annotation.
+	RegistryLookup bool
+	// LookupTimeout bounds one registry lookup; keep it below the
+	// webhook's timeoutSeconds. If LookupTimeout is zero, it is five
+	// seconds.
+	LookupTimeout time.Duration
+
+	// SupervisorImage is the image of the install init container. If it
+	// is empty, injector.ImageRepository:contract.Version is used.
+	SupervisorImage string
+	// ImagePullPolicy is the install container's imagePullPolicy. If it is
+	// empty, the API server's defaulting decides.
+	ImagePullPolicy corev1.PullPolicy
+	// VolumeMedium is the medium of the injected emptyDirs. If it is
+	// empty, they live on the node's disk.
+	VolumeMedium corev1.StorageMedium
+
+	// Kubeconfig is the file Run reads API access from. If Kubeconfig is
+	// empty, the in-cluster configuration is used. The API server is only
+	// contacted when CertMode is CertSelf, Native is NativeAuto or
+	// RegistryLookup is set.
+	Kubeconfig string
+
+	// Log receives everything Run reports. If Log is nil, slog.Default()
+	// is used.
+	Log *slog.Logger
+	// ShutdownDelay is how long Run keeps serving, reporting not ready,
+	// once ctx is done, so the API server stops choosing this replica
+	// first. If ShutdownDelay is zero, Run stops accepting at once.
+	ShutdownDelay time.Duration
+	// ShutdownTimeout bounds the drain of in-flight reviews. If it is
+	// zero, it is twenty seconds.
+	ShutdownTimeout time.Duration
+}
+
+// serviceAccountNamespaceFile is where the kubelet tells a pod its
+// namespace when the service account token is mounted.
+const serviceAccountNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// PodNamespace returns the namespace this process's pod runs in: the
+// POD_NAMESPACE variable (set from the downward API), else the service
+// account's namespace file. It returns "" outside a pod.
+func PodNamespace() string {
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	if b, err := os.ReadFile(serviceAccountNamespaceFile); err == nil {
+		return strings.TrimSpace(string(b))
+	}
+	return ""
+}
+
+// withDefaults fills the zero fields and rejects values Run cannot serve
+// with.
+func (c Config) withDefaults() (Config, error) {
+	def := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	def(&c.Listen, ":8443")
+	def(&c.HealthListen, ":8081")
+	def(&c.CertDir, "/etc/restart-injector/tls")
+	def(&c.Service, "restart-injector")
+	def(&c.WebhookConfig, "restart-injector")
+	def(&c.CASecret, "restart-injector-ca")
+	def((*string)(&c.CertMode), string(CertFiles))
+	def((*string)(&c.Native), string(NativeAuto))
+	def((*string)(&c.OnEntrypointError), string(EntrypointDeny))
+	def(&c.Namespace, PodNamespace())
+	if c.Log == nil {
+		c.Log = slog.Default()
+	}
+	switch {
+	case c.CertMode != CertFiles && c.CertMode != CertSelf:
+		return c, fmt.Errorf("certificate mode %q is not one of files, self", c.CertMode)
+	case c.Native != NativeOff && c.Native != NativeAuto && c.Native != NativeOn:
+		return c, fmt.Errorf("native mode %q is not one of off, auto, on", c.Native)
+	case c.OnEntrypointError != EntrypointDeny && c.OnEntrypointError != EntrypointAllow:
+		return c, fmt.Errorf("entrypoint policy %q is not one of deny, allow", c.OnEntrypointError)
+	case c.Namespace == "" && (c.CertMode == CertSelf || c.Native == NativeAuto):
+		return c, errors.New("the webhook's namespace is needed by self-managed certificates and native auto mode, and is unknown outside a pod")
+	}
+	return c, nil
+}
+
+// Run serves admission reviews until ctx is done, then drains as
+// Server.Serve does. It owns everything a webhook process needs: the API
+// client, the registry resolver, the serving certificate (loaded, watched
+// and, in CertSelf mode, issued and renewed), native-mode detection, the
+// metrics and both listeners. It returns an error when it cannot start or
+// stops on a failure, and nil after a clean drain.
+func Run(ctx context.Context, c Config) error {
+	c, err := c.withDefaults()
+	if err != nil {
+		return err
+	}
+	log := c.Log
+	registryReqs := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "restart_injector_registry_requests_total",
+		Help: "HTTP requests to image registries made by entrypoint lookups (cache misses), by method and status code.",
+	}, []string{"method", "code"})
+	lookups := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "restart_injector_entrypoint_lookups_total",
+		Help: "Image entrypoint lookups, by whether the resolver's cache answered them (cache=hit) or the registry was asked (cache=miss).",
+	}, []string{"cache"})
+	metrics := NewMetrics(registryReqs, lookups)
+
+	client, err := c.client()
+	if err != nil {
+		return err
+	}
+
+	opts := injector.Options{
+		SupervisorImage: c.SupervisorImage,
+		ImagePullPolicy: c.ImagePullPolicy,
+		VolumeMedium:    c.VolumeMedium,
+	}
+	if c.RegistryLookup {
+		ropts := injector.ResolverOptions{
+			Timeout:   c.LookupTimeout,
+			Transport: countingTransport{next: http.DefaultTransport, reqs: registryReqs},
+			Observe: func(hit bool) {
+				if hit {
+					lookups.WithLabelValues("hit").Inc()
+				} else {
+					lookups.WithLabelValues("miss").Inc()
+				}
+			},
+		}
+		if client != nil {
+			ropts.PullSecrets = func(ctx context.Context, namespace string, names []string) ([]corev1.Secret, error) {
+				var out []corev1.Secret
+				for _, n := range names {
+					s, err := client.CoreV1().Secrets(namespace).Get(ctx, n, metav1.GetOptions{})
+					if err != nil {
+						// The kubelet also tolerates a missing pull secret.
+						log.Debug("pull secret not readable", "namespace", namespace, "name", n, "err", err)
+						continue
+					}
+					out = append(out, *s)
+				}
+				return out, nil
+			}
+		}
+		opts.Resolver = injector.NewResolver(ropts)
+	}
+
+	certs := NewCertWatcher(c.CertDir, log, func(t time.Time) { metrics.CertExpiry.Set(float64(t.Unix())) })
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	if c.CertMode == CertSelf {
+		sm := &SelfManaged{
+			Client: client, Namespace: c.Namespace, CASecret: c.CASecret, WebhookConfig: c.WebhookConfig,
+			DNSNames: ServiceDNSNames(c.Service, c.Namespace), Dir: c.CertDir,
+		}
+		for _, san := range c.ExtraSANs {
+			switch san = strings.TrimSpace(san); {
+			case san == "":
+			case net.ParseIP(san) != nil:
+				sm.IPs = append(sm.IPs, san)
+			default:
+				sm.DNSNames = append(sm.DNSNames, san)
+			}
+		}
+		ca, serving, err := startSelfManaged(ctx, sm, log)
+		if err != nil {
+			return err
+		}
+		go sm.Maintain(ctx, ca, serving, time.Hour, func(err error) { log.Warn("self-managed certificates", "err", err) })
+	}
+	if err := certs.Load(); err != nil {
+		// cert-manager may not have issued the certificate yet: stay up,
+		// not ready, and pick it up when the Secret volume fills.
+		log.Warn("no serving certificate yet; not ready until one appears", "err", err)
+	}
+	go func() {
+		if err := certs.Watch(ctx); err != nil {
+			log.Error("certificate reload disabled", "err", err)
+		}
+	}()
+
+	h := &Handler{
+		Mutator:    injector.New(opts),
+		Entrypoint: c.OnEntrypointError,
+		Native:     c.Native,
+		Metrics:    metrics,
+		Log:        log,
+	}
+	if client != nil && c.Namespace != "" {
+		// Also outside auto mode: whether the API server keeps the fields
+		// decides if workload templates need the annotation carrier.
+		d := &NativeDetector{Client: client, Namespace: c.Namespace, Interval: c.NativeInterval, Log: log}
+		h.Fields = d
+		if h.Native == NativeAuto {
+			d.Metrics = metrics
+			h.NativeState = d
+		}
+		go d.Run(ctx)
+	}
+	if h.Native != NativeAuto {
+		metrics.NativeHonoured.Set(map[bool]float64{true: 1}[h.Native == NativeOn])
+	}
+
+	mutateLn, err := net.Listen("tcp", c.Listen)
+	if err != nil {
+		return fmt.Errorf("admission endpoint: %w", err)
+	}
+	healthLn, err := net.Listen("tcp", c.HealthListen)
+	if err != nil {
+		mutateLn.Close()
+		return fmt.Errorf("health endpoint: %w", err)
+	}
+	srv := &Server{Handler: h, Certs: certs, Metrics: metrics, Log: log,
+		ShutdownDelay: c.ShutdownDelay, ShutdownTimeout: c.ShutdownTimeout}
+	log.Info("restart-injector starting", "version", contract.Version, "certMode", c.CertMode,
+		"native", c.Native, "onEntrypointError", c.OnEntrypointError, "registryLookup", c.RegistryLookup)
+	return srv.Serve(ctx, mutateLn, healthLn)
+}
+
+// client connects to the API server when Run needs it at all: a
+// files-mode webhook with native mode off and no registry lookups runs
+// without any RBAC. A nil client without error means it is not needed, or
+// is only wanted for pull secrets and not available.
+func (c Config) client() (kubernetes.Interface, error) {
+	required := c.CertMode == CertSelf || c.Native == NativeAuto
+	if !required && !c.RegistryLookup {
+		return nil, nil
+	}
+	var cfg *rest.Config
+	var err error
+	if c.Kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		if required {
+			return nil, fmt.Errorf("API access (needed by self-managed certificates and native auto mode): %w", err)
+		}
+		c.Log.Warn("no API access: registry lookups will not use the pods' imagePullSecrets", "err", err)
+		return nil, nil
+	}
+	cfg.UserAgent = "restart-injector/" + contract.Version
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("API client: %w", err)
+	}
+	return client, nil
+}
+
+// countingTransport counts registry requests: the lookups that the
+// resolver's digest cache did not answer.
+type countingTransport struct {
+	next http.RoundTripper
+	reqs *prometheus.CounterVec
+}
+
+func (t countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := t.next.RoundTrip(r)
+	code := "error"
+	if err == nil {
+		code = fmt.Sprint(resp.StatusCode)
+	}
+	t.reqs.WithLabelValues(r.Method, code).Inc()
+	return resp, err
+}
+
+// startSelfManaged retries the first CA/caBundle round for a while: at
+// install time the API server may still be creating the Role binding.
+func startSelfManaged(ctx context.Context, sm *SelfManaged, log *slog.Logger) (KeyPair, KeyPair, error) {
+	delay := time.Second
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		ca, serving, err := sm.Start(ctx)
+		if err == nil {
+			log.Info("self-managed certificates ready", "caSecret", sm.Namespace+"/"+sm.CASecret,
+				"webhookConfiguration", sm.WebhookConfig, "dnsNames", sm.DNSNames)
+			return ca, serving, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return KeyPair{}, KeyPair{}, fmt.Errorf("self-managed certificates: %w", err)
+		}
+		log.Warn("self-managed certificates: retrying", "err", err, "in", delay)
+		select {
+		case <-ctx.Done():
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 15*time.Second)
+	}
+}
