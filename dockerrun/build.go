@@ -250,7 +250,7 @@ func pickPlatform(image string, res *injector.ResolvedImage, platform string) (I
 	}
 	for _, k := range want {
 		if c, ok := res.Platforms[k]; ok {
-			return ImageConfig{Entrypoint: c.Entrypoint, Cmd: c.Cmd, Platform: k}, nil
+			return ImageConfig{Entrypoint: c.Entrypoint, Cmd: c.Cmd, StopSignal: c.StopSignal, Platform: k}, nil
 		}
 	}
 	// A platform asked for without variant matches a single variant of it.
@@ -262,7 +262,7 @@ func pickPlatform(image string, res *injector.ResolvedImage, platform string) (I
 	}
 	if len(match) == 1 {
 		c := res.Platforms[match[0]]
-		return ImageConfig{Entrypoint: c.Entrypoint, Cmd: c.Cmd, Platform: match[0]}, nil
+		return ImageConfig{Entrypoint: c.Entrypoint, Cmd: c.Cmd, StopSignal: c.StopSignal, Platform: match[0]}, nil
 	}
 	keys := make([]string, 0, len(res.Platforms))
 	for k := range res.Platforms {

@@ -36,6 +36,9 @@ const (
 type ImageConfig struct {
 	Entrypoint []string
 	Cmd        []string
+	// StopSignal is the image's STOPSIGNAL, which `docker stop` sends to
+	// the supervisor instead of SIGTERM.
+	StopSignal string
 	// Platform is "os/arch" or "os/arch/variant"; informational.
 	Platform string
 }
@@ -114,6 +117,11 @@ func Args(o Options) ([]string, error) {
 	out := []string{"-v", mount, "--entrypoint", SupervisorPath}
 	if o.RulesJSON != "" {
 		out = append(out, "-e", ConfigEnv+"="+o.RulesJSON)
+	}
+	if sig, ok := contract.ExtraStopSignal(o.Config.StopSignal); ok {
+		// docker stop sends the image's STOPSIGNAL: the supervisor must
+		// take it as a stop, not forward it and judge the exit by the rules.
+		out = append(out, "-e", contract.EnvStopSignals+"=SIGTERM,SIGINT,"+sig)
 	}
 	out = append(out, o.Image)
 	out = append(out, o.SupervisorFlags...)

@@ -12,7 +12,7 @@ import (
 func TestArgsBindMount(t *testing.T) {
 	got, err := Args(Options{
 		Image:      "nginx:1.27",
-		Config:     ImageConfig{Entrypoint: []string{"/docker-entrypoint.sh"}, Cmd: []string{"nginx", "-g", "daemon off;"}},
+		Config:     ImageConfig{Entrypoint: []string{"/docker-entrypoint.sh"}, Cmd: []string{"nginx", "-g", "daemon off;"}, StopSignal: "SIGQUIT"},
 		Supervisor: "/usr/local/bin/restart-supervisor",
 		RulesJSON:  `{"restartPolicy":"Never","restartPolicyRules":[{"action":"Restart","exitCodes":{"operator":"In","values":[42]}}]}`,
 	})
@@ -23,6 +23,7 @@ func TestArgsBindMount(t *testing.T) {
 		"-v", "/usr/local/bin/restart-supervisor:/opt/restart-supervisor/restart-supervisor:ro",
 		"--entrypoint", "/opt/restart-supervisor/restart-supervisor",
 		"-e", `RESTART_SUPERVISOR_CONFIG={"restartPolicy":"Never","restartPolicyRules":[{"action":"Restart","exitCodes":{"operator":"In","values":[42]}}]}`,
+		"-e", "RESTART_SUPERVISOR_STOP_SIGNALS=SIGTERM,SIGINT,SIGQUIT",
 		"nginx:1.27", "--", "/docker-entrypoint.sh", "nginx", "-g", "daemon off;",
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -103,12 +104,12 @@ func TestShellQuoteRoundTripThroughSh(t *testing.T) {
 func TestParseInspect(t *testing.T) {
 	// Trimmed from real `docker image inspect` output.
 	data := `[{"Id":"sha256:1","RepoTags":["busybox:test"],"Architecture":"arm","Variant":"v7","Os":"linux",
-	  "Config":{"Env":["PATH=/bin"],"Entrypoint":["/bin/sh","-c"],"Cmd":["echo hi"],"WorkingDir":""}}]`
+	  "Config":{"Env":["PATH=/bin"],"Entrypoint":["/bin/sh","-c"],"Cmd":["echo hi"],"WorkingDir":"","StopSignal":"SIGQUIT"}}]`
 	got, err := ParseInspect("busybox:test", []byte(data))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := ImageConfig{Entrypoint: []string{"/bin/sh", "-c"}, Cmd: []string{"echo hi"}, Platform: "linux/arm/v7"}
+	want := ImageConfig{Entrypoint: []string{"/bin/sh", "-c"}, Cmd: []string{"echo hi"}, StopSignal: "SIGQUIT", Platform: "linux/arm/v7"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got %+v, want %+v", got, want)
 	}

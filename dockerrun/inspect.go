@@ -48,6 +48,7 @@ func ParseInspect(image string, data []byte) (ImageConfig, error) {
 		Config       *struct {
 			Entrypoint []string
 			Cmd        []string
+			StopSignal string
 		}
 	}
 	if err := json.Unmarshal(data, &out); err != nil {
@@ -58,7 +59,7 @@ func ParseInspect(image string, data []byte) (ImageConfig, error) {
 	}
 	ic := ImageConfig{Platform: platform(out[0].Os, out[0].Architecture, out[0].Variant)}
 	if c := out[0].Config; c != nil {
-		ic.Entrypoint, ic.Cmd = c.Entrypoint, c.Cmd
+		ic.Entrypoint, ic.Cmd, ic.StopSignal = c.Entrypoint, c.Cmd, c.StopSignal
 	}
 	return ic, nil
 }

@@ -273,11 +273,11 @@ func (m *mutation) wrap(cr ContainerRules) error {
 		// The install container went in at index 0.
 		base = "/spec/initContainers/" + strconv.Itoa(cr.Index+1)
 	}
-	argv, platforms, warn, err := m.entrypoint(c)
+	l, err := m.entrypoint(c)
 	if err != nil {
 		return err
 	}
-	m.res.Warnings = append(m.res.Warnings, warn...)
+	m.res.Warnings = append(m.res.Warnings, l.warnings...)
 	for _, vm := range c.VolumeMounts {
 		if vm.MountPath == BinDir || vm.MountPath == StateDir {
 			return fmt.Errorf("%s: %s.volumeMounts: mount path %s is reserved for restart-supervisor", m.object, cr.Field, vm.MountPath)
@@ -289,7 +289,7 @@ func (m *mutation) wrap(cr ContainerRules) error {
 		cmd = append(cmd, "--termination-message-path", c.TerminationMessagePath)
 	}
 	cmd = append(cmd, "--")
-	cmd = append(cmd, argv...)
+	cmd = append(cmd, l.argv...)
 
 	cfgJSON, err := cr.config().Marshal()
 	if err != nil {
@@ -300,10 +300,10 @@ func (m *mutation) wrap(cr ContainerRules) error {
 		{Name: EnvContainerName, Value: c.Name},
 		{Name: EnvConfig, Value: escapeExpansion(string(cfgJSON))},
 	}
-	if platforms != "" {
-		env = append(env, corev1.EnvVar{Name: EnvPlatformCommands, Value: platforms})
+	if l.platforms != "" {
+		env = append(env, corev1.EnvVar{Name: EnvPlatformCommands, Value: l.platforms})
 	}
-	if sig := catchableStopSignal(c); sig != "" {
+	if sig, ok := stopSignal(c, l); ok {
 		// The runtime stops the container with this signal instead of
 		// SIGTERM: the supervisor must take it as a stop, not forward it
 		// and then judge the workload's exit by the rules.
@@ -339,47 +339,55 @@ func (m *mutation) wrap(cr ContainerRules) error {
 	return nil
 }
 
-// catchableStopSignal returns the container's lifecycle.stopSignal (1.33+,
-// gate ContainerStopSignals) when it is one the supervisor can catch.
-// SIGKILL and SIGSTOP end the supervisor itself, which is what the runtime
-// then does to the whole container anyway; SIGCHLD would be a child's exit.
-func catchableStopSignal(c *corev1.Container) string {
-	if c.Lifecycle == nil || c.Lifecycle.StopSignal == nil {
-		return ""
+// stopSignal returns the signal the runtime stops the container with,
+// when the supervisor must add it to its stop signals: the container's
+// lifecycle.stopSignal (1.33+, gate ContainerStopSignals), else the
+// image's STOPSIGNAL, as containerd chooses.
+func stopSignal(c *corev1.Container, l launch) (string, bool) {
+	if c.Lifecycle != nil && c.Lifecycle.StopSignal != nil && *c.Lifecycle.StopSignal != "" {
+		return contract.ExtraStopSignal(string(*c.Lifecycle.StopSignal))
 	}
-	switch sig := *c.Lifecycle.StopSignal; sig {
-	case "", corev1.SIGTERM, corev1.SIGINT, corev1.SIGKILL, corev1.SIGSTOP, corev1.SIGCHLD, corev1.SIGCLD:
-		return ""
-	default:
-		return string(sig)
-	}
+	return contract.ExtraStopSignal(l.stopSignal)
 }
 
-// entrypoint returns the argv that goes after "--", following the
-// Kubernetes command/args table; the container's args stay where they are.
-// When the image's entrypoint differs per platform, argv is empty and
-// platforms holds the RESTART_SUPERVISOR_PLATFORM_COMMANDS value.
-func (m *mutation) entrypoint(c *corev1.Container) (argv []string, platforms string, warnings []string, err error) {
+// launch is how a wrapped container's workload is started.
+type launch struct {
+	// argv goes after "--", following the Kubernetes command/args table;
+	// the container's args stay where they are. Empty when the image's
+	// entrypoint differs per platform: platforms then holds the
+	// RESTART_SUPERVISOR_PLATFORM_COMMANDS value.
+	argv      []string
+	platforms string
+	// stopSignal is the image's STOPSIGNAL, known only when the image was
+	// looked up for its entrypoint.
+	stopSignal string
+	warnings   []string
+}
+
+// entrypoint works out the container's launch from its command, the
+// entrypoint annotation or, failing both, the image's configuration.
+func (m *mutation) entrypoint(c *corev1.Container) (launch, error) {
+	var warnings []string
 	object := m.object
 	override, hasOverride := m.pod.Annotations[AnnotationEntrypoint+c.Name]
 	if len(c.Command) > 0 {
 		if hasOverride {
 			warnings = append(warnings, fmt.Sprintf("%s: container %q sets command; annotation %s%s is ignored", object, c.Name, AnnotationEntrypoint, c.Name))
 		}
-		return c.Command, "", warnings, nil
+		return launch{argv: c.Command, warnings: warnings}, nil
 	}
 	if hasOverride {
 		var v []string
 		if err := json.Unmarshal([]byte(override), &v); err != nil || len(v) == 0 {
-			return nil, "", nil, fmt.Errorf("%s: metadata.annotations[%s%s]: want a non-empty JSON array of strings", object, AnnotationEntrypoint, c.Name)
+			return launch{}, fmt.Errorf("%s: metadata.annotations[%s%s]: want a non-empty JSON array of strings", object, AnnotationEntrypoint, c.Name)
 		}
-		return v, "", nil, nil
+		return launch{argv: v}, nil
 	}
 	eerr := func(e error) error {
 		return &EntrypointError{Object: object, Container: c.Name, Image: c.Image, Err: e}
 	}
 	if m.opts.Resolver == nil {
-		return nil, "", nil, eerr(fmt.Errorf("container has no command and registry lookup is disabled"))
+		return launch{}, eerr(fmt.Errorf("container has no command and registry lookup is disabled"))
 	}
 	var secrets []string
 	for _, s := range m.pod.Spec.ImagePullSecrets {
@@ -387,15 +395,15 @@ func (m *mutation) entrypoint(c *corev1.Container) (argv []string, platforms str
 	}
 	img, err := m.opts.Resolver.Resolve(m.ctx, c.Image, m.namespace, secrets)
 	if err != nil {
-		return nil, "", nil, eerr(err)
+		return launch{}, eerr(err)
 	}
 	hasArgs := len(c.Args) > 0
 	if cfg, ok := img.Uniform(); ok {
 		argv := imageArgv(cfg, hasArgs)
 		if len(argv) == 0 && !hasArgs {
-			return nil, "", nil, eerr(fmt.Errorf("image %s has neither ENTRYPOINT nor CMD", img.Digest))
+			return launch{}, eerr(fmt.Errorf("image %s has neither ENTRYPOINT nor CMD", img.Digest))
 		}
-		return escapeAll(argv), "", nil, nil
+		return launch{argv: escapeAll(argv), stopSignal: cfg.StopSignal}, nil
 	}
 	perPlatform := map[string][]string{}
 	for k, cfg := range img.Platforms {
@@ -407,11 +415,11 @@ func (m *mutation) entrypoint(c *corev1.Container) (argv []string, platforms str
 		perPlatform[k] = argv
 	}
 	if len(perPlatform) == 0 {
-		return nil, "", nil, eerr(fmt.Errorf("image %s has neither ENTRYPOINT nor CMD on any platform", img.Digest))
+		return launch{}, eerr(fmt.Errorf("image %s has neither ENTRYPOINT nor CMD on any platform", img.Digest))
 	}
 	sort.Strings(warnings)
 	b, _ := json.Marshal(perPlatform) // map keys are sorted: the output is deterministic
-	return nil, escapeExpansion(string(b)), warnings, nil
+	return launch{platforms: escapeExpansion(string(b)), stopSignal: img.StopSignal(), warnings: warnings}, nil
 }
 
 // imageArgv is what the image contributes before the container's args:

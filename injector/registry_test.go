@@ -150,6 +150,17 @@ func seedGoldenImages(t testing.TB, tr *testRegistry) {
 		// Build attestations are listed with platform unknown/unknown.
 		platformImage{v1.Platform{OS: "unknown", Architecture: "unknown"}, testImage(t, "unknown", "unknown", nil, nil)},
 	))
+	nginx := testImage(t, "linux", "amd64", []string{"/docker-entrypoint.sh"}, []string{"nginx", "-g", "daemon off;"})
+	cf, err := nginx.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf = cf.DeepCopy()
+	cf.Config.StopSignal = "SIGQUIT"
+	if nginx, err = mutate.ConfigFile(nginx, cf); err != nil {
+		t.Fatal(err)
+	}
+	tr.push(t, "registry.test/nginx:1", nginx)
 	tr.pushIndex(t, "registry.test/uniform:1", testIndex(
 		platformImage{v1.Platform{OS: "linux", Architecture: "amd64"}, testImage(t, "linux", "amd64", []string{"/uniform"}, []string{"--flag"})},
 		platformImage{v1.Platform{OS: "linux", Architecture: "arm64"}, testImage(t, "linux", "arm64", []string{"/uniform"}, []string{"--flag"})},

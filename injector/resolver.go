@@ -45,6 +45,9 @@ type ResolverOptions struct {
 type ImageConfig struct {
 	Entrypoint []string `json:"entrypoint,omitempty"`
 	Cmd        []string `json:"cmd,omitempty"`
+	// StopSignal is the image's STOPSIGNAL, the signal the runtime stops
+	// the container with when the pod does not say otherwise.
+	StopSignal string `json:"stopSignal,omitempty"`
 }
 
 // ResolvedImage is what a reference points to: the image configuration of
@@ -73,6 +76,20 @@ func (r *ResolvedImage) Uniform() (ImageConfig, bool) {
 		return ImageConfig{}, false
 	}
 	return *first, true
+}
+
+// StopSignal returns the STOPSIGNAL every platform shares, "" when there is
+// none or the platforms disagree.
+func (r *ResolvedImage) StopSignal() string {
+	sig, first := "", true
+	for _, c := range r.Platforms {
+		if first {
+			sig, first = c.StopSignal, false
+		} else if c.StopSignal != sig {
+			return ""
+		}
+	}
+	return sig
 }
 
 // Resolver looks up image configurations in registries. Results are cached
@@ -205,7 +222,7 @@ func (r *Resolver) fetch(ctx context.Context, ref name.Reference, kc authn.Keych
 		if err != nil {
 			return nil, registryErr(ctx, err)
 		}
-		res.Platforms[platformKey(cf.OS, cf.Architecture, cf.Variant)] = ImageConfig{cf.Config.Entrypoint, cf.Config.Cmd}
+		res.Platforms[platformKey(cf.OS, cf.Architecture, cf.Variant)] = ImageConfig{cf.Config.Entrypoint, cf.Config.Cmd, cf.Config.StopSignal}
 		return res, nil
 	}
 	idx, err := desc.ImageIndex()
@@ -235,7 +252,7 @@ func (r *Resolver) fetch(ctx context.Context, ref name.Reference, kc authn.Keych
 			}
 			key := platformKey(m.Platform.OS, m.Platform.Architecture, m.Platform.Variant)
 			mu.Lock()
-			res.Platforms[key] = ImageConfig{cf.Config.Entrypoint, cf.Config.Cmd}
+			res.Platforms[key] = ImageConfig{cf.Config.Entrypoint, cf.Config.Cmd, cf.Config.StopSignal}
 			mu.Unlock()
 			return nil
 		})
