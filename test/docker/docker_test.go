@@ -432,3 +432,28 @@ func TestDockerArgsShellLine(t *testing.T) {
 		}
 	}
 }
+
+// An image whose STOPSIGNAL is SIGQUIT (nginx's) is stopped with SIGQUIT:
+// docker-args reads it from the image and makes it a stop for the
+// supervisor, so the workload's exit on SIGQUIT is not judged by the rules
+// (which here restart every exit) and the container stops.
+func TestImageStopSignalStops(t *testing.T) {
+	need(t)
+	dir := t.TempDir()
+	dockerfile := "FROM " + busyboxImage + "\nSTOPSIGNAL SIGQUIT\n"
+	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(dockerfile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	image := "restart-supervisor-e2e/stopsignal:test"
+	if out, err := dockerBuild(filepath.Join(dir, "Dockerfile"), dir, "-t", image); err != nil {
+		t.Fatalf("docker build: %v\n%s", err, out)
+	}
+	c := startContainer(t, dockerArgs(t, image, rulesAlways, "sh", "-c",
+		counter+`trap 'echo quitting; exit 3' QUIT; echo ready; while :; do sleep 1; done`)...)
+	waitLog(t, c, "ready", 30*time.Second)
+	took := stop(t, c)
+	checkStopped(t, c, took, 3)
+	if l := logs(t, c); !strings.Contains(l, "quitting") || strings.Contains(l, "run 2") || strings.Contains(l, restartLine) {
+		t.Errorf("want the QUIT handler to run once and no restart; log:\n%s", l)
+	}
+}
