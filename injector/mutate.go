@@ -374,7 +374,6 @@ func (i *Injector) entrypoint(ctx context.Context, pod *corev1.Pod, c *corev1.Co
 		return escapeAll(argv), "", nil, nil
 	}
 	m := map[string][]string{}
-	var keys []string
 	for k, cfg := range img.Platforms {
 		argv := imageArgv(cfg, hasArgs)
 		if len(argv) == 0 && !hasArgs {
@@ -382,7 +381,6 @@ func (i *Injector) entrypoint(ctx context.Context, pod *corev1.Pod, c *corev1.Co
 			continue
 		}
 		m[k] = argv
-		keys = append(keys, k)
 	}
 	if len(m) == 0 {
 		return nil, "", nil, eerr(fmt.Errorf("image %s has neither ENTRYPOINT nor CMD on any platform", img.Digest))
