@@ -11,7 +11,10 @@ UNIT_PKGS = $(shell go list ./... | grep -vE '/test/(docker|apiserver|e2e)$$')
 GOTESTFLAGS ?=
 FUZZTIME ?= 20s
 
-.PHONY: build example unit race fuzz test e2e-up e2e-down clean
+GOLANGCI_LINT_VERSION := v2.15.0
+GOLANGCI_LINT := bin/golangci-lint-$(GOLANGCI_LINT_VERSION)
+
+.PHONY: build example unit race lint fuzz test e2e-up e2e-down clean
 
 build:
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o bin/restart-supervisor ./cmd/restart-supervisor
@@ -25,6 +28,14 @@ unit:
 
 race:
 	CGO_ENABLED=1 go test -count=1 -race -timeout 10m $(GOTESTFLAGS) $(UNIT_PKGS)
+
+lint: $(GOLANGCI_LINT)
+	$(GOLANGCI_LINT) run ./...
+
+$(GOLANGCI_LINT):
+	GOBIN=$(CURDIR)/bin/.golangci-lint go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+	mv bin/.golangci-lint/golangci-lint $@
+	rmdir bin/.golangci-lint
 
 fuzz:
 	go test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./rules
