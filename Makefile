@@ -10,6 +10,10 @@ UNIT_PKGS = $(shell go list ./... | grep -vE '/test/(docker|apiserver|e2e)$$')
 # Extra flags for go test in unit and race, e.g. GOTESTFLAGS=-v.
 GOTESTFLAGS ?=
 FUZZTIME ?= 20s
+# Go minimizes every input that adds coverage for up to 60 s by default, and
+# counts no execs meanwhile: on the injector's multi-KB seeds a 20 s run was
+# almost all minimization (about 300 execs instead of about 8000).
+FUZZMINIMIZETIME ?= 2s
 
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := bin/golangci-lint-$(GOLANGCI_LINT_VERSION)
@@ -38,8 +42,8 @@ $(GOLANGCI_LINT):
 	rmdir bin/.golangci-lint
 
 fuzz:
-	go test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./rules
-	go test -run='^$$' -fuzz='^FuzzReadManifests$$' -fuzztime=$(FUZZTIME) ./injector
+	go test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=$(FUZZMINIMIZETIME) ./rules
+	go test -run='^$$' -fuzz='^FuzzReadManifests$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=$(FUZZMINIMIZETIME) ./injector
 
 test:
 	hack/test.sh
