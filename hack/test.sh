@@ -3,8 +3,8 @@
 # end-to-end suites install what they need (Debian packages through
 # hack/apt-install.sh, Kubernetes binaries built from the Go module proxy into
 # ~/.cache) and start the Docker engine; then come the Go tests, including the
-# suites against real Docker, a real kube-apiserver and a real kubelet, and a
-# short fuzz run. Needs root (PID namespaces, Docker, kubelet).
+# suites against real Docker, a real kube-apiserver and a real kubelet, and
+# short fuzz runs. Needs root (PID namespaces, Docker, kubelet).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,5 +35,8 @@ log "go test"
 # running them one at a time keeps a 2-core machine from timing them out.
 go test -count=1 -p 1 -timeout 45m ./...
 
-log "fuzzing the config parser"
-go test -run='^$' -fuzz=FuzzParse -fuzztime=20s ./rules
+log "fuzzing the config parser and the manifest reader"
+# A short -fuzzminimizetime leaves the time to fuzzing: by default each input
+# that adds coverage is minimized for up to 60 s (see the Makefile's fuzz).
+go test -run='^$' -fuzz='^FuzzParse$' -fuzztime=20s -fuzzminimizetime=2s ./rules
+go test -run='^$' -fuzz='^FuzzReadManifests$' -fuzztime=20s -fuzzminimizetime=2s ./injector

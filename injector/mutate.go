@@ -23,8 +23,6 @@ type Status struct {
 	Containers []string `json:"containers"`
 }
 
-const defaultTerminationMessagePath = "/dev/termination-log"
-
 // MutatePod wraps the containers of pod that carry restart rules and
 // returns the patch with Result.Pod, the patch applied to a copy of pod.
 // pod is not modified. A pod without rules, or one already injected, yields

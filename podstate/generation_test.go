@@ -4,7 +4,6 @@ import (
 	"github.com/restart-supervisor/restart-supervisor/supervise"
 
 	"bufio"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -434,19 +433,6 @@ func readLines(path string) []string {
 		lines = append(lines, sc.Text())
 	}
 	return lines
-}
-
-func decodeStatus(t *testing.T, path string) Status {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var s Status
-	if err := json.Unmarshal(data, &s); err != nil {
-		t.Fatal(err)
-	}
-	return s
 }
 
 // Containers of a pod may run as different users: each must be able to

@@ -240,7 +240,7 @@ func (s *SelfManaged) EnsureCA(ctx context.Context) (KeyPair, error) {
 	}
 	ca := KeyPair{CertPEM: sec.Data[CAFile], KeyPEM: sec.Data["ca.key"]}
 	if _, _, err := ca.parse(); err != nil {
-		return KeyPair{}, fmt.Errorf("Secret %s/%s: keys ca.crt/ca.key: %w", s.Namespace, s.CASecret, err)
+		return KeyPair{}, fmt.Errorf("parse Secret %s/%s: keys ca.crt/ca.key: %w", s.Namespace, s.CASecret, err)
 	}
 	return ca, nil
 }

@@ -241,7 +241,7 @@ func deleteScenario(inBackoff bool) func(context.Context, *env, string) result {
 		if err := e.createPod(ctx, name, e.withVolumes(podSpec(corev1.RestartPolicyNever, grace, c), name)); err != nil {
 			return result{err: err}
 		}
-		pod, o, err := e.waitPod(ctx, name, "c", scenarioTimeout, func(p *corev1.Pod, o observation) bool {
+		_, _, err := e.waitPod(ctx, name, "c", scenarioTimeout, func(p *corev1.Pod, o observation) bool {
 			if inBackoff {
 				// Second exit: both the kubelet and the supervisor now wait 10 s.
 				return o.exits >= 2 && o.lastIsExit
@@ -254,7 +254,8 @@ func deleteScenario(inBackoff bool) func(context.Context, *env, string) result {
 		time.Sleep(time.Second)
 		// The state just before the delete (status and logs lag the
 		// workload's own record a little).
-		if pod, o, err = e.waitPod(ctx, name, "c", 5*time.Second, func(_ *corev1.Pod, o observation) bool { return o.counted() }); err != nil && pod == nil {
+		pod, o, err := e.waitPod(ctx, name, "c", 5*time.Second, func(_ *corev1.Pod, o observation) bool { return o.counted() })
+		if err != nil && pod == nil {
 			return result{err: err}
 		}
 		r := fromObservation(pod, o)
@@ -288,12 +289,12 @@ func restartAllScenario(ctx context.Context, e *env, name string) result {
 	if err := e.createPod(ctx, name, e.withVolumes(podSpec(corev1.RestartPolicyNever, 5, a, b), name)); err != nil {
 		return result{err: err}
 	}
-	pod, ob, err := e.waitPod(ctx, name, "b", scenarioTimeout, func(_ *corev1.Pod, o observation) bool { return o.starts >= 2 })
+	_, _, err := e.waitPod(ctx, name, "b", scenarioTimeout, func(_ *corev1.Pod, o observation) bool { return o.starts >= 2 })
 	if err != nil {
 		return result{err: err}
 	}
 	time.Sleep(2 * time.Second) // a second, unwanted restart would show by now
-	pod, ob, _ = e.waitPod(ctx, name, "b", time.Second, func(*corev1.Pod, observation) bool { return true })
+	pod, ob, _ := e.waitPod(ctx, name, "b", time.Second, func(*corev1.Pod, observation) bool { return true })
 	la := e.containerLogs(ctx, pod, "a")
 	oa := observe(pod, "a", la, e.events(name, "a"))
 	kept := false
