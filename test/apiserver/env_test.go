@@ -39,7 +39,12 @@ func kubeAssetsFor(t testing.TB, version string) string {
 			return dir
 		}
 	}
-	cmd := exec.Command("bash", filepath.Join(repoRoot(t), "hack", "kube-binaries.sh"), "etcd", "kube-apiserver", "kubectl")
+	bins := []string{"etcd", "kube-apiserver", "kubectl"}
+	if version != "" {
+		// Other releases serve API calls only: no kubectl.
+		bins = bins[:2]
+	}
+	cmd := exec.Command("bash", append([]string{filepath.Join(repoRoot(t), "hack", "kube-binaries.sh")}, bins...)...)
 	if version != "" {
 		cmd.Env = append(os.Environ(), "KUBE_VERSION="+version)
 	}
@@ -48,7 +53,7 @@ func kubeAssetsFor(t testing.TB, version string) string {
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	dir := lines[len(lines)-1]
 	if err == nil {
-		for _, b := range []string{"etcd", "kube-apiserver", "kubectl"} {
+		for _, b := range bins {
 			if _, serr := os.Stat(filepath.Join(dir, b)); serr != nil {
 				err = serr
 			}

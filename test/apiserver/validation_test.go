@@ -42,6 +42,8 @@ func TestValidationMatchesAPIServer(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			assets := kubeAssetsFor(t, version)
+			// envtest prefers KUBEBUILDER_ASSETS to the directory it is given.
+			t.Setenv("KUBEBUILDER_ASSETS", assets)
 			_, client := startAPIServer(t, assets, true)
 			info, err := client.Discovery().ServerVersion()
 			if err != nil {
