@@ -1,5 +1,5 @@
 // Package configreload owns live reloading of the supervisor's --config
-// file: it notices edits, validates the new document with rules.Parse and
+// file: it notices edits, validates the new document with rules.ParseFor and
 // makes it the configuration in force, or reports why it was rejected and
 // keeps the old one.
 //
@@ -49,6 +49,9 @@ type Options struct {
 	// cannot be set up.
 	ForcePoll    bool
 	PollInterval time.Duration
+	// KubeVersion is the Kubernetes release whose validation the file must
+	// pass (rules.ParseFor); zero is the newest.
+	KubeVersion rules.KubeVersion
 }
 
 // Reloader holds the configuration in force and keeps it current.
@@ -92,7 +95,7 @@ func Watch(path string, opts Options) (*Reloader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--config: %w", err)
 	}
-	cfg, err := rules.Parse(data)
+	cfg, err := rules.ParseFor(data, opts.KubeVersion)
 	if err != nil {
 		return nil, fmt.Errorf("--config %s: %w", path, err)
 	}
@@ -211,7 +214,7 @@ func (r *Reloader) reload() (again bool) {
 	var cfg rules.Config
 	if len(content) > 0 && content[0] == 0 {
 		err = fmt.Errorf("--config %s: %s; keeping the rules in force", r.path, content[1:])
-	} else if cfg, err = rules.Parse([]byte(content)); err != nil {
+	} else if cfg, err = rules.ParseFor([]byte(content), r.opts.KubeVersion); err != nil {
 		err = fmt.Errorf("--config %s: rejected: %w; keeping the rules in force", r.path, err)
 	}
 	if err != nil {

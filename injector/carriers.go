@@ -48,20 +48,27 @@ type ContainerRules struct {
 }
 
 // PodRules reads and validates the restart rules of every init and regular
-// container of pod. specPath is the API path of the pod spec ("spec" for a
-// Pod, "spec.template.spec" for a Deployment); object names the object in
-// errors.
+// container of pod like the newest release. specPath is the API path of the
+// pod spec ("spec" for a Pod, "spec.template.spec" for a Deployment); object
+// names the object in errors.
 func PodRules(pod *corev1.Pod, specPath, object string) ([]ContainerRules, error) {
+	return PodRulesFor(rules.NewestKube, pod, specPath, object)
+}
+
+// PodRulesFor is PodRules with the fields validated like the API server of
+// release v: init containers with rules.KubeVersion.ValidateInit, the others
+// with rules.KubeVersion.Validate.
+func PodRulesFor(v rules.KubeVersion, pod *corev1.Pod, specPath, object string) ([]ContainerRules, error) {
 	ann, err := parseRulesAnnotation(pod.Annotations)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %v", object, err)
 	}
-	return podRules(pod, ann, specPath, object)
+	return podRules(v, pod, ann, specPath, object)
 }
 
-// podRules is PodRules with the annotation carrier already parsed; ann nil
-// reads the container fields alone.
-func podRules(pod *corev1.Pod, ann map[string]rules.Container, specPath, object string) ([]ContainerRules, error) {
+// podRules is PodRulesFor with the annotation carrier already parsed; ann
+// nil reads the container fields alone.
+func podRules(v rules.KubeVersion, pod *corev1.Pod, ann map[string]rules.Container, specPath, object string) ([]ContainerRules, error) {
 	var err error
 	for i, c := range pod.Spec.EphemeralContainers {
 		f := fmt.Sprintf("%s.ephemeralContainers[%d]", specPath, i)
@@ -117,14 +124,25 @@ func podRules(pod *corev1.Pod, ann map[string]rules.Container, specPath, object 
 					cr.Kind, cr.KubeletPolicy = KindSidecar, rules.Always
 				}
 			}
+			validate := v.Validate
+			if init {
+				validate = v.ValidateInit
+			}
+			if errs := validate(merged, cr.Field); len(errs) > 0 {
+				return fmt.Errorf("%s: %v", object, errs)
+			}
+			if init && merged.RestartPolicy == nil {
+				// Only 1.34 lets such rules through (unchecked), and its
+				// kubelet ignores rules without a container restartPolicy
+				// (pkg/api/v1/pod/util.go:419-457@v1.34.4): so does the
+				// supervisor.
+				cr.Rules.RestartPolicyRules = nil
+			}
 			switch cr.Kind {
 			case KindSidecar:
-				cr.Ruled = len(merged.RestartPolicyRules) > 0
+				cr.Ruled = len(cr.Rules.RestartPolicyRules) > 0
 			default:
-				cr.Ruled = merged.RestartPolicy != nil || len(merged.RestartPolicyRules) > 0
-			}
-			if errs := rules.Validate(merged, cr.Field); len(errs) > 0 {
-				return fmt.Errorf("%s: %v", object, errs)
+				cr.Ruled = cr.Rules.RestartPolicy != nil || len(cr.Rules.RestartPolicyRules) > 0
 			}
 			out = append(out, cr)
 		}

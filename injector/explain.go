@@ -40,10 +40,11 @@ const Legend = `restart in place: the supervisor restarts the workload inside th
 hold: the container must not restart, but the kubelet would restart it if it exited, so the supervisor keeps it running without the workload; it shows Running, not Terminated.
 exit: the supervisor exits with the workload's status and the kubelet acts under its policy, exactly as without the supervisor.`
 
-// Explain plans every container of pod. The decisions come from rules.Plan,
-// the same function the supervisor runs.
-func Explain(pod *corev1.Pod, specPath, object string) ([]ContainerPlan, error) {
-	crs, err := PodRules(pod, specPath, object)
+// Explain plans every container of pod, whose restart fields are validated
+// like the API server of release v. The decisions come from rules.Plan, the
+// same function the supervisor runs.
+func Explain(pod *corev1.Pod, specPath, object string, v rules.KubeVersion) ([]ContainerPlan, error) {
+	crs, err := PodRulesFor(v, pod, specPath, object)
 	if err != nil {
 		return nil, err
 	}
@@ -166,8 +167,8 @@ type ObjectPlan struct {
 }
 
 // ExplainManifests explains every Pod and workload template in m,
-// including the items of List objects.
-func ExplainManifests(m *Manifests) ([]ObjectPlan, error) {
+// including the items of List objects, validated like release v.
+func ExplainManifests(m *Manifests, v rules.KubeVersion) ([]ObjectPlan, error) {
 	var out []ObjectPlan
 	var visit func(obj map[string]any, line int) error
 	visit = func(obj map[string]any, line int) error {
@@ -186,7 +187,7 @@ func ExplainManifests(m *Manifests) ([]ObjectPlan, error) {
 		if err != nil || !ok {
 			return err
 		}
-		plans, err := Explain(pod, specPath, object)
+		plans, err := Explain(pod, specPath, object, v)
 		if err != nil {
 			return fmt.Errorf("line %d: %v", line, err)
 		}

@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
+	"github.com/restart-supervisor/restart-supervisor/rules"
 )
 
 // Names shared with the supervisor and the webhook; docs/injector.md shows
@@ -85,6 +86,10 @@ type Options struct {
 	// nil means no registry lookups: such containers then need the
 	// restart-supervisor.dev/entrypoint.<container> annotation.
 	Resolver *Resolver
+	// KubeVersion is the Kubernetes release whose API-server validation
+	// the restart fields must pass, with its messages; zero is the newest.
+	// WithKubeVersion overrides it per call.
+	KubeVersion rules.KubeVersion
 }
 
 // Injector mutates pods. It is safe for concurrent use.

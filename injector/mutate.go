@@ -97,7 +97,7 @@ type mutation struct {
 // mutate computes the injection of in as a patch relative to its root.
 func (i *Injector) mutate(ctx context.Context, in *corev1.Pod, namespace, specPath, object string) (*Result, error) {
 	res := &Result{}
-	crs, err := PodRules(in, specPath, object)
+	crs, err := PodRulesFor(i.kubeVersion(ctx), in, specPath, object)
 	if err != nil {
 		return nil, err
 	}

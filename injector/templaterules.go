@@ -51,7 +51,10 @@ func CarryTemplateRules(obj *unstructured.Unstructured) (*TemplateRules, error) 
 	}
 	// The fields alone: an earlier copy in the annotation may disagree
 	// with them, which is what an update that changes the rules looks like.
-	crs, err := podRules(pod, nil, specPath, object)
+	// Templates are carried only for API servers that drop the fields and
+	// so never validate them: the newest release's validation applies, as
+	// it does for the supervisor.
+	crs, err := podRules(rules.NewestKube, pod, nil, specPath, object)
 	if err != nil {
 		return nil, err
 	}

@@ -207,8 +207,13 @@ func checkValue(n *yaml.Node, kind valueKind, schema, path string) error {
 }
 
 // Parse reads a configuration document (YAML or JSON), rejects unknown keys
-// and validates it. Every error is one line that names the field.
-func Parse(data []byte) (Config, error) {
+// and validates it like the newest release's API server. Every error is one
+// line that names the field.
+func Parse(data []byte) (Config, error) { return ParseFor(data, NewestKube) }
+
+// ParseFor is Parse with the restart fields validated like the API server of
+// release v.
+func ParseFor(data []byte, v KubeVersion) (Config, error) {
 	var cfg Config
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -238,12 +243,16 @@ func Parse(data []byte) (Config, error) {
 	if err := root.Decode(&cfg); err != nil {
 		return cfg, fmt.Errorf("config: %s", oneLine(err))
 	}
-	return cfg, cfg.Validate()
+	return cfg, cfg.ValidateFor(v)
 }
 
-// Validate checks the whole document.
-func (c Config) Validate() error {
-	errs := Validate(c.Container, "")
+// Validate checks the whole document like the newest release.
+func (c Config) Validate() error { return c.ValidateFor(NewestKube) }
+
+// ValidateFor checks the whole document, the container fields as a regular
+// container's in release v.
+func (c Config) ValidateFor(v KubeVersion) error {
+	errs := v.Validate(c.Container, "")
 	if c.PodRestartPolicy != "" {
 		errs = append(errs, ValidatePodPolicy(c.PodRestartPolicy, "podRestartPolicy")...)
 	}

@@ -86,7 +86,7 @@ func TestValidateMessages(t *testing.T) {
 func TestValidatePodPolicy(t *testing.T) {
 	for p, want := range map[RestartPolicy]string{
 		Always: "", OnFailure: "", Never: "",
-		"":      "spec.restartPolicy: Required value: ",
+		"":      "spec.restartPolicy: Required value",
 		"never": `spec.restartPolicy: Unsupported value: "never": supported values: "Always", "OnFailure", "Never"`,
 	} {
 		got := ""

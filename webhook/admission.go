@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/restart-supervisor/restart-supervisor/injector"
+	"github.com/restart-supervisor/restart-supervisor/rules"
 )
 
 // MaxRequestBytes caps an AdmissionReview body. The API server itself refuses
@@ -69,6 +70,11 @@ type Handler struct {
 	Fields  FieldState
 	Metrics *Metrics
 	Log     *slog.Logger
+
+	// KubeVersion is the Kubernetes release whose API-server validation
+	// pods' restart fields must pass (NativeDetector.ValidationVersion);
+	// nil means the newest.
+	KubeVersion func() rules.KubeVersion
 }
 
 var reviewTypeMeta = metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"}
@@ -252,6 +258,9 @@ func (h *Handler) review(ctx context.Context, req *admissionv1.AdmissionRequest,
 		}
 	}
 
+	if h.KubeVersion != nil {
+		ctx = injector.WithKubeVersion(ctx, h.KubeVersion())
+	}
 	res, err := h.Mutator.PodPatch(ctx, pod)
 	if err != nil {
 		var epErr *injector.EntrypointError

@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+
+	"github.com/restart-supervisor/restart-supervisor/rules"
 )
 
 // MinNativeKubelet is the first kubelet release with ContainerRestartRules on
@@ -40,6 +42,35 @@ type NativeDetector struct {
 	honoured atomic.Bool
 	// kept: 0 unknown, 1 dropped, 2 kept.
 	kept atomic.Int32
+	// server is the API server's rules.KubeVersion; 0 until known.
+	server atomic.Int32
+}
+
+// ValidationVersion is the Kubernetes release whose validation the webhook
+// applies to restart fields: the API server's own while it keeps (and so
+// validates) them, so that a pod is refused with the words that server
+// would use; the newest while it drops them (gate off), since such a server
+// has no verdict on them and the supervisor implements the newest release.
+func (d *NativeDetector) ValidationVersion() rules.KubeVersion {
+	if kept, known := d.FieldsKept(); known && kept && d.server.Load() != 0 {
+		return rules.KubeVersion(d.server.Load())
+	}
+	return rules.NewestKube
+}
+
+// readServerVersion asks discovery for the API server's version.
+func (d *NativeDetector) readServerVersion() {
+	info, err := d.Client.Discovery().ServerVersion()
+	if err == nil {
+		var v rules.KubeVersion
+		if v, err = rules.ServerKubeVersion(info.GitVersion); err == nil {
+			if old := d.server.Swap(int32(v)); old != int32(v) {
+				d.log().Info("API server version", "gitVersion", info.GitVersion, "validatesLike", v.String())
+			}
+			return
+		}
+	}
+	d.log().Warn("API server version unknown; restart fields are validated like Kubernetes "+rules.NewestKube.String(), "err", err)
 }
 
 // FieldsKept reports whether the API server was last seen keeping
@@ -101,6 +132,7 @@ func (d *NativeDetector) Check(ctx context.Context) (honoured bool, why string, 
 	if err != nil {
 		return false, "", err
 	}
+	d.readServerVersion()
 	d.kept.Store(map[bool]int32{false: 1, true: 2}[kept])
 	if !kept {
 		return false, "the API server drops restartPolicyRules (ContainerRestartRules gate off or server older than 1.34)", nil

@@ -286,6 +286,7 @@ func Run(ctx context.Context, c Config) error {
 		// decides if workload templates need the annotation carrier.
 		d := &NativeDetector{Client: client, Namespace: c.Namespace, Interval: c.NativeInterval, Log: log}
 		h.Fields = d
+		h.KubeVersion = d.ValidationVersion
 		if h.Native == NativeAuto {
 			d.Metrics = metrics
 			h.NativeState = d

@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/restart-supervisor/restart-supervisor/injector"
+	"github.com/restart-supervisor/restart-supervisor/rules"
 )
 
 const explainUsage = `usage: restart-injector explain -f FILE|DIR|- [-f ...]
@@ -26,6 +27,8 @@ func runExplain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fl.SetOutput(stderr)
 	var files fileList
 	fl.Var(&files, "f", "manifest file, directory (read recursively) or - for stdin; repeatable")
+	var kubeVersion rules.KubeVersion
+	fl.Var(&kubeVersion, "kubernetes-version", kubeVersionUsage)
 	fl.Usage = func() { fmt.Fprint(stderr, explainUsage); fl.PrintDefaults() }
 	if err := fl.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -49,7 +52,7 @@ func runExplain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "restart-injector explain: %s: %v\n", in.name, err)
 			return exitFailure
 		}
-		objs, err := injector.ExplainManifests(m)
+		objs, err := injector.ExplainManifests(m, kubeVersion)
 		if err != nil {
 			fmt.Fprintf(stderr, "restart-injector explain: %s: %v\n", in.name, err)
 			return exitFailure

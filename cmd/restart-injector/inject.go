@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/restart-supervisor/restart-supervisor/injector"
+	"github.com/restart-supervisor/restart-supervisor/rules"
 )
 
 const injectUsage = `usage: restart-injector inject -f FILE|DIR|- [-f ...] [flags]
@@ -33,6 +34,9 @@ format. Other documents are written back unchanged.
 
 flags:
 `
+
+// kubeVersionUsage describes --kubernetes-version of inject and explain.
+var kubeVersionUsage = "`VERSION` of Kubernetes (1.34 to " + rules.NewestKube.String() + ") whose API server's validation messages and accepted shapes the restart fields follow (default " + rules.NewestKube.String() + ")"
 
 // fileList collects repeated -f flags.
 type fileList []string
@@ -51,6 +55,8 @@ func runInject(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	medium := fl.String("volume-medium", "", `emptyDir medium of the injected volumes: "" (node disk) or Memory`)
 	diff := fl.Bool("diff", false, "print a unified diff of input and output instead of the output")
 	quiet := fl.Bool("q", false, "do not report injected objects on stderr")
+	var kubeVersion rules.KubeVersion
+	fl.Var(&kubeVersion, "kubernetes-version", kubeVersionUsage)
 	fl.Usage = func() { fmt.Fprint(stderr, injectUsage); fl.PrintDefaults() }
 	if err := fl.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -70,7 +76,7 @@ func runInject(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		fmt.Fprintf(stderr, "restart-injector inject: -volume-medium: want \"\" or Memory, got %q\n", *medium)
 		return exitUsage
 	}
-	opts := injector.Options{SupervisorImage: *image, VolumeMedium: corev1.StorageMedium(*medium)}
+	opts := injector.Options{SupervisorImage: *image, VolumeMedium: corev1.StorageMedium(*medium), KubeVersion: kubeVersion}
 	if !*noLookup {
 		opts.Resolver = injector.NewResolver(injector.ResolverOptions{Keychain: authn.DefaultKeychain, Timeout: *timeout})
 	}

@@ -246,3 +246,44 @@ func TestExplain(t *testing.T) {
 		t.Errorf("invalid rules: exit %d %q", code, errOut)
 	}
 }
+
+// A sidecar with rules is refused by the API servers of 1.34 and 1.35 and
+// accepted from 1.36, the default; so are the messages.
+func TestInjectAndExplainKubernetesVersion(t *testing.T) {
+	dir := t.TempDir()
+	sidecar := strings.ReplaceAll(deployYAML, "      containers:\n", `      initContainers:
+      - name: proxy
+        image: registry.test/proxy:1
+        command: ["/proxy"]
+        restartPolicy: Always
+        restartPolicyRules:
+        - action: Restart
+          exitCodes: {operator: In, values: [3]}
+      containers:
+`)
+	f := writeFile(t, filepath.Join(dir, "sidecar.yaml"), strings.ReplaceAll(sidecar, "IMAGE", "registry.test/w:1"))
+	const forbidden = `Deployment "worker": spec.template.spec.initContainers[0].restartPolicyRules: Forbidden: restartPolicyRules are not allowed for init containers with restart policy Always`
+	for _, base := range [][]string{{"inject", "--no-lookup", "-f", f}, {"explain", "-f", f}} {
+		for _, v := range []string{"1.34", "v1.35.4"} {
+			code, out, errOut := runCmd(t, "", append(base, "--kubernetes-version", v)...)
+			if code != exitFailure || out != "" || !strings.Contains(errOut, forbidden) {
+				t.Errorf("%s %s: exit %d, stdout %q, stderr %q", base[0], v, code, out, errOut)
+			}
+		}
+		if code, _, errOut := runCmd(t, "", base...); code != exitOK {
+			t.Errorf("%s with the default version: exit %d, %s", base[0], code, errOut)
+		}
+		if code, _, errOut := runCmd(t, "", append(base, "--kubernetes-version", "1.33")...); code != exitUsage || !strings.Contains(errOut, "known versions are 1.34, 1.35, 1.36, 1.37") {
+			t.Errorf("%s 1.33: exit %d, %q", base[0], code, errOut)
+		}
+	}
+	many := writeFile(t, filepath.Join(dir, "many.yaml"), strings.ReplaceAll(strings.ReplaceAll(deployYAML, "IMAGE", "x"), "values: [42]", "values: ["+strings.Repeat("1, ", 255)+"1]"))
+	for v, want := range map[string]string{
+		"1.35": "values: Too long: may not be more than 255 bytes",
+		"1.36": "values: Too many: 256: must have at most 255 items",
+	} {
+		if code, _, errOut := runCmd(t, "", "inject", "--no-lookup", "--kubernetes-version", v, "-f", many); code != exitFailure || !strings.Contains(errOut, want) {
+			t.Errorf("inject %s: exit %d, %q lacks %q", v, code, errOut, want)
+		}
+	}
+}

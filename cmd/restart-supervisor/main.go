@@ -55,6 +55,9 @@ const (
 	// for a container whose process could not be started (reason
 	// StartError); the kubelet applies the rules to it.
 	containerdStartErrorCode = 128
+
+	// envKubeVersion is the supervisor's own: the injector does not set it.
+	envKubeVersion = "RESTART_SUPERVISOR_KUBERNETES_VERSION"
 )
 
 func main() { os.Exit(run(os.Args[1:])) }
@@ -126,6 +129,7 @@ type cliFlags struct {
 	config, logFormat, stateDir, name, termPath, stopSignals, startError string
 	grace                                                                string
 	initSignals                                                          bool
+	kubeVersion                                                          rules.KubeVersion
 }
 
 func supervisorCmd(args []string) int {
@@ -141,6 +145,12 @@ func supervisorCmd(args []string) int {
 	fs.StringVar(&f.name, "name", os.Getenv(envName), "container name used in logs and the status file ($"+envName+")")
 	fs.StringVar(&f.termPath, "termination-message-path", "", "file for the restart summary written on exit (default "+podstate.DefaultTerminationMessagePath+" when --state-dir is set)")
 	fs.StringVar(&f.stopSignals, "stop-signals", envOr(envStopSignals, "SIGTERM,SIGINT"), "comma-separated signals that stop the container instead of being only forwarded ($"+envStopSignals+")")
+	fs.Var(&f.kubeVersion, "kubernetes-version", "validate the config with the API-server messages and rules of this Kubernetes release, 1.34 to "+rules.NewestKube.String()+" ($"+envKubeVersion+", default "+rules.NewestKube.String()+")")
+	if v, ok := os.LookupEnv(envKubeVersion); ok {
+		if err := f.kubeVersion.Set(v); err != nil {
+			return usageError("%s: %v", envKubeVersion, err)
+		}
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Print(usage())
@@ -164,7 +174,7 @@ func supervisorCmd(args []string) int {
 	if err != nil {
 		return usageError("%v", err)
 	}
-	cfg, src, err := loadConfig(f.config)
+	cfg, src, err := loadConfig(f.config, f.kubeVersion)
 	if err != nil {
 		if src == "" {
 			return usageError("%v", err)
@@ -180,6 +190,7 @@ func supervisorCmd(args []string) int {
 			OnError: func(err error) {
 				logger.Warn("configuration change rejected; the rules in force stay", "config", f.config, "err", err)
 			},
+			KubeVersion: f.kubeVersion,
 		})
 		if err != nil {
 			return usageError("invalid config (--config %s): %v", f.config, err)
@@ -264,7 +275,7 @@ func envOr(key, def string) string {
 // loadConfig reads --config or the inline environment variable. Both at
 // once is an error: silently preferring one would drop the other's rules.
 // It returns a description of the source for error messages.
-func loadConfig(file string) (rules.Config, string, error) {
+func loadConfig(file string, v rules.KubeVersion) (rules.Config, string, error) {
 	inline, hasInline := os.LookupEnv(envConfig)
 	switch {
 	case file != "" && hasInline:
@@ -274,10 +285,10 @@ func loadConfig(file string) (rules.Config, string, error) {
 		if err != nil {
 			return rules.Config{}, "", fmt.Errorf("--config: %v", err)
 		}
-		cfg, err := rules.Parse(data)
+		cfg, err := rules.ParseFor(data, v)
 		return cfg, "--config " + file, err
 	case hasInline:
-		cfg, err := rules.Parse([]byte(inline))
+		cfg, err := rules.ParseFor([]byte(inline), v)
 		return cfg, envConfig, err
 	}
 	return rules.Config{}, "", nil

@@ -27,20 +27,33 @@ func repoRoot(t testing.TB) string {
 // KUBEBUILDER_ASSETS, or the cache hack/kube-binaries.sh fills (a cold build
 // takes about 5 minutes on 2 cores, a warm one under a second). Outside CI a
 // machine that cannot build them skips; in CI that is a failure.
-func kubeAssets(t testing.TB) string {
+func kubeAssets(t testing.TB) string { return kubeAssetsFor(t, "") }
+
+// kubeAssetsFor is kubeAssets for the Kubernetes release version (such as
+// "v1.36.3"; "" is the script's default, which KUBEBUILDER_ASSETS may
+// stand for).
+func kubeAssetsFor(t testing.TB, version string) string {
 	t.Helper()
-	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
+	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" && version == "" {
 		if _, err := os.Stat(filepath.Join(dir, "kubectl")); err == nil {
 			return dir
 		}
 	}
-	cmd := exec.Command("bash", filepath.Join(repoRoot(t), "hack", "kube-binaries.sh"), "etcd", "kube-apiserver", "kubectl")
+	bins := []string{"etcd", "kube-apiserver", "kubectl"}
+	if version != "" {
+		// Other releases serve API calls only: no kubectl.
+		bins = bins[:2]
+	}
+	cmd := exec.Command("bash", append([]string{filepath.Join(repoRoot(t), "hack", "kube-binaries.sh")}, bins...)...)
+	if version != "" {
+		cmd.Env = append(os.Environ(), "KUBE_VERSION="+version)
+	}
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	dir := lines[len(lines)-1]
 	if err == nil {
-		for _, b := range []string{"etcd", "kube-apiserver", "kubectl"} {
+		for _, b := range bins {
 			if _, serr := os.Stat(filepath.Join(dir, b)); serr != nil {
 				err = serr
 			}

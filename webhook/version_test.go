@@ -1,0 +1,100 @@
+package webhook
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/version"
+	fakediscovery "k8s.io/client-go/discovery/fake"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"sigs.k8s.io/yaml"
+
+	"github.com/restart-supervisor/restart-supervisor/rules"
+)
+
+// fakeCluster answers the detector's dry-run create, keeping or dropping
+// the restart fields, and reports gitVersion from discovery.
+func fakeCluster(gitVersion string, keep bool) *fake.Clientset {
+	c := fake.NewClientset()
+	c.Discovery().(*fakediscovery.FakeDiscovery).FakedServerVersion = &version.Info{GitVersion: gitVersion}
+	c.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		pod := a.(k8stesting.CreateAction).GetObject().(*corev1.Pod).DeepCopy()
+		if !keep {
+			for i := range pod.Spec.Containers {
+				pod.Spec.Containers[i].RestartPolicy, pod.Spec.Containers[i].RestartPolicyRules = nil, nil
+			}
+		}
+		return true, pod, nil
+	})
+	return c
+}
+
+func TestValidationVersionFollowsTheAPIServer(t *testing.T) {
+	for _, tc := range []struct {
+		gitVersion string
+		keep       bool
+		want       rules.KubeVersion
+	}{
+		{"v1.34.4", true, rules.Kube134},
+		{"v1.35.4", true, rules.Kube135},
+		{"v1.36.3-gke.1", true, rules.Kube136},
+		{"v1.39.0", true, rules.NewestKube},
+		// A server that drops the fields never validates them.
+		{"v1.34.4", false, rules.NewestKube},
+		{"v0.0.0-master", true, rules.NewestKube},
+	} {
+		d := &NativeDetector{Client: fakeCluster(tc.gitVersion, tc.keep), Namespace: "rs", Log: testLogger(t)}
+		if got := d.ValidationVersion(); got != rules.NewestKube {
+			t.Errorf("%s before the first check: %v", tc.gitVersion, got)
+		}
+		if _, _, err := d.Check(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if got := d.ValidationVersion(); got != tc.want {
+			t.Errorf("%s, fields kept %v: validates like %v, want %v", tc.gitVersion, tc.keep, got, tc.want)
+		}
+	}
+}
+
+const sidecarPod = `apiVersion: v1
+kind: Pod
+metadata: {name: web, namespace: apps}
+spec:
+  restartPolicy: Never
+  initContainers:
+  - name: proxy
+    image: registry.test/proxy:1
+    command: ["/proxy"]
+    restartPolicy: Always
+    restartPolicyRules:
+    - action: Restart
+      exitCodes: {operator: In, values: [3]}
+  containers:
+  - name: app
+    image: registry.test/app:1
+    command: ["/app"]
+`
+
+// The handler validates with the release KubeVersion reports.
+func TestHandlerValidatesLikeKubeVersion(t *testing.T) {
+	raw, err := yaml.YAMLToJSON([]byte(sidecarPod))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range rules.KubeVersions() {
+		h := newHandler()
+		h.KubeVersion = func() rules.KubeVersion { return v }
+		ts := startServer(t, h)
+		resp := admit(t, ts, reviewOf(t, raw, "Pod", "pods", admissionv1.Create))
+		forbidden := resp.Result != nil && strings.Contains(resp.Result.Message,
+			`spec.initContainers[0].restartPolicyRules: Forbidden: restartPolicyRules are not allowed for init containers with restart policy Always`)
+		if wantDenied := v < rules.Kube136; resp.Allowed == wantDenied || forbidden != wantDenied {
+			t.Errorf("%v: allowed %v, result %+v", v, resp.Allowed, resp.Result)
+		}
+	}
+}
