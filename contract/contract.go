@@ -45,6 +45,10 @@ const (
 	// kernel does to a PID namespace's init (supervise.Options.InitSignals).
 	// Users set it on the container; the injector leaves it alone.
 	EnvInitSignals = "RESTART_SUPERVISOR_INIT_SIGNALS"
+	// EnvKubeVersion chooses which Kubernetes release's validation the
+	// supervisor applies to its config ("1.34" … ); unset, the newest.
+	// Users set it; the injector does not.
+	EnvKubeVersion = "RESTART_SUPERVISOR_KUBERNETES_VERSION"
 	// EnvLogFormat is not written by the injector; users
 	// set them on the container to change the supervisor's defaults.
 	EnvLogFormat = "RESTART_SUPERVISOR_LOG_FORMAT"

@@ -48,6 +48,7 @@ const (
 	envGracePeriod      = contract.EnvGracePeriod
 	envStartError       = contract.EnvStartError
 	envInitSignals      = contract.EnvInitSignals
+	envKubeVersion      = contract.EnvKubeVersion
 
 	// defaultGracePeriod is the pod default terminationGracePeriodSeconds.
 	defaultGracePeriod = 30 * time.Second
@@ -55,9 +56,6 @@ const (
 	// for a container whose process could not be started (reason
 	// StartError); the kubelet applies the rules to it.
 	containerdStartErrorCode = 128
-
-	// envKubeVersion is the supervisor's own: the injector does not set it.
-	envKubeVersion = "RESTART_SUPERVISOR_KUBERNETES_VERSION"
 )
 
 func main() { os.Exit(run(os.Args[1:])) }
