@@ -257,7 +257,8 @@ func (r *Reloader) reload() (again bool) {
 	var err error
 	var cfg rules.Config
 	if len(content) > 0 && content[0] == 0 {
-		err = fmt.Errorf("--config %s: %s; keeping the rules in force", r.path, content[1:])
+		// The read error names the file already.
+		err = fmt.Errorf("--config: %s; keeping the rules in force", content[1:])
 	} else if cfg, err = rules.Parse([]byte(content)); err != nil {
 		err = fmt.Errorf("--config %s: rejected: %w; keeping the rules in force", r.path, err)
 	}
