@@ -1,6 +1,7 @@
 package injector
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 	"unicode/utf8"
@@ -271,12 +272,15 @@ func isNull(n *textyaml.Node) bool {
 // clipped, so an error is one short line.
 func checkAnnotation(n *textyaml.Node, shape annShape, path string) error {
 	if n.Kind == textyaml.AliasNode {
-		return fmt.Errorf("line %d: %s: aliases are not supported", n.Line, path)
+		return fmt.Errorf("line %d: %s: aliases are not supported", n.Line, cmp.Or(path, "the document"))
 	}
 	if isNull(n) {
 		return nil // the decoder leaves the zero value
 	}
 	want := func(what string) error {
+		if path == "" {
+			return fmt.Errorf("line %d: must be a map from container name to {restartPolicy, restartPolicyRules}", n.Line)
+		}
 		return fmt.Errorf("line %d: %s: must be %s", n.Line, path, what)
 	}
 	switch shape {
@@ -309,7 +313,7 @@ func checkAnnotation(n *textyaml.Node, shape annShape, path string) error {
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k := n.Content[i]
 			if k.Kind != textyaml.ScalarNode {
-				return fmt.Errorf("line %d: %s: keys must be strings", k.Line, path)
+				return fmt.Errorf("line %d: %s: keys must be strings", k.Line, cmp.Or(path, "container names"))
 			}
 			if line, dup := seen[k.Value]; dup {
 				return fmt.Errorf("line %d: mapping key %q already defined at line %d", k.Line, clip(k.Value), line)

@@ -92,6 +92,8 @@ func TestRulesAnnotationErrorsNameTheField(t *testing.T) {
 		"app: {restartPolicyRules: {a: 1}}":                         `line 1: app.restartPolicyRules: must be a list`,
 		"app: {restartPolicyRules: [{exitCodes: {values: [[1]]}}]}": `line 1: app.restartPolicyRules[0].exitCodes.values[0]: must be a string`,
 		"app: {restartPolicyRules: [{action: Restart, bogus: 1}]}":  `line 1: unknown field "bogus"`,
+		"[app]":                          `line 1: must be a map from container name to {restartPolicy, restartPolicyRules}`,
+		"{[a]: {}}":                      `line 1: container names: keys must be strings`,
 		"a: &x {}\nb: *x\n":              `line 2: b: aliases are not supported`,
 		strings.Repeat("y", 70) + ": {}": `line 1: container name "` + strings.Repeat("y", 61) + `…": must be no more than 63 bytes`,
 		strings.Repeat("a", 70<<10):      `71680 bytes: must be at most 65536 bytes`,
