@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/internal/dirwatch"
 )
@@ -128,14 +130,26 @@ func Announce(dir string, observed uint64, source string, exitCode int32) (g Gen
 	if err != nil {
 		return Generation{}, false, err
 	}
-	tmp, err := createTemp(gdir, "announce", append(data, '\n'))
+	// Relative to a descriptor of pod-restarts/ opened without following
+	// a link, so that a link swapped in by another container cannot send
+	// the files elsewhere.
+	dfd, err := openSubdir(dir, genDir, "announce")
 	if err != nil {
 		return Generation{}, false, err
 	}
-	defer os.Remove(tmp)
+	defer unix.Close(dfd)
+	tmp, err := createTempAt(dfd, "announce", append(data, '\n'))
+	if err != nil {
+		return Generation{}, false, err
+	}
+	defer unix.Unlinkat(dfd, tmp, 0)
 	// link(2), unlike rename(2), fails if the name exists: the winner's
 	// file appears complete and no one can replace it.
-	switch err := os.Link(tmp, filepath.Join(gdir, genName(g.N))); {
+	err = unix.Linkat(dfd, tmp, dfd, genName(g.N), 0)
+	if err != nil {
+		err = &os.LinkError{Op: "link", Old: tmp, New: genName(g.N), Err: err}
+	}
+	switch {
 	case err == nil:
 		prune(gdir, g.N)
 		return g, true, nil

@@ -133,3 +133,17 @@ func TestWriteStatusReplacesALinkAtItsName(t *testing.T) {
 		t.Fatalf("%+v %v", s, err)
 	}
 }
+
+// The same for pod-restarts/: an announcement never creates files where a
+// link planted there leads.
+func TestAnnounceDoesNotFollowALinkedGenerationDir(t *testing.T) {
+	dir := t.TempDir()
+	elsewhere := t.TempDir()
+	os.Symlink(elsewhere, filepath.Join(dir, genDir))
+	if _, _, err := Announce(dir, 0, "app", 1); err == nil {
+		t.Fatal("announced through a link")
+	}
+	if entries, _ := os.ReadDir(elsewhere); len(entries) != 0 {
+		t.Fatalf("created %v through the link", entries[0].Name())
+	}
+}

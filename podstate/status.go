@@ -133,23 +133,48 @@ func WriteStatus(dir string, s Status) error {
 	return writeAtomicBeneath(dir, statusDir, s.Container+statusExt, append(data, '\n'))
 }
 
-// writeAtomicBeneath is writeAtomic into dir/sub without following a
-// symbolic link at sub or at the file: any container of the pod can
-// replace status/ by a link, and the writer, possibly root, would then
-// replace <name>.json wherever the link leads. The subdirectory is opened
-// with O_NOFOLLOW|O_DIRECTORY and everything else is relative to that
-// descriptor; rename(2) replaces a link at the name rather than its target.
+// writeAtomicBeneath writes data to dir/sub/name through a synced
+// temporary file and rename(2), so a reader sees the old document or the
+// new one, without following a symbolic link at sub or at the file: any
+// container of the pod can replace status/ by a link, and the writer,
+// possibly root, would then replace <name>.json wherever the link leads.
+// rename(2) replaces a link at the name rather than its target.
 func writeAtomicBeneath(dir, sub, name string, data []byte) error {
-	dfd, err := unix.Open(filepath.Join(dir, sub), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	dfd, err := openSubdir(dir, sub, name)
 	if err != nil {
-		if err == unix.ELOOP || err == unix.ENOTDIR {
-			return fmt.Errorf("write %s: %s is not a directory", name, filepath.Join(dir, sub))
-		}
-		return fmt.Errorf("write %s: %w", name, err)
+		return err
 	}
 	defer unix.Close(dfd)
+	tmp, err := createTempAt(dfd, name, data)
+	if err != nil {
+		return err
+	}
+	if err := unix.Renameat(dfd, tmp, dfd, name); err != nil {
+		unix.Unlinkat(dfd, tmp, 0)
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	return nil
+}
+
+// openSubdir opens dir/sub, refusing a symbolic link, for operations
+// relative to it that a link swapped in later cannot redirect.
+func openSubdir(dir, sub, name string) (int, error) {
+	dfd, err := unix.Open(filepath.Join(dir, sub), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err == unix.ELOOP || err == unix.ENOTDIR {
+		return -1, fmt.Errorf("write %s: %s is not a directory", name, filepath.Join(dir, sub))
+	}
+	if err != nil {
+		return -1, fmt.Errorf("write %s: %w", name, err)
+	}
+	return dfd, nil
+}
+
+// createTempAt writes data into a new hidden file in the directory dfd,
+// synced and readable by every UID, and returns its name.
+func createTempAt(dfd int, name string, data []byte) (string, error) {
 	var tmp string
 	var fd int
+	var err error
 	for i := 0; ; i++ {
 		tmp = fmt.Sprintf(".%s.%d.%d.tmp", name, os.Getpid(), time.Now().UnixNano()+int64(i))
 		fd, err = unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, fileMode)
@@ -158,7 +183,7 @@ func writeAtomicBeneath(dir, sub, name string, data []byte) error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("write %s: %w", name, err)
+		return "", fmt.Errorf("write %s: %w", name, err)
 	}
 	f := os.NewFile(uintptr(fd), tmp)
 	_, err = f.Write(data)
@@ -172,14 +197,11 @@ func writeAtomicBeneath(dir, sub, name string, data []byte) error {
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil {
-		err = unix.Renameat(dfd, tmp, dfd, name)
-	}
 	if err != nil {
 		unix.Unlinkat(dfd, tmp, 0)
-		return fmt.Errorf("write %s: %w", name, err)
+		return "", fmt.Errorf("write %s: %w", name, err)
 	}
-	return nil
+	return tmp, nil
 }
 
 // ReadAll returns the status of every container that has written one,
@@ -315,28 +337,4 @@ func sharedSubdir(dir, name string) (string, error) {
 		return "", fmt.Errorf("state directory: %s is not a directory", p)
 	}
 	return p, nil
-}
-
-// createTemp writes data into a new hidden file in dir, synced and readable
-// by every UID, and returns its path.
-func createTemp(dir, name string, data []byte) (string, error) {
-	f, err := os.CreateTemp(dir, "."+name+".*.tmp")
-	if err != nil {
-		return "", fmt.Errorf("write %s: %w", name, err)
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Chmod(fileMode)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(f.Name())
-		return "", fmt.Errorf("write %s: %w", name, err)
-	}
-	return f.Name(), nil
 }
