@@ -14,6 +14,7 @@ package configreload
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -21,9 +22,55 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/restart-supervisor/restart-supervisor/internal/dirwatch"
 	"github.com/restart-supervisor/restart-supervisor/rules"
 )
+
+// ReadFile reads a configuration file for the first load and for every
+// reload. The supervisor is PID 1: a read that blocks or eats memory stops
+// the container, so the file must be a regular file of at most
+// rules.MaxConfigSize bytes.
+//
+// Symbolic links are followed: a ConfigMap volume presents config.yaml as
+// a link to ..data/config.yaml, itself a link to the current timestamped
+// directory, so refusing links would refuse the common case. The file is
+// the pod author's, as are the container's image and command, so a link
+// that leads elsewhere gives nothing the author did not have. What is
+// refused is the target that is not a regular file (a FIFO would block
+// start-up or the exit after a reload, /dev/zero or /dev/urandom would
+// never end), found by fstat on the descriptor opened with O_NONBLOCK, so
+// that even opening a FIFO without a writer returns at once.
+func ReadFile(path string) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file (%s)", path, fi.Mode().Type())
+	}
+	const max = rules.MaxConfigSize
+	if fi.Size() > max {
+		return nil, fmt.Errorf("%s: %d bytes: larger than %d bytes", path, fi.Size(), max)
+	}
+	// The size may grow between fstat and read: read one byte more than
+	// allowed to tell.
+	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, &os.PathError{Op: "read", Path: path, Err: err}
+	}
+	if len(data) > max {
+		return nil, fmt.Errorf("%s: larger than %d bytes", path, max)
+	}
+	return data, nil
+}
 
 // Defaults for Options.
 const (
@@ -91,7 +138,7 @@ func Watch(path string, opts Options) (*Reloader, error) {
 		return nil, fmt.Errorf("--config %s: %w", path, err)
 	}
 	r := &Reloader{path: abs, opts: opts, done: make(chan struct{})}
-	data, err := os.ReadFile(abs)
+	data, err := ReadFile(abs)
 	if err != nil {
 		return nil, fmt.Errorf("--config: %w", err)
 	}
@@ -195,7 +242,7 @@ func (r *Reloader) run() {
 // read returns the file's content, or a description of why it cannot be
 // read that differs from any content.
 func (r *Reloader) read() string {
-	data, err := os.ReadFile(r.path)
+	data, err := ReadFile(r.path)
 	if err != nil {
 		return "\x00" + err.Error()
 	}
@@ -213,7 +260,8 @@ func (r *Reloader) reload() (again bool) {
 	var err error
 	var cfg rules.Config
 	if len(content) > 0 && content[0] == 0 {
-		err = fmt.Errorf("--config %s: %s; keeping the rules in force", r.path, content[1:])
+		// The read error names the file already.
+		err = fmt.Errorf("--config: %s; keeping the rules in force", content[1:])
 	} else if cfg, err = rules.ParseFor([]byte(content), r.opts.KubeVersion); err != nil {
 		err = fmt.Errorf("--config %s: rejected: %w; keeping the rules in force", r.path, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -39,6 +40,35 @@ func FuzzReadManifests(f *testing.F) {
 			out.Reset()
 			if _, err := m.WriteTo(&out); err != nil {
 				t.Fatalf("WriteTo after inject: %v", err)
+			}
+		}
+	})
+}
+
+// FuzzRulesAnnotation feeds arbitrary text to the rules annotation parser.
+// Whatever the input, it must not panic, an error must be one short line,
+// and an accepted annotation names only containers Kubernetes can have.
+func FuzzRulesAnnotation(f *testing.F) {
+	for _, seed := range []string{
+		``, `{}`, `null`, `[]`, `app: {}`, "app: {}\napp: {}",
+		`{"app": {"restartPolicy": "Never", "restartPolicyRules": [{"action": "Restart", "exitCodes": {"operator": "In", "values": [42]}}]}}`,
+		"app:\n  restartPolicyRules:\n  - action: RestartAllContainers\n    exitCodes: {operator: NotIn, values: [0]}\n",
+		"a: &a {}\nb: *a", "app: {restartPolicy: [x]}", "app: {restartPolicyRules: [{exitCodes: {values: [x]}}]}",
+		"{[a]: {}}", "app: {<<: {restartPolicy: Never}}", "---\napp: {}\n---\nb: {}",
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		m, err := parseRulesAnnotation(map[string]string{AnnotationRules: v})
+		if err != nil {
+			if msg := err.Error(); len(msg) > 1200 || strings.ContainsAny(msg, "\n\r") {
+				t.Fatalf("error is not one short line: %d bytes: %.200q", len(msg), msg)
+			}
+			return
+		}
+		for name := range m {
+			if len(name) > maxContainerName {
+				t.Fatalf("accepted a container name of %d bytes", len(name))
 			}
 		}
 	})

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/internal/dirwatch"
 )
@@ -36,6 +38,15 @@ const (
 	genKeep = 8
 	// DefaultPollInterval is how often a watcher without inotify looks.
 	DefaultPollInterval = time.Second
+	// MaxGeneration is the highest generation number taken from a file
+	// name. Any container of the pod can create files in pod-restarts/,
+	// and a name of 18446744073709551615 made the next announcement wrap
+	// to 0 and be ignored for good; names above this are not generations.
+	// A pod restart a second would take 35 000 years to get here.
+	MaxGeneration = 1 << 40
+	// maxGenerationSize bounds a generation file: a real one is about
+	// 100 bytes of JSON.
+	maxGenerationSize = 4 << 10
 )
 
 // Generation is one pod restart.
@@ -63,21 +74,29 @@ func Current(dir string) (uint64, error) {
 	}
 	var max uint64
 	for _, e := range entries {
-		if len(e.Name()) != 20 {
-			continue
-		}
-		if n, err := strconv.ParseUint(e.Name(), 10, 64); err == nil && n > max {
+		if n, ok := parseGenName(e.Name()); ok && n > max {
 			max = n
 		}
 	}
 	return max, nil
 }
 
+// parseGenName returns the generation a file name stands for, if any.
+func parseGenName(name string) (uint64, bool) {
+	if len(name) != 20 {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(name, 10, 64)
+	return n, err == nil && n <= MaxGeneration
+}
+
 // ReadGeneration returns the details of generation n. A generation whose
 // file was pruned or cannot be parsed still has its number.
 func ReadGeneration(dir string, n uint64) Generation {
 	g := Generation{N: n}
-	if data, err := os.ReadFile(filepath.Join(dir, genDir, genName(n))); err == nil {
+	// Any container can put a FIFO, a huge file or a link to /dev/zero
+	// here: read it as an adversary's file.
+	if data, err := readBounded(filepath.Join(dir, genDir, genName(n)), maxGenerationSize); err == nil {
 		_ = json.Unmarshal(data, &g)
 		g.N = n
 	}
@@ -103,19 +122,34 @@ func Announce(dir string, observed uint64, source string, exitCode int32) (g Gen
 	} else if cur > observed {
 		return ReadGeneration(dir, cur), false, nil
 	}
+	if observed >= MaxGeneration {
+		return Generation{}, false, fmt.Errorf("announce pod restart: generation %d is the last one", observed)
+	}
 	g = Generation{N: observed + 1, Source: source, ExitCode: exitCode, Time: time.Now().UTC()}
 	data, err := json.Marshal(g)
 	if err != nil {
 		return Generation{}, false, err
 	}
-	tmp, err := createTemp(gdir, "announce", append(data, '\n'))
+	// Relative to a descriptor of pod-restarts/ opened without following
+	// a link, so that a link swapped in by another container cannot send
+	// the files elsewhere.
+	dfd, err := openSubdir(dir, genDir, "announce")
 	if err != nil {
 		return Generation{}, false, err
 	}
-	defer os.Remove(tmp)
+	defer unix.Close(dfd)
+	tmp, err := createTempAt(dfd, "announce", append(data, '\n'))
+	if err != nil {
+		return Generation{}, false, err
+	}
+	defer unix.Unlinkat(dfd, tmp, 0)
 	// link(2), unlike rename(2), fails if the name exists: the winner's
 	// file appears complete and no one can replace it.
-	switch err := os.Link(tmp, filepath.Join(gdir, genName(g.N))); {
+	err = unix.Linkat(dfd, tmp, dfd, genName(g.N), 0)
+	if err != nil {
+		err = &os.LinkError{Op: "link", Old: tmp, New: genName(g.N), Err: err}
+	}
+	switch {
 	case err == nil:
 		prune(gdir, g.N)
 		return g, true, nil
@@ -141,7 +175,7 @@ func prune(gdir string, newest uint64) {
 		return
 	}
 	for _, e := range entries {
-		if n, err := strconv.ParseUint(e.Name(), 10, 64); err == nil && len(e.Name()) == 20 && n+genKeep < newest {
+		if n, ok := parseGenName(e.Name()); ok && n+genKeep < newest {
 			os.Remove(filepath.Join(gdir, e.Name()))
 		}
 	}

@@ -127,11 +127,81 @@ func WriteStatus(dir string, s Status) error {
 	if err != nil {
 		return fmt.Errorf("status of %s: %w", s.Container, err)
 	}
-	sdir, err := sharedSubdir(dir, statusDir)
+	if _, err := sharedSubdir(dir, statusDir); err != nil {
+		return err
+	}
+	return writeAtomicBeneath(dir, statusDir, s.Container+statusExt, append(data, '\n'))
+}
+
+// writeAtomicBeneath writes data to dir/sub/name through a synced
+// temporary file and rename(2), so a reader sees the old document or the
+// new one, without following a symbolic link at sub or at the file: any
+// container of the pod can replace status/ by a link, and the writer,
+// possibly root, would then replace <name>.json wherever the link leads.
+// rename(2) replaces a link at the name rather than its target.
+func writeAtomicBeneath(dir, sub, name string, data []byte) error {
+	dfd, err := openSubdir(dir, sub, name)
 	if err != nil {
 		return err
 	}
-	return writeAtomic(sdir, s.Container+statusExt, append(data, '\n'))
+	defer unix.Close(dfd)
+	tmp, err := createTempAt(dfd, name, data)
+	if err != nil {
+		return err
+	}
+	if err := unix.Renameat(dfd, tmp, dfd, name); err != nil {
+		unix.Unlinkat(dfd, tmp, 0)
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	return nil
+}
+
+// openSubdir opens dir/sub, refusing a symbolic link, for operations
+// relative to it that a link swapped in later cannot redirect.
+func openSubdir(dir, sub, name string) (int, error) {
+	dfd, err := unix.Open(filepath.Join(dir, sub), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err == unix.ELOOP || err == unix.ENOTDIR {
+		return -1, fmt.Errorf("write %s: %s is not a directory", name, filepath.Join(dir, sub))
+	}
+	if err != nil {
+		return -1, fmt.Errorf("write %s: %w", name, err)
+	}
+	return dfd, nil
+}
+
+// createTempAt writes data into a new hidden file in the directory dfd,
+// synced and readable by every UID, and returns its name.
+func createTempAt(dfd int, name string, data []byte) (string, error) {
+	var tmp string
+	var fd int
+	var err error
+	for i := 0; ; i++ {
+		tmp = fmt.Sprintf(".%s.%d.%d.tmp", name, os.Getpid(), time.Now().UnixNano()+int64(i))
+		fd, err = unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, fileMode)
+		if err != unix.EEXIST || i == 100 {
+			break
+		}
+	}
+	if err != nil {
+		return "", fmt.Errorf("write %s: %w", name, err)
+	}
+	f := os.NewFile(uintptr(fd), tmp)
+	_, err = f.Write(data)
+	if err == nil {
+		// The umask may have narrowed the mode; every UID must read it.
+		err = f.Chmod(fileMode)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		unix.Unlinkat(dfd, tmp, 0)
+		return "", fmt.Errorf("write %s: %w", name, err)
+	}
+	return tmp, nil
 }
 
 // ReadAll returns the status of every container that has written one,
@@ -239,7 +309,8 @@ func readBounded(path string, max int64) ([]byte, error) {
 // replaced.
 func sharedSubdir(dir, name string) (string, error) {
 	p := filepath.Join(dir, name)
-	if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+	// Lstat: a link planted by another container is not our directory.
+	if fi, err := os.Lstat(p); err == nil && fi.IsDir() {
 		return p, nil
 	}
 	tmp, err := os.MkdirTemp(dir, "."+name+"-")
@@ -262,47 +333,8 @@ func sharedSubdir(dir, name string) (string, error) {
 	if err != nil && !errors.Is(err, os.ErrExist) {
 		return "", fmt.Errorf("state directory: %w", err)
 	}
-	if fi, err := os.Stat(p); err != nil || !fi.IsDir() {
+	if fi, err := os.Lstat(p); err != nil || !fi.IsDir() {
 		return "", fmt.Errorf("state directory: %s is not a directory", p)
 	}
 	return p, nil
-}
-
-// writeAtomic writes data to dir/name through a temporary file in the same
-// directory, synced before the rename so that the name never points at a
-// partly written file.
-func writeAtomic(dir, name string, data []byte) error {
-	tmp, err := createTemp(dir, name, data)
-	if err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", name, err)
-	}
-	return nil
-}
-
-// createTemp writes data into a new hidden file in dir, synced and readable
-// by every UID, and returns its path.
-func createTemp(dir, name string, data []byte) (string, error) {
-	f, err := os.CreateTemp(dir, "."+name+".*.tmp")
-	if err != nil {
-		return "", fmt.Errorf("write %s: %w", name, err)
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Chmod(fileMode)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(f.Name())
-		return "", fmt.Errorf("write %s: %w", name, err)
-	}
-	return f.Name(), nil
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
 )
@@ -137,12 +138,11 @@ func checkValue(n *yaml.Node, kind valueKind, schema, path string) error {
 		return nil
 	}
 	invalid := func(n *yaml.Node, path, want string) error {
-		v := n.Value
 		if n.Kind != yaml.ScalarNode {
-			v = map[yaml.Kind]string{yaml.MappingNode: "a mapping", yaml.SequenceNode: "a list"}[n.Kind]
+			v := map[yaml.Kind]string{yaml.MappingNode: "a mapping", yaml.SequenceNode: "a list", yaml.AliasNode: "an alias"}[n.Kind]
 			return fmt.Errorf("config: %s: Invalid value: %s (line %d): %s", path, v, n.Line, want)
 		}
-		return fmt.Errorf("config: %s: Invalid value: %q (line %d): %s", path, v, n.Line, want)
+		return fmt.Errorf("config: %s: Invalid value: %q (line %d): %s", path, clip(n.Value), n.Line, want)
 	}
 	switch kind {
 	case kindString:
@@ -164,6 +164,9 @@ func checkValue(n *yaml.Node, kind valueKind, schema, path string) error {
 		if n.Kind != yaml.SequenceNode {
 			return invalid(n, path, "must be a list of exit codes")
 		}
+		if len(n.Content) > MaxValuesPerRule {
+			return fmt.Errorf("config: %s: Too many: %d: must have at most %d items", path, len(n.Content), MaxValuesPerRule)
+		}
 		for i, item := range n.Content {
 			if item.Kind != yaml.ScalarNode {
 				return invalid(item, fmt.Sprintf("%s[%d]", path, i), "must be a 32-bit integer")
@@ -176,6 +179,12 @@ func checkValue(n *yaml.Node, kind valueKind, schema, path string) error {
 		if n.Kind != yaml.SequenceNode {
 			return invalid(n, path, "must be a list")
 		}
+		// Bounded here, before anything is decoded, so that a list of
+		// thousands of invalid rules cannot make an error line of
+		// thousands of messages.
+		if len(n.Content) > MaxRules {
+			return fmt.Errorf("config: %s: Too many: %d: must have at most %d items", path, len(n.Content), MaxRules)
+		}
 		for i, item := range n.Content {
 			if err := checkValue(item, kindMap, schema+"[]", fmt.Sprintf("%s[%d]", path, i)); err != nil {
 				return err
@@ -186,18 +195,28 @@ func checkValue(n *yaml.Node, kind valueKind, schema, path string) error {
 			return invalid(n, path, "must be a mapping")
 		}
 		fields := configSchema[schema]
+		// yaml.v3 finds duplicate keys by comparing every pair and
+		// records one message per pair: thousands of repeated keys cost
+		// seconds and gigabytes. Rejecting them here, in one pass, leaves
+		// the decoder at most one key per schema field.
+		seen := make(map[string]int, len(fields))
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			k := n.Content[i].Value
+			kn := n.Content[i]
+			k := kn.Value
 			child, ok := fields[k]
-			if !ok {
+			if !ok || kn.Kind != yaml.ScalarNode {
 				known := make([]string, 0, len(fields))
 				for f := range fields {
 					known = append(known, f)
 				}
 				sort.Strings(known)
 				return fmt.Errorf("config: %s: unknown field (line %d); known fields: %s",
-					join(path, k), n.Content[i].Line, strings.Join(known, ", "))
+					join(path, clip(k)), kn.Line, strings.Join(known, ", "))
 			}
+			if line, dup := seen[k]; dup {
+				return fmt.Errorf("config: %s: Duplicate value (line %d): already set at line %d", join(path, k), kn.Line, line)
+			}
+			seen[k] = kn.Line
 			if err := checkValue(n.Content[i+1], child, join(schema, k), join(path, k)); err != nil {
 				return err
 			}
@@ -206,15 +225,39 @@ func checkValue(n *yaml.Node, kind valueKind, schema, path string) error {
 	return nil
 }
 
+// MaxConfigSize bounds a configuration document. A real one is well under
+// 4 KiB (20 rules of 255 exit codes each, the most Validate allows, fit in
+// about 25 KiB of flow YAML); the cap keeps the YAML parser's time and
+// memory small whatever a file, a ConfigMap or an annotation holds.
+const MaxConfigSize = 64 << 10
+
+// maxErrorLen bounds an error line: errors go to logs, to the termination
+// message and to API responses, and must never echo a document back.
+const maxErrorLen = 1024
+
 // Parse reads a configuration document (YAML or JSON), rejects unknown keys
 // and validates it like the newest release's API server. Every error is one
-// line that names the field.
+// line of at most 1 KiB that names the field. Time and memory are bounded: a
+// document above MaxConfigSize is refused unread, and duplicate keys are
+// refused before the decoder, whose own check of them is quadratic, sees
+// them.
 func Parse(data []byte) (Config, error) { return ParseFor(data, NewestKube) }
 
 // ParseFor is Parse with the restart fields validated like the API server of
 // release v.
 func ParseFor(data []byte, v KubeVersion) (Config, error) {
+	cfg, err := parse(data, v)
+	if err != nil && len(err.Error()) > maxErrorLen {
+		err = fmt.Errorf("%s", clipLen(err.Error(), maxErrorLen))
+	}
+	return cfg, err
+}
+
+func parse(data []byte, v KubeVersion) (Config, error) {
 	var cfg Config
+	if len(data) > MaxConfigSize {
+		return cfg, fmt.Errorf("config: %d bytes: larger than %d bytes", len(data), MaxConfigSize)
+	}
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&doc); err != nil {
@@ -253,6 +296,9 @@ func (c Config) Validate() error { return c.ValidateFor(NewestKube) }
 // container's in release v.
 func (c Config) ValidateFor(v KubeVersion) error {
 	errs := v.Validate(c.Container, "")
+	if c.InitContainer {
+		errs = v.ValidateInit(c.Container, "")
+	}
 	if c.PodRestartPolicy != "" {
 		errs = append(errs, ValidatePodPolicy(c.PodRestartPolicy, "podRestartPolicy")...)
 	}
@@ -289,5 +335,21 @@ func (c Config) Pod() RestartPolicy {
 func (c Config) Marshal() ([]byte, error) { return json.Marshal(c) }
 
 func oneLine(err error) string {
-	return strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " ")
+	return clipLen(strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " "), maxErrorLen)
+}
+
+// clip shortens a value from the document for an error message.
+func clip(s string) string { return clipLen(s, 64) }
+
+// clipLen cuts s to at most max bytes on a rune boundary, marking the cut.
+func clipLen(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	const mark = "…"
+	cut := max - len(mark)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + mark
 }

@@ -279,7 +279,7 @@ func loadConfig(file string, v rules.KubeVersion) (rules.Config, string, error) 
 	case file != "" && hasInline:
 		return rules.Config{}, "", fmt.Errorf("both --config and %s are set; use one", envConfig)
 	case file != "":
-		data, err := os.ReadFile(file)
+		data, err := configreload.ReadFile(file)
 		if err != nil {
 			return rules.Config{}, "", fmt.Errorf("--config: %v", err)
 		}

@@ -706,6 +706,12 @@ func TestUsageAndConfigErrorsExit2WithOneLine(t *testing.T) {
 	dir := t.TempDir()
 	good := writeFile(t, dir, "good.yaml", restart42, 0o644)
 	plat := runtime.GOOS + "/" + runtime.GOARCH
+	// A FIFO without a writer used to block start-up for ever, /dev/zero
+	// to take 2 GB in a second.
+	fifo := filepath.Join(dir, "fifo.yaml")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name string
 		env  []string
@@ -721,6 +727,14 @@ func TestUsageAndConfigErrorsExit2WithOneLine(t *testing.T) {
 		{"bad duration", nil, []string{"--config", writeFile(t, dir, "dur.yaml", "backoff: {initial: soon}\n", 0o644), "--", "true"},
 			`backoff.initial`},
 		{"missing file", nil, []string{"--config", filepath.Join(dir, "nope.yaml"), "--", "true"}, `--config: open`},
+		{"FIFO", nil, []string{"--config", fifo, "--", "true"}, `fifo.yaml: not a regular file`},
+		{"/dev/zero", nil, []string{"--config", "/dev/zero", "--", "true"}, `/dev/zero: not a regular file`},
+		{"huge file", nil, []string{"--config", writeFile(t, dir, "huge.yaml", strings.Repeat("restartPolicy: Never\n", 1<<20), 0o644), "--", "true"},
+			`huge.yaml: 22020096 bytes: larger than 65536 bytes`},
+		{"repeated keys", nil, []string{"--config", writeFile(t, dir, "dup.yaml", strings.Repeat("restartPolicy: Never\n", 2000), 0o644), "--", "true"},
+			`restartPolicy: Duplicate value (line 2): already set at line 1`},
+		{"huge inline", []string{"RESTART_SUPERVISOR_CONFIG=" + strings.Repeat(" ", 100<<10) + "{}"}, []string{"--", "true"},
+			`larger than 65536 bytes`},
 		{"both sources", []string{"RESTART_SUPERVISOR_CONFIG={}"}, []string{"--config", good, "--", "true"}, `both --config and RESTART_SUPERVISOR_CONFIG are set`},
 		{"1.34 wording", nil, []string{"--kubernetes-version", "1.34", "--config", writeFile(t, dir, "all.yaml", "restartPolicy: Never\nrestartPolicyRules:\n- {action: RestartAllContainers, exitCodes: {operator: In, values: [1]}}\n", 0o644), "--", "true"},
 			`invalid config (--config ` + filepath.Join(dir, "all.yaml") + `): restartPolicyRules[0].action: Unsupported value: "RestartAllContainers": supported values: "Restart"`},

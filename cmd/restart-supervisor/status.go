@@ -4,6 +4,7 @@ package main
 // of the pod, read from the shared state directory, as a table or JSON.
 
 import (
+	"bytes"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -12,9 +13,12 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/podstate"
+	"github.com/restart-supervisor/restart-supervisor/rules"
 	"github.com/restart-supervisor/restart-supervisor/supervise"
 )
 
@@ -25,11 +29,66 @@ const (
 	statusUsage      = 2
 )
 
+// printable makes text from the state volume safe for a terminal. Every
+// container of the pod can write there, and a container name, a signal
+// name or a file name holding escape sequences would otherwise move the
+// cursor, rewrite the screen or retitle the window of whoever runs status.
+// Control and format characters (C0, DEL, C1, bidirectional overrides) and
+// invalid UTF-8 are shown escaped instead.
+func printable(s string) string {
+	clean := true
+	for _, r := range s {
+		if r == utf8.RuneError || !unicode.IsGraphic(r) || unicode.Is(unicode.Cf, r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size <= 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case !unicode.IsGraphic(r) || unicode.Is(unicode.Cf, r):
+			if r < 0x100 {
+				fmt.Fprintf(&b, `\x%02x`, r)
+			} else {
+				fmt.Fprintf(&b, `\u%04x`, r)
+			}
+		default:
+			b.WriteRune(r)
+		}
+		i += size
+	}
+	return b.String()
+}
+
+// printableStatus applies printable to every string of a status document
+// for the table.
+func printableStatus(s podstate.Status) podstate.Status {
+	s.Container = printable(s.Container)
+	s.State = supervise.Phase(printable(string(s.State)))
+	s.SupervisorVersion = printable(s.SupervisorVersion)
+	for _, e := range []**podstate.Exit{&s.LastExit, &s.LastRestart} {
+		if *e != nil {
+			c := **e
+			c.Signal = printable(c.Signal)
+			c.Action = rules.Action(printable(string(c.Action)))
+			*e = &c
+		}
+	}
+	return s
+}
+
 // formatTable writes statuses as a table, ages measured against now.
 func formatTable(w io.Writer, statuses []podstate.Status, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "CONTAINER\tSTATE\tRESTARTS\tPOD RESTARTS\tLAST EXIT\tRULE\tACTION\tSTARTED\tUPDATED")
 	for _, s := range statuses {
+		s = printableStatus(s)
 		exit, rule, action := "-", "-", "-"
 		if e := s.LastExit; e != nil {
 			exit = fmt.Sprint(e.Code)
@@ -81,11 +140,27 @@ func formatJSON(w io.Writer, statuses []podstate.Status) error {
 	if statuses == nil {
 		statuses = []podstate.Status{}
 	}
-	enc := json.NewEncoder(w)
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
 	enc.SetIndent("", "  ")
-	return enc.Encode(struct {
+	if err := enc.Encode(struct {
 		Containers []podstate.Status `json:"containers"`
-	}{statuses})
+	}{statuses}); err != nil {
+		return err
+	}
+	// encoding/json escapes C0 and replaces invalid UTF-8, but writes DEL,
+	// C1 and bidirectional overrides raw; such runes only occur inside
+	// strings, where \u escapes keep the data and the terminal safe.
+	var out strings.Builder
+	for _, r := range b.String() {
+		if r == 0x7f || (r >= 0x80 && r < 0xa0) || unicode.Is(unicode.Cf, r) {
+			fmt.Fprintf(&out, `\u%04x`, r)
+		} else {
+			out.WriteRune(r)
+		}
+	}
+	_, err := io.WriteString(w, out.String())
+	return err
 }
 
 // statusCmd implements `restart-supervisor status [--json] [--state-dir
@@ -118,7 +193,7 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 	code := statusOK
 	if err != nil {
 		for _, line := range strings.Split(err.Error(), "\n") {
-			fmt.Fprintf(stderr, "restart-supervisor status: %s\n", line)
+			fmt.Fprintf(stderr, "restart-supervisor status: %s\n", printable(line))
 		}
 		code = statusIncomplete
 	}

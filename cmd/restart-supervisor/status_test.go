@@ -107,3 +107,35 @@ func TestStatusCommand(t *testing.T) {
 		t.Fatalf("broken document: %d %q %q", code, out, stderr)
 	}
 }
+
+// Another container of the pod writes status documents (and names them)
+// with terminal escape sequences: status prints none of them raw.
+func TestStatusEscapesControlCharacters(t *testing.T) {
+	dir := t.TempDir()
+	sdir := filepath.Join(dir, "status")
+	os.MkdirAll(sdir, 0o777)
+	evil := "\x1b]0;owned\x07\x1b[2J\u009b31m\u202e\x7f\xff"
+	doc := `{"container":"x","state":"` + `\u001b[2Jheld` + `","supervisorVersion":"\u009b1m","lastExit":{"code":1,"signal":"SIG\u001b[31mKILL","action":"\u202eRestart"},` +
+		`"lastRestart":{"code":2,"signal":"\u0007"}}`
+	os.WriteFile(filepath.Join(sdir, "app"+evil+".json"), []byte(doc), 0o644)
+	os.WriteFile(filepath.Join(sdir, "broken"+evil+".json"), []byte("garbage"), 0o644)
+	for _, args := range [][]string{{"--state-dir", dir}, {"--json", "--state-dir", dir}} {
+		var out, errb bytes.Buffer
+		statusCmd(args, &out, &errb)
+		for name, text := range map[string]string{"stdout": out.String(), "stderr": errb.String()} {
+			for _, r := range text {
+				if r != '\n' && (r < 0x20 || r == 0x7f || r >= 0x80 && r < 0xa0 || r == '\u202e' || r == '\ufffd') {
+					t.Errorf("%v: %s holds %U: %q", args, name, r, text)
+					break
+				}
+			}
+		}
+		want := `\x1b]0;owned\x07`
+		if args[0] == "--json" {
+			want = `\u001b]0;owned\u0007\u001b[2J\u009b31m\u202e\u007f\ufffd`
+		}
+		if !strings.Contains(out.String(), want) || !strings.Contains(errb.String(), `broken\x1b`) {
+			t.Errorf("%v: escapes not shown: %q %q", args, out.String(), errb.String())
+		}
+	}
+}

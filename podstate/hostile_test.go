@@ -1,0 +1,149 @@
+package podstate
+
+import (
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// within fails the test when f blocks: a FIFO read without O_NONBLOCK
+// waits for a writer that never comes.
+func within[T any](t *testing.T, limit time.Duration, f func() T) T {
+	t.Helper()
+	c := make(chan T, 1)
+	go func() { c <- f() }()
+	select {
+	case v := <-c:
+		return v
+	case <-time.After(limit):
+		t.Fatalf("still blocked after %v", limit)
+		panic("unreachable")
+	}
+}
+
+func genDirOf(t *testing.T, dir string) string {
+	t.Helper()
+	gdir, err := sharedSubdir(dir, genDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return gdir
+}
+
+// Another container of the pod plants special files as generations: the
+// reader neither blocks nor reads without end, and the generation still
+// counts.
+func TestReadGenerationRefusesSpecialFiles(t *testing.T) {
+	dir := t.TempDir()
+	gdir := genDirOf(t, dir)
+	if err := unix.Mkfifo(filepath.Join(gdir, genName(1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Symlink("/dev/zero", filepath.Join(gdir, genName(2)))
+	os.WriteFile(filepath.Join(gdir, genName(3)), []byte(`{"source":"`+strings.Repeat("x", 10<<20)+`"}`), 0o644)
+	for n := uint64(1); n <= 3; n++ {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		g := within(t, 5*time.Second, func() Generation { return ReadGeneration(dir, n) })
+		runtime.ReadMemStats(&after)
+		if g.N != n || g.Source != "" {
+			t.Errorf("generation %d: %+v", n, g)
+		}
+		if a := after.TotalAlloc - before.TotalAlloc; a > 1<<20 {
+			t.Errorf("generation %d: allocated %d KiB", n, a>>10)
+		}
+	}
+	if cur := within(t, 5*time.Second, func() uint64 { c, _ := Current(dir); return c }); cur != 3 {
+		t.Fatalf("current %d", cur)
+	}
+}
+
+// A file named after the largest uint64 made the next announcement wrap
+// to generation 0 and pod restarts stop for good.
+func TestHugeGenerationNamesAreIgnored(t *testing.T) {
+	dir := t.TempDir()
+	gdir := genDirOf(t, dir)
+	for _, name := range []string{"18446744073709551615", "00000001099511627777"} {
+		os.WriteFile(filepath.Join(gdir, name), []byte("{}"), 0o644)
+	}
+	if cur, err := Current(dir); err != nil || cur != 0 {
+		t.Fatalf("current %d, %v", cur, err)
+	}
+	g, won, err := Announce(dir, 0, "app", 1)
+	if err != nil || !won || g.N != 1 {
+		t.Fatalf("announce: %+v %v %v", g, won, err)
+	}
+	if cur, _ := Current(dir); cur != 1 {
+		t.Fatalf("current %d after the announcement", cur)
+	}
+	// The last generation refuses to announce instead of wrapping.
+	if _, _, err := Announce(dir, MaxGeneration, "app", 1); err == nil {
+		t.Fatal("announced past MaxGeneration")
+	}
+}
+
+// A container that replaces status/ by a link must not make another
+// container's supervisor write <name>.json where the link leads.
+func TestWriteStatusDoesNotFollowALinkedStatusDir(t *testing.T) {
+	dir := t.TempDir()
+	elsewhere := t.TempDir()
+	if err := os.Symlink(elsewhere, filepath.Join(dir, statusDir)); err != nil {
+		t.Fatal(err)
+	}
+	err := WriteStatus(dir, Status{Container: "app"})
+	if err == nil || !strings.Contains(err.Error(), "not a directory") {
+		t.Fatalf("WriteStatus through a link: %v", err)
+	}
+	if entries, _ := os.ReadDir(elsewhere); len(entries) != 0 {
+		t.Fatalf("wrote %v through the link", entries[0].Name())
+	}
+	// The same when the link appears after the directory was checked.
+	os.Remove(filepath.Join(dir, statusDir))
+	os.Mkdir(filepath.Join(dir, statusDir), 0o777)
+	os.Rename(filepath.Join(dir, statusDir), filepath.Join(dir, "old"))
+	os.Symlink(elsewhere, filepath.Join(dir, statusDir))
+	if err := writeAtomicBeneath(dir, statusDir, "app.json", []byte("{}")); err == nil {
+		t.Fatal("wrote beneath a link")
+	}
+	if entries, _ := os.ReadDir(elsewhere); len(entries) != 0 {
+		t.Fatalf("wrote %v through the link", entries[0].Name())
+	}
+}
+
+// A link at the document's own name is replaced, its target untouched.
+func TestWriteStatusReplacesALinkAtItsName(t *testing.T) {
+	dir := t.TempDir()
+	victim := filepath.Join(t.TempDir(), "victim")
+	os.WriteFile(victim, []byte("keep"), 0o644)
+	os.MkdirAll(filepath.Join(dir, statusDir), 0o777)
+	os.Symlink(victim, StatusPath(dir, "app"))
+	if err := WriteStatus(dir, Status{Container: "app", Restarts: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if data, _ := os.ReadFile(victim); string(data) != "keep" {
+		t.Fatalf("link target overwritten: %q", data)
+	}
+	s, err := readStatus(dir, "app")
+	if err != nil || s.Restarts != 3 {
+		t.Fatalf("%+v %v", s, err)
+	}
+}
+
+// The same for pod-restarts/: an announcement never creates files where a
+// link planted there leads.
+func TestAnnounceDoesNotFollowALinkedGenerationDir(t *testing.T) {
+	dir := t.TempDir()
+	elsewhere := t.TempDir()
+	os.Symlink(elsewhere, filepath.Join(dir, genDir))
+	if _, _, err := Announce(dir, 0, "app", 1); err == nil {
+		t.Fatal("announced through a link")
+	}
+	if entries, _ := os.ReadDir(elsewhere); len(entries) != 0 {
+		t.Fatalf("created %v through the link", entries[0].Name())
+	}
+}
