@@ -133,7 +133,7 @@ const (
 	kindBool
 )
 
-func checkValue(n *yaml.Node, kind valueKind, schema, path string) error {
+func checkValue(n *yaml.Node, kind valueKind, schema, path string, ck checks) error {
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
 		return nil
 	}
@@ -165,7 +165,7 @@ func checkValue(n *yaml.Node, kind valueKind, schema, path string) error {
 			return invalid(n, path, "must be a list of exit codes")
 		}
 		if len(n.Content) > MaxValuesPerRule {
-			return fmt.Errorf("config: %s: Too many: %d: must have at most %d items", path, len(n.Content), MaxValuesPerRule)
+			return fmt.Errorf("config: %v", tooMany(ck, path, len(n.Content), MaxValuesPerRule))
 		}
 		for i, item := range n.Content {
 			if item.Kind != yaml.ScalarNode {
@@ -183,10 +183,10 @@ func checkValue(n *yaml.Node, kind valueKind, schema, path string) error {
 		// thousands of invalid rules cannot make an error line of
 		// thousands of messages.
 		if len(n.Content) > MaxRules {
-			return fmt.Errorf("config: %s: Too many: %d: must have at most %d items", path, len(n.Content), MaxRules)
+			return fmt.Errorf("config: %v", tooMany(ck, path, len(n.Content), MaxRules))
 		}
 		for i, item := range n.Content {
-			if err := checkValue(item, kindMap, schema+"[]", fmt.Sprintf("%s[%d]", path, i)); err != nil {
+			if err := checkValue(item, kindMap, schema+"[]", fmt.Sprintf("%s[%d]", path, i), ck); err != nil {
 				return err
 			}
 		}
@@ -217,7 +217,7 @@ func checkValue(n *yaml.Node, kind valueKind, schema, path string) error {
 				return fmt.Errorf("config: %s: Duplicate value (line %d): already set at line %d", join(path, k), kn.Line, line)
 			}
 			seen[k] = kn.Line
-			if err := checkValue(n.Content[i+1], child, join(schema, k), join(path, k)); err != nil {
+			if err := checkValue(n.Content[i+1], child, join(schema, k), join(path, k), ck); err != nil {
 				return err
 			}
 		}
@@ -280,7 +280,7 @@ func parse(data []byte, v KubeVersion) (Config, error) {
 	if root.Kind != yaml.MappingNode {
 		return cfg, fmt.Errorf("config: must be a mapping with the keys %s", "restartPolicy, restartPolicyRules, podRestartPolicy, initContainer, backoff")
 	}
-	if err := checkValue(root, kindMap, "", ""); err != nil {
+	if err := checkValue(root, kindMap, "", "", v.checks()); err != nil {
 		return cfg, err
 	}
 	if err := root.Decode(&cfg); err != nil {
