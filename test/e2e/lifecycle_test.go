@@ -35,7 +35,7 @@ func initScenario(ctx context.Context, e *env, name string) result {
 	pod, _, err := e.waitPod(ctx, name, "c", 45*time.Second, func(p *corev1.Pod, o observation) bool {
 		return o.starts >= 1 && p.Status.Phase == corev1.PodRunning
 	})
-	if pod == nil {
+	if pod == nil || ctx.Err() != nil {
 		return result{err: err}
 	}
 	time.Sleep(3 * time.Second) // a restart of the init container would show by now
@@ -194,12 +194,14 @@ const backoffEarly = time.Second
 // few seconds: while a container is in back-off it re-syncs the pod every
 // 10-15 s (pod_workers.go, Jitter(backOffPeriod 10 s, 0.5)), so it restarts
 // at the first sync after the delay, up to 15 s late natively. A count off
-// by one in either direction lands in another step and fails.
+// by one in either direction lands in another step and fails. The first
+// restart has no delay; on a loaded node the kubelet took up to 11 s to
+// make it, so it is held to that re-sync bound (15 s) instead.
 func backoffOK(i int, got time.Duration) bool {
 	want := backoffWant[i]
 	next := 2 * want
 	if i == 0 {
-		next = backoffWant[1]
+		next = 15 * time.Second
 	}
 	return got >= want-backoffEarly && got < next
 }
@@ -252,7 +254,7 @@ func backoffScenario(ctx context.Context, e *env, name string) result {
 		}
 	}
 	if len(off) == 0 {
-		r.outcome += fmt.Sprintf(", each delay at least %s s and short of the next step", fmtWant(backoffWant))
+		r.outcome += fmt.Sprintf(", first restart within 15 s, then each delay at least %s s and short of the next step", fmtWant(backoffWant[1:]))
 	} else {
 		r.outcome += ", " + strings.Join(off, ", ")
 	}

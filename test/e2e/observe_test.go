@@ -36,7 +36,7 @@ func TestBackoffOK(t *testing.T) {
 		got  time.Duration
 		want bool
 	}{
-		{0, 10 * time.Millisecond, true}, {0, 2 * s, true}, {0, 10 * s, false},
+		{0, 10 * time.Millisecond, true}, {0, 10 * s, true}, {0, 15 * s, false},
 		{1, 10 * s, true}, {1, 16 * s, true}, {1, 2 * s, false}, {1, 20 * s, false},
 		{2, 20 * s, true}, {2, 31 * s, true}, {2, 10 * s, false}, {2, 40 * s, false},
 		{3, 39500 * time.Millisecond, true}, {3, 20 * s, false},

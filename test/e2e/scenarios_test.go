@@ -173,7 +173,7 @@ func scenarios() []scenario {
 		run:  graceScenario,
 	}, {
 		name: "BackoffHandOver", desc: "pod Always, container Always + Restart In [42]; exits 42, 42, 1, 42, 42, then stays up (supervised: the 1 goes to the kubelet, the next supervisor keeps the count)",
-		want: same("Running, restarted, each delay at least 0, 10, 20, 40, 80 s and short of the next step"),
+		want: same("Running, restarted, first restart within 15 s, then each delay at least 10, 20, 40, 80 s and short of the next step"),
 		run:  backoffScenario,
 	}, {
 		name: "RestartAllContainers", desc: "two containers, shared emptyDir; one exits 42 under RestartAllContainers In [42]",
