@@ -119,7 +119,7 @@ func TestConformance(t *testing.T) {
 }
 
 func runMode(t *testing.T, m mode, repo, binDir string, rep *report) {
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 	start := time.Now()
 	c, err := cluster.Up(ctx, cluster.Options{

@@ -26,3 +26,24 @@ func TestObserve(t *testing.T) {
 		t.Fatalf("observe = %+v", o)
 	}
 }
+
+// TestBackoffOK checks the back-off row's verdict on fixed delays: the
+// kubelet's lateness passes, a count off by one does not.
+func TestBackoffOK(t *testing.T) {
+	s := time.Second
+	for _, c := range []struct {
+		i    int
+		got  time.Duration
+		want bool
+	}{
+		{0, 10 * time.Millisecond, true}, {0, 10 * s, true}, {0, 15 * s, false},
+		{1, 10 * s, true}, {1, 16 * s, true}, {1, 2 * s, false}, {1, 20 * s, false},
+		{2, 20 * s, true}, {2, 31 * s, true}, {2, 10 * s, false}, {2, 40 * s, false},
+		{3, 39500 * time.Millisecond, true}, {3, 20 * s, false},
+		{4, 80 * s, true}, {4, 40 * s, false}, {4, 160 * s, false},
+	} {
+		if got := backoffOK(c.i, c.got); got != c.want {
+			t.Errorf("backoffOK(%d, %s) = %v, want %v", c.i, c.got, got, c.want)
+		}
+	}
+}

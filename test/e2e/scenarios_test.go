@@ -164,6 +164,18 @@ func scenarios() []scenario {
 		want: same("gone within the grace period, no restart after delete"),
 		run:  deleteScenario(false),
 	}, {
+		name: "InitExit0", desc: "pod Never, init container Never + Restart NotIn [1] exits 0 (initialized without the rules, as computeInitContainerActions)",
+		want: same("Running, init ran 1×, exit 0 (Completed), c started"),
+		run:  initScenario,
+	}, {
+		name: "Grace", desc: "terminationGracePeriodSeconds 40, delete with the pod's grace; the SIGTERM trap checkpoints for 30 s (past the supervisor's old 25 s SIGKILL), then exits 0",
+		want: same("checkpoint done, exit 0, gone within the grace period"),
+		run:  graceScenario,
+	}, {
+		name: "BackoffHandOver", desc: "pod Always, container Always + Restart In [42]; exits 42, 42, 1, 42, 42, then stays up (supervised: the 1 goes to the kubelet, the next supervisor keeps the count)",
+		want: same("Running, restarted, first restart within 15 s, then each delay at least 10, 20, 40, 80 s and short of the next step"),
+		run:  backoffScenario,
+	}, {
 		name: "RestartAllContainers", desc: "two containers, shared emptyDir; one exits 42 under RestartAllContainers In [42]",
 		supervisedOnly: true,
 		want:           map[mode]string{supervised: "Running, both restarted once, emptyDir kept"},
