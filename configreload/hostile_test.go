@@ -9,23 +9,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/restart-supervisor/restart-supervisor/internal/testutil"
 	"github.com/restart-supervisor/restart-supervisor/rules"
 )
-
-// within runs f and fails the test if it does not return in time: the old
-// reader blocked for ever on a FIFO.
-func within[T any](t *testing.T, limit time.Duration, f func() T) T {
-	t.Helper()
-	c := make(chan T, 1)
-	go func() { c <- f() }()
-	select {
-	case v := <-c:
-		return v
-	case <-time.After(limit):
-		t.Fatalf("still blocked after %v", limit)
-		panic("unreachable")
-	}
-}
 
 func TestReadFileRefusesWhatIsNotASmallRegularFile(t *testing.T) {
 	dir := t.TempDir()
@@ -44,7 +30,7 @@ func TestReadFileRefusesWhatIsNotASmallRegularFile(t *testing.T) {
 		dir:         "not a regular file",
 		big:         "larger than 65536 bytes",
 	} {
-		err := within(t, 5*time.Second, func() error { _, err := ReadFile(path); return err })
+		err := testutil.Within(t, 5*time.Second, func() error { _, err := ReadFile(path); return err })
 		if err == nil || !strings.Contains(err.Error(), want) || len(err.Error()) > 512 {
 			t.Errorf("%s: got %v, want %q", path, err, want)
 		}
@@ -64,7 +50,7 @@ func TestWatchRefusesHostileStart(t *testing.T) {
 	fifo := filepath.Join(dir, "fifo.yaml")
 	unix.Mkfifo(fifo, 0o644)
 	for _, path := range []string{fifo, "/dev/zero"} {
-		err := within(t, 5*time.Second, func() error { _, err := Watch(path, Options{}); return err })
+		err := testutil.Within(t, 5*time.Second, func() error { _, err := Watch(path, Options{}); return err })
 		if err == nil || !strings.Contains(err.Error(), "not a regular file") {
 			t.Errorf("%s: %v", path, err)
 		}
@@ -119,7 +105,7 @@ func TestReloadRefusesHostileFiles(t *testing.T) {
 		}
 		replace(func(tmp string) error { return unix.Mkfifo(tmp, 0o644) })
 		rec.nextError(t)
-		if err := within(t, 5*time.Second, r.Close); err != nil {
+		if err := testutil.Within(t, 5*time.Second, r.Close); err != nil {
 			t.Fatal(err)
 		}
 	})

@@ -9,22 +9,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-)
 
-// within fails the test when f blocks: a FIFO read without O_NONBLOCK
-// waits for a writer that never comes.
-func within[T any](t *testing.T, limit time.Duration, f func() T) T {
-	t.Helper()
-	c := make(chan T, 1)
-	go func() { c <- f() }()
-	select {
-	case v := <-c:
-		return v
-	case <-time.After(limit):
-		t.Fatalf("still blocked after %v", limit)
-		panic("unreachable")
-	}
-}
+	"github.com/restart-supervisor/restart-supervisor/internal/testutil"
+)
 
 func genDirOf(t *testing.T, dir string) string {
 	t.Helper()
@@ -49,7 +36,7 @@ func TestReadGenerationRefusesSpecialFiles(t *testing.T) {
 	for n := uint64(1); n <= 3; n++ {
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
-		g := within(t, 5*time.Second, func() Generation { return ReadGeneration(dir, n) })
+		g := testutil.Within(t, 5*time.Second, func() Generation { return ReadGeneration(dir, n) })
 		runtime.ReadMemStats(&after)
 		if g.N != n || g.Source != "" {
 			t.Errorf("generation %d: %+v", n, g)
@@ -58,7 +45,7 @@ func TestReadGenerationRefusesSpecialFiles(t *testing.T) {
 			t.Errorf("generation %d: allocated %d KiB", n, a>>10)
 		}
 	}
-	if cur := within(t, 5*time.Second, func() uint64 { c, _ := Current(dir); return c }); cur != 3 {
+	if cur := testutil.Within(t, 5*time.Second, func() uint64 { c, _ := Current(dir); return c }); cur != 3 {
 		t.Fatalf("current %d", cur)
 	}
 }

@@ -5,6 +5,8 @@ package testutil
 import (
 	"bytes"
 	"sync"
+	"testing"
+	"time"
 )
 
 // SyncBuffer collects a child process's output while a test reads it.
@@ -23,4 +25,20 @@ func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// Within runs f and fails the test if it does not return within limit: a
+// reader that opens a FIFO without O_NONBLOCK, for one, waits for ever for
+// a writer that never comes.
+func Within[T any](t testing.TB, limit time.Duration, f func() T) T {
+	t.Helper()
+	c := make(chan T, 1)
+	go func() { c <- f() }()
+	select {
+	case v := <-c:
+		return v
+	case <-time.After(limit):
+		t.Fatalf("still blocked after %v", limit)
+		panic("unreachable")
+	}
 }
