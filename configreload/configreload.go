@@ -74,7 +74,10 @@ func ReadFile(path string) ([]byte, error) {
 
 // Defaults for Options.
 const (
-	DefaultDebounce     = 100 * time.Millisecond
+	DefaultDebounce = 100 * time.Millisecond
+	// emptyFileRereads is how many Debounce periods an empty file may
+	// last before it is reported as an invalid config.
+	emptyFileRereads    = 10
 	DefaultPollInterval = time.Second
 )
 
@@ -114,7 +117,8 @@ type Reloader struct {
 	// suspect is bad content seen once: reported only if it is still
 	// there one quiet period later, since a writer that truncates and
 	// then writes shows an empty file for a moment.
-	suspect string
+	suspect      string
+	suspectReads int
 
 	done chan struct{}
 	wg   sync.WaitGroup
@@ -267,7 +271,14 @@ func (r *Reloader) reload() (again bool) {
 	}
 	if err != nil {
 		if content != r.suspect {
-			r.suspect = content
+			r.suspect, r.suspectReads = content, 1
+			return true
+		}
+		// An empty file is what an in-place rewrite (truncate, then
+		// write) shows in between; on a busy node the write can come
+		// well after one Debounce, so it gets a few more looks before it
+		// is reported.
+		if r.suspectReads++; content == "" && r.suspectReads <= emptyFileRereads {
 			return true
 		}
 		r.suspect, r.seen = "", content
