@@ -46,6 +46,8 @@ $(GOLANGCI_LINT):
 fuzz:
 	go test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=$(FUZZMINIMIZETIME) ./rules
 	go test -run='^$$' -fuzz='^FuzzReadManifests$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=$(FUZZMINIMIZETIME) ./injector
+	go test -run='^$$' -fuzz='^FuzzRulesAnnotation$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=$(FUZZMINIMIZETIME) ./injector
+	go test -run='^$$' -fuzz='^FuzzStateFiles$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=$(FUZZMINIMIZETIME) ./podstate
 
 test:
 	hack/test.sh

@@ -35,8 +35,10 @@ log "go test"
 # running them one at a time keeps a 2-core machine from timing them out.
 go test -count=1 -p 1 -timeout 45m ./...
 
-log "fuzzing the config parser and the manifest reader"
+log "fuzzing the config parser, the manifest reader, the rules annotation and the state-volume readers"
 # A short -fuzzminimizetime leaves the time to fuzzing: by default each input
 # that adds coverage is minimized for up to 60 s (see the Makefile's fuzz).
 go test -run='^$' -fuzz='^FuzzParse$' -fuzztime=20s -fuzzminimizetime=2s ./rules
 go test -run='^$' -fuzz='^FuzzReadManifests$' -fuzztime=20s -fuzzminimizetime=2s ./injector
+go test -run='^$' -fuzz='^FuzzRulesAnnotation$' -fuzztime=10s -fuzzminimizetime=2s ./injector
+go test -run='^$' -fuzz='^FuzzStateFiles$' -fuzztime=10s -fuzzminimizetime=2s ./podstate
