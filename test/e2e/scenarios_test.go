@@ -9,6 +9,9 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/restart-supervisor/restart-supervisor/contract"
+	"github.com/restart-supervisor/restart-supervisor/test/e2e/cluster"
 )
 
 // result is one scenario's outcome in one mode. outcome is the comparable
@@ -164,6 +167,10 @@ func scenarios() []scenario {
 		want: same("gone within the grace period, no restart after delete"),
 		run:  deleteScenario(false),
 	}, {
+		name: "StopSignal", desc: "image with STOPSIGNAL SIGQUIT, container Always; delete (grace 10 s) while running, the SIGQUIT trap exits 3 (supervised: the pod sets RESTART_SUPERVISOR_STOP_SIGNALS, since the injector reads STOPSIGNAL only from images it looks up)",
+		want: same("gone within the grace period, no restart after delete, stopped by SIGQUIT"),
+		run:  stopSignalScenario,
+	}, {
 		name: "InitExit0", desc: "pod Never, init container Never + Restart NotIn [1] exits 0 (initialized without the rules, as computeInitContainerActions)",
 		want: same("Running, init ran 1×, exit 0 (Completed), c started"),
 		run:  initScenario,
@@ -288,6 +295,48 @@ func deleteScenario(inBackoff bool) func(context.Context, *env, string) result {
 		r.phase = "deleted"
 		return r
 	}
+}
+
+// stopSignalScenario: the runtime stops a container with its image's
+// STOPSIGNAL. Natively the pod's deletion then ends the container whatever
+// its policy; a supervisor that took SIGQUIT for an ordinary signal would
+// judge the workload's exit 3 by the container policy Always and restart
+// it in place while the pod is being deleted.
+func stopSignalScenario(ctx context.Context, e *env, name string) result {
+	const grace = 10
+	c := shell("c", fmt.Sprintf("trap 'mark %s; exit 3' QUIT; mark %s; sleep 3600 & wait", markExit, markStart),
+		policy(corev1.ContainerRestartPolicyAlways))
+	c.Image = cluster.BusyboxQuitImage
+	c.Env = append(c.Env, corev1.EnvVar{Name: contract.EnvStopSignals, Value: "SIGTERM,SIGINT,SIGQUIT"})
+	if err := e.createPod(ctx, name, e.withVolumes(podSpec(corev1.RestartPolicyNever, grace, c), name)); err != nil {
+		return result{err: err}
+	}
+	pod, o, err := e.waitPod(ctx, name, "c", scenarioTimeout, func(_ *corev1.Pod, o observation) bool { return o.starts >= 1 })
+	if err != nil {
+		return result{err: err}
+	}
+	time.Sleep(time.Second)
+	r := fromObservation(pod, o)
+	took, restartedAfter, err := e.deleteAndWait(ctx, name, "c", grace, 2*grace*time.Second)
+	if err != nil {
+		return result{err: err}
+	}
+	parts := []string{"gone within the grace period", "no restart after delete", "not stopped by SIGQUIT"}
+	if took > grace*time.Second+3*time.Second {
+		parts[0] = "gone after the grace period"
+	}
+	if restartedAfter {
+		parts[1] = "restarted after delete"
+	}
+	for _, ev := range e.events(name, "c") {
+		if ev.kind == markExit {
+			parts[2] = "stopped by SIGQUIT"
+		}
+	}
+	r.outcome = strings.Join(parts, ", ")
+	r.notes = append(r.notes, fmt.Sprintf("delete → gone %.1fs", took.Seconds()))
+	r.phase = "deleted"
+	return r
 }
 
 func restartAllScenario(ctx context.Context, e *env, name string) result {

@@ -160,6 +160,7 @@ func Up(ctx context.Context, opts Options) (c *Cluster, err error) {
 	for _, build := range []func() (string, error){
 		func() (string, error) { return buildPauseImage(opts.Repo, c.path("images")) },
 		func() (string, error) { return buildBusyboxImage(c.path("images")) },
+		func() (string, error) { return buildBusyboxQuitImage(c.path("images")) },
 	} {
 		p, err := build()
 		if err != nil {

@@ -23,9 +23,12 @@ import (
 // Local image references. No registry is reachable, so every image the node
 // runs is written here as a docker-archive and imported into containerd.
 const (
-	PauseImage      = "e2e.local/pause:1"
-	BusyboxImage    = "e2e.local/busybox:1"
-	SupervisorImage = "e2e.local/restart-supervisor:e2e"
+	PauseImage   = "e2e.local/pause:1"
+	BusyboxImage = "e2e.local/busybox:1"
+	// BusyboxQuitImage is BusyboxImage with STOPSIGNAL SIGQUIT, as nginx's
+	// image has: the runtime stops its containers with SIGQUIT.
+	BusyboxQuitImage = "e2e.local/busybox-quit:1"
+	SupervisorImage  = "e2e.local/restart-supervisor:e2e"
 )
 
 // tarFile is one entry of a single-layer image.
@@ -125,6 +128,15 @@ func buildPauseImage(repo, dir string) (string, error) {
 // buildBusyboxImage: Debian's busybox-static with a symlink for each applet,
 // plus /tmp, which the scenarios' shell snippets use.
 func buildBusyboxImage(dir string) (string, error) {
+	return buildBusybox(dir, BusyboxImage, "busybox.tar", "")
+}
+
+// buildBusyboxQuitImage: the same files, stopped with SIGQUIT.
+func buildBusyboxQuitImage(dir string) (string, error) {
+	return buildBusybox(dir, BusyboxQuitImage, "busybox-quit.tar", "SIGQUIT")
+}
+
+func buildBusybox(dir, ref, file, stopSignal string) (string, error) {
 	const bb = "/bin/busybox"
 	body, err := os.ReadFile(bb)
 	if err != nil {
@@ -146,10 +158,11 @@ func buildBusyboxImage(dir string) (string, error) {
 			files = append(files, tarFile{name: "bin/" + a, mode: 0o777, linkname: "busybox"})
 		}
 	}
-	out := filepath.Join(dir, "busybox.tar")
-	return out, writeImage(out, BusyboxImage, files, v1.Config{
-		Cmd: []string{"sh"},
-		Env: []string{"PATH=/bin"},
+	out := filepath.Join(dir, file)
+	return out, writeImage(out, ref, files, v1.Config{
+		Cmd:        []string{"sh"},
+		Env:        []string{"PATH=/bin"},
+		StopSignal: stopSignal,
 	})
 }
 
