@@ -77,17 +77,17 @@ func parseMinor(s string) (int, error) {
 	t := strings.TrimPrefix(strings.TrimSpace(s), "v")
 	major, rest, ok := strings.Cut(t, ".")
 	if !ok || major != "1" {
-		return 0, fmt.Errorf("Kubernetes version %q: want 1.N (such as %s)", s, NewestKube)
+		return 0, fmt.Errorf("version %q: want a Kubernetes release 1.N (such as %s)", s, NewestKube)
 	}
 	end := 0
 	for end < len(rest) && rest[end] >= '0' && rest[end] <= '9' {
 		end++
 	}
 	if end == 0 || end > 4 {
-		return 0, fmt.Errorf("Kubernetes version %q: want 1.N (such as %s)", s, NewestKube)
+		return 0, fmt.Errorf("version %q: want a Kubernetes release 1.N (such as %s)", s, NewestKube)
 	}
 	if tail := rest[end:]; tail != "" && tail[0] != '.' && tail[0] != '-' && tail[0] != '+' {
-		return 0, fmt.Errorf("Kubernetes version %q: want 1.N (such as %s)", s, NewestKube)
+		return 0, fmt.Errorf("version %q: want a Kubernetes release 1.N (such as %s)", s, NewestKube)
 	}
 	return strconv.Atoi(rest[:end])
 }
@@ -100,7 +100,7 @@ func ParseKubeVersion(s string) (KubeVersion, error) {
 		return 0, err
 	}
 	if m < int(OldestKube) || m > int(NewestKube) {
-		return 0, fmt.Errorf("Kubernetes version %q: known versions are %s", s, knownVersions())
+		return 0, fmt.Errorf("version %q: known versions are %s", s, knownVersions())
 	}
 	return KubeVersion(m), nil
 }
@@ -116,7 +116,7 @@ func ServerKubeVersion(gitVersion string) (KubeVersion, error) {
 	}
 	switch {
 	case m < int(OldestKube):
-		return 0, fmt.Errorf("Kubernetes %s has no container restart rules (added in %s)", gitVersion, OldestKube)
+		return 0, fmt.Errorf("server version %s has no container restart rules (added in Kubernetes %s)", gitVersion, OldestKube)
 	case m > int(NewestKube):
 		return NewestKube, nil
 	}
