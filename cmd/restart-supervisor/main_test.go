@@ -744,7 +744,7 @@ func TestUsageAndConfigErrorsExit2WithOneLine(t *testing.T) {
 			[]string{"--", "true"}, `restartPolicyRules[0].exitCodes.values: Too many: 256: must have at most 255 items`},
 		{"unknown version", nil, []string{"--kubernetes-version", "1.33", "--", "true"}, `known versions are 1.34, 1.35, 1.36, 1.37`},
 		{"bad version in the environment", []string{"RESTART_SUPERVISOR_KUBERNETES_VERSION=latest"}, []string{"--", "true"},
-			`RESTART_SUPERVISOR_KUBERNETES_VERSION: Kubernetes version "latest"`},
+			`RESTART_SUPERVISOR_KUBERNETES_VERSION: version "latest": want a Kubernetes release 1.N`},
 		{"bad flag", nil, []string{"--no-such-flag", "--", "true"}, `flag provided but not defined: -no-such-flag`},
 		{"bad grace", nil, []string{"--grace-period", "-1s", "--", "true"}, `--grace-period: must not be negative`},
 		{"bad log format", nil, []string{"--log-format", "xml", "--", "true"}, `--log-format: unsupported value "xml"`},
