@@ -14,16 +14,13 @@ package configreload
 
 import (
 	"fmt"
-	"io"
-	"os"
 	"path/filepath"
 	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/restart-supervisor/restart-supervisor/internal/boundedfile"
 	"github.com/restart-supervisor/restart-supervisor/internal/dirwatch"
 	"github.com/restart-supervisor/restart-supervisor/rules"
 )
@@ -43,33 +40,7 @@ import (
 // never end), found by fstat on the descriptor opened with O_NONBLOCK, so
 // that even opening a FIFO without a writer returns at once.
 func ReadFile(path string) ([]byte, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: path, Err: err}
-	}
-	f := os.NewFile(uintptr(fd), path)
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a regular file (%s)", path, fi.Mode().Type())
-	}
-	const max = rules.MaxConfigSize
-	if fi.Size() > max {
-		return nil, fmt.Errorf("%s: %d bytes: larger than %d bytes", path, fi.Size(), max)
-	}
-	// The size may grow between fstat and read: read one byte more than
-	// allowed to tell.
-	data, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
-		return nil, &os.PathError{Op: "read", Path: path, Err: err}
-	}
-	if len(data) > max {
-		return nil, fmt.Errorf("%s: larger than %d bytes", path, max)
-	}
-	return data, nil
+	return boundedfile.Read(path, path, rules.MaxConfigSize, true)
 }
 
 // Defaults for Options.

@@ -20,7 +20,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -30,6 +29,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
+	"github.com/restart-supervisor/restart-supervisor/internal/boundedfile"
 	"github.com/restart-supervisor/restart-supervisor/rules"
 	"github.com/restart-supervisor/restart-supervisor/supervise"
 )
@@ -272,33 +272,7 @@ func readStatus(dir, container string) (Status, error) {
 // any special file (a FIFO would block the reader for ever), without
 // opening anything but the file itself.
 func readBounded(path string, max int64) ([]byte, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	if err != nil {
-		if err == unix.ELOOP {
-			return nil, fmt.Errorf("%s: is a symbolic link", filepath.Base(path))
-		}
-		return nil, &os.PathError{Op: "open", Path: path, Err: err}
-	}
-	f := os.NewFile(uintptr(fd), path)
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a regular file", filepath.Base(path))
-	}
-	if fi.Size() > max {
-		return nil, fmt.Errorf("%s: larger than %d bytes", filepath.Base(path), max)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(data)) > max {
-		return nil, fmt.Errorf("%s: larger than %d bytes", filepath.Base(path), max)
-	}
-	return data, nil
+	return boundedfile.Read(path, filepath.Base(path), max, false)
 }
 
 // sharedSubdir creates dir/name if needed, writable by every UID of the

@@ -316,7 +316,7 @@ func TestHostileStatusDocuments(t *testing.T) {
 	if len(all) != 1 || all[0].Container != "good" {
 		t.Fatalf("statuses %+v, want only the good one", all)
 	}
-	for _, want := range []string{"fifo.json: not a regular file", "link.json: is a symbolic link", "big.json: larger than 65536 bytes"} {
+	for _, want := range []string{"fifo.json: not a regular file", "link.json: is a symbolic link", "big.json: 65537 bytes: larger than 65536 bytes"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v lacks %q", err, want)
 		}

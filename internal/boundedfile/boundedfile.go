@@ -1,0 +1,55 @@
+// Package boundedfile reads files that someone else may have written as an
+// adversary: only regular files, never blocking on open or read, and at
+// most a given number of bytes. The supervisor reads its config and the
+// pod's shared state volume through it.
+package boundedfile
+
+import (
+	"fmt"
+	"io"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// Read returns the content of the regular file at path, of at most max
+// bytes. Errors name the file as name. With followLinks false a symbolic
+// link at path is refused (it could point anywhere in the reader's
+// filesystem). Anything but a regular file is refused, found by fstat on a
+// descriptor opened with O_NONBLOCK, so that a FIFO without a writer does
+// not block the open and /dev/zero is never read.
+func Read(path, name string, max int64, followLinks bool) ([]byte, error) {
+	flags := unix.O_RDONLY | unix.O_NONBLOCK | unix.O_CLOEXEC | unix.O_NOCTTY
+	if !followLinks {
+		flags |= unix.O_NOFOLLOW
+	}
+	fd, err := unix.Open(path, flags, 0)
+	if err != nil {
+		if err == unix.ELOOP && !followLinks {
+			return nil, fmt.Errorf("%s: is a symbolic link", name)
+		}
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file (%s)", name, fi.Mode().Type())
+	}
+	if fi.Size() > max {
+		return nil, fmt.Errorf("%s: %d bytes: larger than %d bytes", name, fi.Size(), max)
+	}
+	// The size may grow between fstat and read: read one byte more than
+	// allowed to tell.
+	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, &os.PathError{Op: "read", Path: path, Err: err}
+	}
+	if int64(len(data)) > max {
+		return nil, fmt.Errorf("%s: larger than %d bytes", name, max)
+	}
+	return data, nil
+}
