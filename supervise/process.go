@@ -200,9 +200,6 @@ func killGroup(pgid int, onReap func(reaped)) bool {
 	}
 }
 
-// groupAlive reports whether any member of process group pgid is left.
-func groupAlive(pgid int) bool { return unix.Kill(-pgid, 0) != unix.ESRCH }
-
 // becomeSubreaper makes orphaned descendants re-parent to us instead of to
 // the namespace's init, so that we can reap them and kill them before a
 // restart. PID 1 gets them anyway.

@@ -210,7 +210,6 @@ type supervisor struct {
 	podRestarts int
 	backoffN    int     // restarts since the backoff was last reset
 	pending     *uint64 // pod restart generation awaiting the workload's exit
-	drainPgid   int     // group left behind by a workload that exited during a stop
 	backoff     *time.Timer
 	grace       *time.Timer
 	gracePgid   int
@@ -471,8 +470,6 @@ func (s *supervisor) onStop(sig syscall.Signal) {
 			s.armGrace(s.proc.pid)
 		}
 		s.changed()
-	case s.drainPgid != 0:
-		s.forward(s.drainPgid, sig)
 	default:
 		s.log.Info("stop requested while no workload runs", "signal", unix.SignalName(sig))
 		s.finish(s.lastStatus())
@@ -497,12 +494,6 @@ func (s *supervisor) disarmGrace() {
 func (s *supervisor) onGraceExpired() {
 	s.grace = nil
 	s.log.Warn("grace period expired; killing the workload's process group", "pgid", s.gracePgid, "gracePeriod", s.o.GracePeriod)
-	if s.drainPgid != 0 {
-		s.clearRun(s.drainPgid)
-		s.drainPgid = 0
-		s.finish(s.lastStatus())
-		return
-	}
 	s.forward(s.gracePgid, unix.SIGKILL)
 }
 
@@ -529,11 +520,6 @@ func (s *supervisor) reap() {
 	if exited != nil {
 		s.onWorkloadExit(*exited)
 	}
-	if s.drainPgid != 0 && !groupAlive(s.drainPgid) {
-		s.drainPgid = 0
-		s.disarmGrace()
-		s.finish(s.lastStatus())
-	}
 }
 
 // onWorkloadExit handles the workload's exit: it classifies the exit (a
@@ -548,7 +534,7 @@ func (s *supervisor) onWorkloadExit(st ExitStatus) {
 	attrs := exitAttrs(p.pid, st, ran)
 
 	if s.phase == Stopping {
-		s.endStoppedRun(p.pid, st, attrs)
+		s.endStoppedRun(st, attrs)
 		return
 	}
 	s.disarmGrace()
@@ -571,16 +557,15 @@ func (s *supervisor) onWorkloadExit(st ExitStatus) {
 	s.act(s.judge(exit, ran), exit, attrs)
 }
 
-// endStoppedRun finishes a stop whose workload has exited: the rest of the
-// group got the stop signal too and may finish within what is left of the
-// grace period; then the supervisor exits with the workload's status.
-func (s *supervisor) endStoppedRun(pgid int, st ExitStatus, attrs []any) {
+// endStoppedRun finishes a stop whose workload has exited. Natively the
+// workload is the container's init, and its exit ends the container: the
+// kernel kills every other process of the PID namespace at once (runc does
+// the same under a shared one). So whatever is left of the run is killed
+// now, not waited for: a background job of a shell, for one, ignores
+// SIGINT and SIGQUIT and would otherwise hold the stop open until the
+// runtime's SIGKILL.
+func (s *supervisor) endStoppedRun(st ExitStatus, attrs []any) {
 	s.log.Info("workload exited after a stop request", attrs...)
-	if groupAlive(pgid) {
-		s.drainPgid = pgid
-		s.changed()
-		return
-	}
 	s.disarmGrace()
 	s.finish(st.Code)
 }
