@@ -13,9 +13,9 @@
 package configreload
 
 import (
+	"bytes"
 	"fmt"
 	"path/filepath"
-	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -259,7 +259,7 @@ func (r *Reloader) reload() (again bool) {
 		return false
 	}
 	r.suspect, r.seen = "", content
-	if reflect.DeepEqual(cfg, r.Get()) {
+	if sameConfig(cfg, r.Get()) {
 		return false // comments or formatting changed
 	}
 	r.cfg.Store(&cfg)
@@ -267,4 +267,18 @@ func (r *Reloader) reload() (again bool) {
 		r.opts.OnReload(cfg)
 	}
 	return false
+}
+
+// sameConfig reports whether a and b are the same configuration: the same
+// document in the injector's JSON form (Config.Marshal), which keeps every
+// field that changes a decision and drops only differences without effect,
+// such as an empty list against no list. It stands in for reflect.DeepEqual,
+// whose code the supervisor binary would otherwise carry for this one call.
+func sameConfig(a, b rules.Config) bool {
+	ja, err := a.Marshal()
+	if err != nil {
+		return false
+	}
+	jb, err := b.Marshal()
+	return err == nil && bytes.Equal(ja, jb)
 }

@@ -49,6 +49,15 @@ const (
 	// supervisor applies to its config ("1.34" … ); unset, the newest.
 	// Users set it; the injector does not.
 	EnvKubeVersion = "RESTART_SUPERVISOR_KUBERNETES_VERSION"
+	// EnvPodMembers lists, in the pod's start order, the containers that
+	// take part in pod restarts (RestartAllContainers): FormatPodMembers
+	// of the pod's wrapped sidecars and init re-runs (MemberInit) in
+	// spec.initContainers order, then its wrapped regular containers.
+	// The injector sets it on every wrapped container of a pod whose rules
+	// use RestartAllContainers; every supervisor waits for the others to
+	// stop before it starts a new round, and a regular container for the
+	// sidecars to run again.
+	EnvPodMembers = "RESTART_SUPERVISOR_POD_MEMBERS"
 	// EnvLogFormat is not written by the injector; users
 	// set them on the container to change the supervisor's defaults.
 	EnvLogFormat = "RESTART_SUPERVISOR_LOG_FORMAT"
@@ -66,6 +75,21 @@ const (
 	BinaryName = "restart-supervisor"
 	// SupervisorPath is the command of every wrapped container.
 	SupervisorPath = BinDir + "/" + BinaryName
+	// StateVolume is the name of the pod's state volume (an emptyDir): the
+	// node agent finds it on the node under the kubelet's pods directory,
+	// <pod UID>/volumes/kubernetes.io~empty-dir/StateVolume.
+	StateVolume = "restart-supervisor-state"
+	// ImageProbePath is where the supervisor image holds restart-probe,
+	// the checks that need the network (httpGet, tcpSocket, grpc) and the
+	// readiness answer; `restart-supervisor install` copies it from the
+	// supervisor's own directory into DIR when it is there.
+	ImageProbePath = "/restart-probe"
+	// ProbeBinaryName is the file restart-probe is installed as, next to
+	// the supervisor, where the supervisor looks for it.
+	ProbeBinaryName = "restart-probe"
+	// ProbePath is restart-probe in a wrapped container: the command of
+	// the readiness exec probe the injector writes.
+	ProbePath = BinDir + "/" + ProbeBinaryName
 	// StateDir is where the pod's state volume is mounted in every wrapped
 	// container, and the default of `restart-supervisor status`.
 	StateDir = "/run/restart-supervisor"
@@ -97,4 +121,7 @@ const (
 	// AnnotationStatus marks an injected pod: the injector's Version and
 	// the wrapped containers.
 	AnnotationStatus = "restart-supervisor.dev/status"
+	// AnnotationRestarts is kept by the node agent with --annotate: the
+	// in-place restarts per container, a JSON object {"name": count}.
+	AnnotationRestarts = "restart-supervisor.dev/restarts"
 )

@@ -111,6 +111,12 @@ func ReadGeneration(dir string, n uint64) Generation {
 // it asked for is already under way. Either way the caller's workload belongs to the
 // returned generation once restarted.
 func Announce(dir string, observed uint64, source string, exitCode int32) (g Generation, won bool, err error) {
+	return announce(dir, observed, source, exitCode, nil)
+}
+
+// announce is Announce with a hook called with the generation number just
+// before its file is created, not called when the announcement is stale.
+func announce(dir string, observed uint64, source string, exitCode int32, before func(n uint64)) (g Generation, won bool, err error) {
 	gdir, err := sharedSubdir(dir, genDir)
 	if err != nil {
 		return Generation{}, false, err
@@ -126,6 +132,9 @@ func Announce(dir string, observed uint64, source string, exitCode int32) (g Gen
 		return Generation{}, false, fmt.Errorf("announce pod restart: generation %d is the last one", observed)
 	}
 	g = Generation{N: observed + 1, Source: source, ExitCode: exitCode, Time: time.Now().UTC()}
+	if before != nil {
+		before(g.N)
+	}
 	data, err := json.Marshal(g)
 	if err != nil {
 		return Generation{}, false, err
@@ -164,8 +173,13 @@ func Announce(dir string, observed uint64, source string, exitCode int32) (g Gen
 	}
 }
 
-// prune removes generation files older than the last genKeep. Errors are
-// ignored: leftovers cost a few bytes and never change the current number.
+// prune removes generation files, and the round markers of their
+// generations, older than the last genKeep. Errors are ignored: leftovers
+// cost a few bytes and never change the current number.
+// pod-restarts/ is sticky, so a file another UID announced cannot be
+// removed here (EPERM, unless this process has CAP_FOWNER): it stays until
+// its owner's next announcement prunes it, which leaves each UID at most
+// genKeep+1 files of its own.
 func prune(gdir string, newest uint64) {
 	if newest <= genKeep {
 		return
@@ -175,7 +189,11 @@ func prune(gdir string, newest uint64) {
 		return
 	}
 	for _, e := range entries {
-		if n, ok := parseGenName(e.Name()); ok && n+genKeep < newest {
+		n, ok := parseGenName(e.Name())
+		if !ok {
+			n, _, _, ok = parseMarker(e.Name())
+		}
+		if ok && n+genKeep < newest {
 			os.Remove(filepath.Join(gdir, e.Name()))
 		}
 	}
@@ -297,6 +315,7 @@ type Member struct {
 	w         *Watcher
 	mu        sync.Mutex
 	gen       uint64
+	round     roundConfig
 }
 
 // Join reads the pod's current generation (the one the container starts
@@ -329,10 +348,31 @@ func (m *Member) Generation() uint64 {
 // it won or not, the caller restarts its own workload once, which then
 // belongs to g.N; the same generation arriving later on Restarts is not
 // accepted again.
+//
+// A generation already present that does not pass Verify (another
+// container created it under a name that did not announce it) is not
+// taken as the pod restart under way: the announcement goes on to the
+// next number, a few times at most.
 func (m *Member) Announce(exitCode int32) (g Generation, won bool, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	g, won, err = Announce(m.dir, m.gen, m.name, exitCode)
+	observed := m.gen
+	for try := 0; ; try++ {
+		g, won, err = announce(m.dir, observed, m.name, exitCode, func(n uint64) {
+			if m.round.beforeAnnounce != nil {
+				m.round.beforeAnnounce(n, exitCode)
+			}
+		})
+		if err != nil || won || try == 3 {
+			break
+		}
+		verr := m.Verify(g)
+		if verr == nil {
+			break
+		}
+		m.round.logf("a generation above this container's is not a valid pod restart; announcing the next one", "generation", g.N, "err", verr)
+		observed = g.N
+	}
 	if err == nil && g.N > m.gen {
 		m.gen = g.N
 	}

@@ -26,6 +26,8 @@ func TestMain(m *testing.M) {
 		os.Exit(announceRole())
 	case "member":
 		os.Exit(memberRole())
+	case "op":
+		os.Exit(opRole())
 	default:
 		fmt.Fprintln(os.Stderr, "unknown PODSTATE_TEST_ROLE")
 		os.Exit(3)
@@ -473,7 +475,7 @@ func TestSharedAcrossUIDs(t *testing.T) {
 	}
 	for _, sub := range []string{"status", "pod-restarts"} {
 		fi, err := os.Stat(filepath.Join(shared, sub))
-		if err != nil || fi.Mode().Perm() != 0o777 {
+		if err != nil || fi.Mode() != os.ModeDir|os.ModeSticky|0o777 {
 			t.Fatalf("%s: %v %v", sub, fi.Mode(), err)
 		}
 	}

@@ -2,12 +2,15 @@ package podstate
 
 import (
 	"errors"
-	"log/slog"
+	"fmt"
 	"os"
+	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
+	"github.com/restart-supervisor/restart-supervisor/rules"
 
 	"github.com/restart-supervisor/restart-supervisor/supervise"
 )
@@ -21,7 +24,7 @@ import (
 // directory: no status document, and RestartAllContainers restarts only
 // this container.
 type Pod struct {
-	log     *slog.Logger
+	log     supervise.Logger
 	resume  *supervise.Resume
 	rec     *Recorder
 	member  *Member
@@ -30,7 +33,14 @@ type Pod struct {
 
 // Open joins the state directory dir as container name. An empty dir
 // returns a nil *Pod.
-func Open(dir, name string, log *slog.Logger) (*Pod, error) {
+func Open(dir, name string, log supervise.Logger) (*Pod, error) {
+	return OpenMember(dir, name, nil, log)
+}
+
+// OpenMember is Open for a member of a pod whose member list is known
+// (contract.EnvPodMembers); nil members: the containers that have a
+// status document.
+func OpenMember(dir, name string, members []contract.PodMember, log supervise.Logger) (*Pod, error) {
 	if dir == "" {
 		return nil, nil
 	}
@@ -38,18 +48,29 @@ func Open(dir, name string, log *slog.Logger) (*Pod, error) {
 		return nil, err
 	}
 	p := &Pod{log: log}
+	// An emptyDir's root is 0777: with the sticky bit no other UID can
+	// move status/ or pod-restarts/ aside and put its own in their place.
+	// Only root (or the root's owner) may add it; anyone else leaves it.
+	seal(dir, false)
 	// The document an earlier supervisor of this container left behind
 	// (the kubelet restarted the container after a hand-over) carries the
 	// container's back-off. Read it before it is replaced.
-	if prev, err := readStatus(dir, name); err == nil && prev.LastExit != nil {
+	prev, err := readOwnStatus(dir, name)
+	if err == nil && prev.LastExit != nil {
 		p.resume = &supervise.Resume{BackoffRestarts: prev.BackoffRestarts, LastStart: prev.StartedAt, LastExit: prev.LastExit.At}
 	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
 		log.Warn("cannot read the container's previous status document; its back-off starts over", "err", err)
 	}
-	rec, err := NewRecorder(dir, Status{
+	initial := Status{
 		Container: name, State: supervise.Running,
 		SupervisorPID: os.Getpid(), SupervisorVersion: contract.Version,
-	}, func(err error) { log.Warn("cannot write the status document", "err", err) })
+	}
+	if err == nil && restartsAll(prev.LastRestart) {
+		// What a late member checks a generation this container
+		// announced against (Member.Verify).
+		initial.Announced, initial.LastRestart = prev.Announced, prev.LastRestart
+	}
+	rec, err := NewRecorder(dir, initial, log)
 	if err != nil {
 		return nil, err
 	}
@@ -60,14 +81,53 @@ func Open(dir, name string, log *slog.Logger) (*Pod, error) {
 		log.Warn("cannot watch for pod restarts; RestartAllContainers will restart this container only", "dir", dir, "err", err)
 		return p, nil
 	}
+	m.SetRound(members, log, func(n uint64, exitCode int32) {
+		err := rec.Sync(func(s *Status) {
+			s.Announced = n
+			s.LastExit = &Exit{Code: exitCode, Action: rules.ActionRestartAllContainers, At: time.Now()}
+		})
+		if err != nil {
+			log.Warn("cannot record the announcement in the status document; the other containers will not accept it", "generation", n, "err", err)
+		}
+	})
+	if m.round.kind == contract.MemberInit && m.Generation() > 0 {
+		// An init container's re-run starting in the middle of the pod's
+		// life (the kubelet started it after the init container, or
+		// restarted it after its supervisor died) takes the round under
+		// way as done: nothing after it may wait for a run it will not
+		// make.
+		m.Started(m.Generation())
+	}
 	p.member = m
 	p.pending = make(chan uint64)
 	go func() {
 		for g := range m.Restarts() {
+			if err := m.Verify(g); err != nil {
+				m.ignore(g, err)
+				continue
+			}
 			p.pending <- g.N
 		}
 	}()
 	return p, nil
+}
+
+// readOwnStatus reads the container's status document, if this process's
+// UID owns it. Another UID can create <name>.json before this container
+// ever writes it (the sticky bit only stops it replacing a document that
+// exists), and its back-off must not be taken up: a document owned by
+// another UID is refused. A document this UID owns in the sticky directory
+// cannot be replaced by another non-root UID between the check and the
+// read.
+func readOwnStatus(dir, name string) (Status, error) {
+	fi, err := os.Lstat(StatusPath(dir, name))
+	if err != nil {
+		return Status{}, err
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		return Status{}, fmt.Errorf("status %s: owned by UID %d, not by this supervisor's UID %d", name, st.Uid, os.Geteuid())
+	}
+	return readStatus(dir, name)
 }
 
 // Resume returns the back-off an earlier supervisor of this container left,
@@ -92,13 +152,25 @@ func (p *Pod) Restarter() supervise.PodRestarter {
 // supervise.PodRestarter, which knows nothing of files.
 type restarter struct{ p *Pod }
 
-func (r restarter) Announce(exitCode int32) error {
+func (r restarter) Announce(exitCode int32) (uint64, error) {
 	g, won, err := r.p.member.Announce(exitCode)
 	if err == nil {
 		r.p.log.Info("pod restart announced", "generation", g.N, "announcedHere", won)
 	}
-	return err
+	return g.N, err
 }
+
+func (r restarter) Stopped(gen uint64, notBefore time.Time) (<-chan struct{}, func()) {
+	return r.p.member.Stopped(gen, notBefore)
+}
+
+func (r restarter) Started(gen uint64) { r.p.member.Started(gen) }
+
+func (r restarter) Failed(gen uint64) { r.p.member.Failed(gen) }
+
+func (r restarter) OthersEnded() (<-chan struct{}, func()) { return r.p.member.OthersEnded() }
+
+func (r restarter) InitFailed(gen uint64) (int, bool) { return r.p.member.InitFailed(gen) }
 
 func (r restarter) Pending() <-chan uint64 { return r.p.pending }
 
@@ -126,8 +198,11 @@ func (p *Pod) Close(final supervise.State) Status {
 		return s
 	}
 	p.Observe(final)
-	if err := p.rec.Close(); err != nil {
-		p.log.Warn("cannot write the final status document", "err", err)
+	err := p.rec.Close()
+	if n := p.rec.FailedWrites(); err != nil {
+		p.log.Warn("cannot write the final status document", "err", err, "failedWrites", n)
+	} else if n > 0 {
+		p.log.Warn("the status document was written in the end; earlier writes failed", "failedWrites", n)
 	}
 	if p.member != nil {
 		p.member.Close()
@@ -141,6 +216,7 @@ func (s *Status) fill(st supervise.State, gen uint64) {
 	s.LastExit, s.LastRestart = exitOf(st.LastExit), exitOf(st.LastRestart)
 	s.StartedAt, s.NextStartAt = st.StartedAt, st.NextStartAt
 	s.BackoffRestarts = st.BackoffRestarts
+	s.Started = st.Started
 }
 
 func exitOf(e *supervise.Exit) *Exit {

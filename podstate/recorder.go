@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"sync"
 	"time"
+
+	"github.com/restart-supervisor/restart-supervisor/supervise"
 )
 
 // Recorder keeps a container's status document current without putting
@@ -11,14 +13,27 @@ import (
 // background writer persists the latest version. Writes that fall behind
 // are coalesced, so a workload restarting a thousand times a second costs
 // a few writes, not a thousand fsyncs.
+//
+// A document that cannot be written (a full volume, a status/ that another
+// container replaced by a file, a name another UID holds in the sticky
+// directory) usually stays unwritable: the first failure of a run is
+// logged, the following ones are counted, and the count is logged with
+// the next write that succeeds.
 type Recorder struct {
-	dir     string
-	onError func(error)
+	dir string
+	log supervise.Logger
 
+	// writeMu makes one flush run at a time, the writer goroutine's or
+	// Sync's, each writing the latest status it finds.
+	writeMu sync.Mutex
 	mu      sync.Mutex
 	cur     Status
 	pending bool
 	lastErr error
+	// failing counts the failed writes since the last one that succeeded,
+	// failed all failed writes.
+	failing, failed int
+	closed          bool
 
 	wake chan struct{}
 	done chan struct{}
@@ -27,13 +42,16 @@ type Recorder struct {
 }
 
 // NewRecorder starts a recorder for initial.Container and writes initial.
-// onError, when not nil, receives write errors (from the writer goroutine);
-// the supervisor logs them and carries on.
-func NewRecorder(dir string, initial Status, onError func(error)) (*Recorder, error) {
+// Write errors are logged to log (nil: not logged) as Recorder describes;
+// the supervisor carries on without its document.
+func NewRecorder(dir string, initial Status, log supervise.Logger) (*Recorder, error) {
 	if err := CheckContainerName(initial.Container); err != nil {
 		return nil, err
 	}
-	r := &Recorder{dir: dir, onError: onError, cur: initial, pending: true,
+	if log == nil {
+		log = supervise.Discard
+	}
+	r := &Recorder{dir: dir, log: log, cur: initial, pending: true,
 		wake: make(chan struct{}, 1), done: make(chan struct{})}
 	r.wg.Add(1)
 	go r.run()
@@ -52,6 +70,17 @@ func (r *Recorder) Update(fn func(*Status)) {
 	r.kick()
 }
 
+// Sync applies fn to the status and writes it before it returns, for a
+// change others must be able to read at once (an announcement).
+func (r *Recorder) Sync(fn func(*Status)) error {
+	r.mu.Lock()
+	fn(&r.cur)
+	r.cur.UpdatedAt = time.Now()
+	r.pending = true
+	r.mu.Unlock()
+	return r.flush()
+}
+
 // Status returns a copy of the current status.
 func (r *Recorder) Status() Status {
 	r.mu.Lock()
@@ -59,11 +88,22 @@ func (r *Recorder) Status() Status {
 	return r.copyLocked()
 }
 
+// FailedWrites returns how many writes of the document have failed so far.
+func (r *Recorder) FailedWrites() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.failed
+}
+
 // Close writes the latest status, stops the writer and returns the error of
-// the last write, nil when the file holds the latest status.
+// the last write, nil when the file holds the latest status. It logs
+// nothing: the caller reports FailedWrites with its final words.
 func (r *Recorder) Close() error {
 	r.once.Do(func() { close(r.done) })
 	r.wg.Wait()
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
 	r.flush()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -84,16 +124,17 @@ func (r *Recorder) run() {
 		case <-r.done:
 			return
 		case <-r.wake:
-			if err := r.flush(); err != nil && r.onError != nil {
-				r.onError(err)
-			}
+			r.flush()
 		}
 	}
 }
 
 // flush writes the status if it changed since the last write. Only one
-// flush runs at a time (the writer goroutine, or Close after it stopped).
+// flush runs at a time (the writer goroutine, Sync, or Close after the
+// writer stopped).
 func (r *Recorder) flush() error {
+	r.writeMu.Lock()
+	defer r.writeMu.Unlock()
 	r.mu.Lock()
 	if !r.pending {
 		r.mu.Unlock()
@@ -105,7 +146,23 @@ func (r *Recorder) flush() error {
 	err := WriteStatus(r.dir, s)
 	r.mu.Lock()
 	r.lastErr = err
+	failing := r.failing
+	if err != nil {
+		r.failing++
+		r.failed++
+	} else {
+		r.failing = 0
+	}
+	closing := r.closed
 	r.mu.Unlock()
+	switch {
+	case closing:
+		// Close's caller reports the outcome.
+	case err != nil && failing == 0:
+		r.log.Warn("cannot write the status document; further failures are counted, not logged", "err", err)
+	case err == nil && failing > 0:
+		r.log.Info("status document written again", "failedWrites", failing)
+	}
 	return err
 }
 

@@ -4,6 +4,8 @@ import (
 	"github.com/restart-supervisor/restart-supervisor/supervise"
 
 	"encoding/json"
+	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/restart-supervisor/restart-supervisor/internal/testutil"
 	"github.com/restart-supervisor/restart-supervisor/rules"
 )
 
@@ -222,10 +225,9 @@ func TestSummaryAndTerminationMessage(t *testing.T) {
 
 func TestRecorderCoalescesAndFlushesOnClose(t *testing.T) {
 	dir := t.TempDir()
-	var mu sync.Mutex
-	var werrs []error
+	var logs testutil.SyncBuffer
 	r, err := NewRecorder(dir, Status{Container: "app", State: supervise.Running, SupervisorPID: os.Getpid()},
-		func(err error) { mu.Lock(); werrs = append(werrs, err); mu.Unlock() })
+		slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,31 +261,76 @@ func TestRecorderCoalescesAndFlushesOnClose(t *testing.T) {
 	if got[0].SupervisorPID != os.Getpid() {
 		t.Fatalf("pid %d", got[0].SupervisorPID)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(werrs) != 0 {
-		t.Fatal(werrs)
+	if logs.String() != "" || r.FailedWrites() != 0 {
+		t.Fatalf("%d failed writes: %s", r.FailedWrites(), logs.String())
 	}
 	if _, err := NewRecorder(dir, Status{Container: "a/b"}, nil); err == nil {
 		t.Fatal("bad name accepted")
 	}
 }
 
-func TestRecorderReportsWriteErrors(t *testing.T) {
+// TestRecorderLogsOnceThenCounts: a document that cannot be written
+// stays so, usually for every later write. The first failure is logged,
+// the others counted; the count comes with the next write that succeeds
+// and with the final words of Pod.Close.
+func TestRecorderLogsOnceThenCounts(t *testing.T) {
 	dir := t.TempDir()
-	// A file where the status directory should be makes every write fail.
-	os.WriteFile(filepath.Join(dir, "status"), nil, 0o644)
-	errc := make(chan error, 10)
-	r, err := NewRecorder(dir, Status{Container: "app"}, func(err error) { errc <- err })
+	// A file where the status directory should be makes every write fail,
+	// for root too.
+	blocker := filepath.Join(dir, "status")
+	os.WriteFile(blocker, nil, 0o644)
+	var logs testutil.SyncBuffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	p, err := Open(dir, "app", log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := <-errc; err == nil {
-		t.Fatal("nil error delivered")
+	// One restart after another, each waiting for its write to fail (an
+	// update made before the previous write would be coalesced with it).
+	waitFor(t, "the first write", func() bool { return p.rec.FailedWrites() >= 1 })
+	const restarts = 20
+	for i := 1; i <= restarts; i++ {
+		p.Observe(supervise.State{Phase: supervise.Running, Restarts: i})
+		waitFor(t, "a failed write", func() bool { return p.rec.FailedWrites() >= i+1 })
 	}
+	if n := strings.Count(logs.String(), "cannot write the status document"); n != 1 {
+		t.Fatalf("%d failed writes logged %d lines, want 1:\n%s", p.rec.FailedWrites(), n, logs.String())
+	}
+	if !strings.Contains(logs.String(), "status: not a directory") && !strings.Contains(logs.String(), "is not a directory") {
+		t.Errorf("the logged line does not say why:\n%s", logs.String())
+	}
+	os.Remove(blocker)
+	failed := p.rec.FailedWrites()
+	p.Observe(supervise.State{Phase: supervise.Running, Restarts: restarts + 1})
+	waitFor(t, "the write that succeeds", func() bool { return strings.Contains(logs.String(), "status document written again") })
+	if want := fmt.Sprintf("failedWrites=%d", failed); !strings.Contains(logs.String(), want) {
+		t.Errorf("the recovery line lacks %s:\n%s", want, logs.String())
+	}
+	p.Close(supervise.State{Phase: supervise.Exited, Restarts: restarts + 1, LastExit: &supervise.Exit{ExitStatus: supervise.ExitStatus{Code: 1}, Rule: -1}})
+	if want := fmt.Sprintf("earlier writes failed\" failedWrites=%d", failed); !strings.Contains(logs.String(), want) {
+		t.Errorf("the final line lacks %s:\n%s", want, logs.String())
+	}
+	if st, err := readStatus(dir, "app"); err != nil || st.State != supervise.Exited {
+		t.Errorf("final document %+v: %v", st, err)
+	}
+}
+
+// TestRecorderFinalWriteFails: Close returns the error of the last write,
+// and Pod.Close's line says how many writes failed in all.
+func TestRecorderFinalWriteFails(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "status"), nil, 0o644)
+	r, err := NewRecorder(dir, Status{Container: "app"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a failed write", func() bool { return r.FailedWrites() == 1 })
 	r.Update(func(s *Status) { s.Restarts = 1 })
 	if err := r.Close(); err == nil {
 		t.Fatal("Close must return the error of the last write")
+	}
+	if n := r.FailedWrites(); n != 2 {
+		t.Fatalf("%d failed writes counted, want 2", n)
 	}
 }
 

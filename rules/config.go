@@ -25,6 +25,9 @@ type Config struct {
 	// exit 0 means "initialized" and is never restarted (see PlanInit).
 	InitContainer bool    `json:"initContainer,omitempty" yaml:"initContainer,omitempty"`
 	Backoff       Backoff `json:"backoff,omitzero" yaml:"backoff,omitempty"`
+	// Probes are the container's probes, which the supervisor answers for
+	// (see Probes).
+	Probes *Probes `json:"probes,omitempty" yaml:"probes,omitempty"`
 }
 
 // Backoff configures the delay between in-place restarts. A nil field takes
@@ -116,10 +119,25 @@ func (b Backoff) Delay(n int) time.Duration {
 // type is an error that names the field instead of a silently ignored rule.
 var configSchema = map[string]map[string]valueKind{
 	"": {"restartPolicy": kindString, "restartPolicyRules": kindList,
-		"podRestartPolicy": kindString, "initContainer": kindBool, "backoff": kindMap},
+		"podRestartPolicy": kindString, "initContainer": kindBool, "backoff": kindMap, "probes": kindMap},
+	"probes":                         {"liveness": kindMap, "startup": kindMap, "readiness": kindMap},
 	"backoff":                        {"initial": kindDuration, "max": kindDuration, "resetAfter": kindDuration},
 	"restartPolicyRules[]":           {"action": kindString, "exitCodes": kindMap},
 	"restartPolicyRules[].exitCodes": {"operator": kindString, "values": kindInt32List},
+}
+
+func init() {
+	for _, p := range []string{"probes.liveness", "probes.startup", "probes.readiness"} {
+		configSchema[p] = map[string]valueKind{"exec": kindMap, "httpGet": kindMap, "tcpSocket": kindMap, "grpc": kindMap,
+			"initialDelaySeconds": kindInt32, "timeoutSeconds": kindInt32, "periodSeconds": kindInt32,
+			"successThreshold": kindInt32, "failureThreshold": kindInt32, "terminationGracePeriodSeconds": kindInt64}
+		configSchema[p+".exec"] = map[string]valueKind{"command": kindStringList}
+		configSchema[p+".httpGet"] = map[string]valueKind{"path": kindString, "port": kindInt32, "host": kindString,
+			"scheme": kindString, "httpHeaders": kindHeaderList}
+		configSchema[p+".httpGet.httpHeaders[]"] = map[string]valueKind{"name": kindString, "value": kindString}
+		configSchema[p+".tcpSocket"] = map[string]valueKind{"port": kindInt32, "host": kindString}
+		configSchema[p+".grpc"] = map[string]valueKind{"port": kindInt32, "service": kindString}
+	}
 }
 
 type valueKind int
@@ -131,6 +149,10 @@ const (
 	kindDuration
 	kindInt32List
 	kindBool
+	kindInt32
+	kindInt64
+	kindStringList
+	kindHeaderList
 )
 
 func checkValue(n *yaml.Node, kind valueKind, schema, path string, ck checks) error {
@@ -159,6 +181,41 @@ func checkValue(n *yaml.Node, kind valueKind, schema, path string, ck checks) er
 	case kindBool:
 		if n.Kind != yaml.ScalarNode || (n.Value != "true" && n.Value != "false") {
 			return invalid(n, path, "must be true or false")
+		}
+	case kindInt32, kindInt64:
+		bits := 32
+		if kind == kindInt64 {
+			bits = 64
+		}
+		if n.Kind != yaml.ScalarNode {
+			return invalid(n, path, fmt.Sprintf("must be a %d-bit integer", bits))
+		}
+		if _, err := strconv.ParseInt(n.Value, 10, bits); err != nil {
+			return invalid(n, path, fmt.Sprintf("must be a %d-bit integer", bits))
+		}
+	case kindStringList:
+		if n.Kind != yaml.SequenceNode {
+			return invalid(n, path, "must be a list of strings")
+		}
+		if len(n.Content) > MaxProbeCommandArgs {
+			return fmt.Errorf("config: %s: Too many: %d: must have at most %d items", path, len(n.Content), MaxProbeCommandArgs)
+		}
+		for i, item := range n.Content {
+			if item.Kind != yaml.ScalarNode {
+				return invalid(item, fmt.Sprintf("%s[%d]", path, i), "must be a string")
+			}
+		}
+	case kindHeaderList:
+		if n.Kind != yaml.SequenceNode {
+			return invalid(n, path, "must be a list")
+		}
+		if len(n.Content) > MaxProbeHeaders {
+			return fmt.Errorf("config: %s: Too many: %d: must have at most %d items", path, len(n.Content), MaxProbeHeaders)
+		}
+		for i, item := range n.Content {
+			if err := checkValue(item, kindMap, schema+"[]", fmt.Sprintf("%s[%d]", path, i), ck); err != nil {
+				return err
+			}
 		}
 	case kindInt32List:
 		if n.Kind != yaml.SequenceNode {
@@ -278,7 +335,7 @@ func parse(data []byte, v KubeVersion) (Config, error) {
 		return cfg, fmt.Errorf("config is empty")
 	}
 	if root.Kind != yaml.MappingNode {
-		return cfg, fmt.Errorf("config: must be a mapping with the keys %s", "restartPolicy, restartPolicyRules, podRestartPolicy, initContainer, backoff")
+		return cfg, fmt.Errorf("config: must be a mapping with the keys %s", "restartPolicy, restartPolicyRules, podRestartPolicy, initContainer, backoff, probes")
 	}
 	if err := checkValue(root, kindMap, "", "", v.checks()); err != nil {
 		return cfg, err
@@ -309,6 +366,10 @@ func (c Config) ValidateFor(v KubeVersion) error {
 		if f.d != nil && *f.d < 0 {
 			errs = append(errs, &FieldError{"backoff." + f.name, fmt.Sprintf("Invalid value: %q: must not be negative", f.d.String())})
 		}
+	}
+	errs = append(errs, c.Probes.validate("probes")...)
+	if c.Probes != nil && c.InitContainer && (c.Probes.Liveness != nil || c.Probes.Startup != nil || c.Probes.Readiness != nil) {
+		errs = append(errs, &FieldError{"probes", "Forbidden: may not be set for init containers without restartPolicy=Always"})
 	}
 	return errs.Err()
 }

@@ -19,7 +19,6 @@
 package supervise
 
 import (
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -66,7 +65,13 @@ type Options struct {
 	// the workload is never restarted afterwards.
 	StopSignals []syscall.Signal
 
-	Log *slog.Logger
+	// Log receives the loop's log lines; nil discards them.
+	Log Logger
+
+	// PodRestartSignal stops the workload when a pod restart reaches this
+	// container: the container's runtime stop signal, as the kubelet's
+	// StopContainer sends it. Zero means SIGTERM.
+	PodRestartSignal syscall.Signal
 
 	// Pod, when set, carries out RestartAllContainers across the pod.
 	// Without it such a rule restarts this container only (with backoff)
@@ -86,6 +91,22 @@ type Options struct {
 	// would be natively; by default it dies of SIGTERM at once (143), as
 	// under tini. SIGKILL from the supervisor itself is not affected.
 	InitSignals bool
+
+	// ProbeCommand is the restart-probe binary that runs the httpGet,
+	// tcpSocket and grpc checks of Config.Probes; empty, such checks fail.
+	ProbeCommand string
+
+	// InitRerun makes this the re-run of a regular init container in a
+	// pod restart (contract.MemberInit; it needs Pod): upstream every
+	// init container runs again, in order, before the containers after
+	// it. The workload is not started at first (the kubelet has just run
+	// the init container itself); in each pod restart it runs once the
+	// members before it have started, and the container counts as
+	// started for the round only when the run initialized it (exit 0
+	// under Config, an init container's rules). In between the container
+	// idles in phase Initialized. A run that fails for good is reported
+	// with Pod.Failed, and the members after it then end (InitFailed).
+	InitRerun bool
 
 	// Resume, when set, is the container's back-off as an earlier
 	// supervisor of the same container left it when it handed an exit
@@ -110,20 +131,49 @@ type Resume struct {
 // RestartAllContainers). Its methods are called from the supervising
 // goroutine at the moment an exit or a pod restart is handled, which is
 // what makes each pod restart restart this workload exactly once: an exit
-// handled first announces and restarts, so the pod restart it caused is
-// then not accepted again; a pod restart handled first kills and restarts
-// the workload, and the exit that the kill causes is neither judged by the
+// handled first announces and joins the pod restart, so the same
+// generation is then not accepted again; a pod restart handled first stops
+// the workload, and the exit that the stop causes is neither judged by the
 // rules nor announced.
+//
+// A pod restart is a round, as the kubelet runs it: every member stops,
+// then they start again in the pod's order. The supervisor stops its
+// workload, calls Stopped, and starts the workload when the channel
+// Stopped returns is closed.
 type PodRestarter interface {
 	// Announce asks every container of the pod to restart because this
-	// workload exited with exitCode under a RestartAllContainers rule. The
-	// workload itself is restarted at once whatever Announce returns.
-	Announce(exitCode int32) error
+	// workload exited with exitCode under a RestartAllContainers rule, and
+	// returns the generation the workload's next run belongs to (the one
+	// it created, or the one already under way). On an error the workload
+	// is restarted alone, with the container's back-off.
+	Announce(exitCode int32) (gen uint64, err error)
 	// Pending delivers pod restarts (generation numbers) announced by any
 	// container of the pod, including this one.
 	Pending() <-chan uint64
 	// Accept reports whether generation gen asks this workload to restart.
 	Accept(gen uint64) bool
+	// Stopped records that this workload is stopped for generation gen and
+	// returns a channel that is closed when it may start again: not before
+	// notBefore (the pod restart's back-off), and once the other members
+	// have stopped and, for a regular container, the sidecars run again
+	// (each wait bounded). cancel stops waiting, for a newer generation or
+	// a stop; the channel is then never closed.
+	Stopped(gen uint64, notBefore time.Time) (ready <-chan struct{}, cancel func())
+	// Started records that the run of generation gen has started.
+	Started(gen uint64)
+	// Failed records that this container's run of generation gen failed
+	// for good (InitRerun only): the members after it must not start.
+	Failed(gen uint64)
+	// OthersEnded returns, for a regular member of a pod whose other
+	// regular members may still run, a channel closed once each of them
+	// has ended or waits in Ended too; nil when there is no one to wait
+	// for. cancel stops the wait (a pod restart or a stop came first).
+	OthersEnded() (ended <-chan struct{}, cancel func())
+	// InitFailed reports whether the re-run of an init container before
+	// this one failed for good in generation gen, and its exit code:
+	// upstream the pod then fails, so this member ends instead of
+	// starting.
+	InitFailed(gen uint64) (exitCode int, failed bool)
 }
 
 // Phase is what the supervisor is doing. Its values are also the "state"
@@ -139,6 +189,16 @@ const (
 	// Holding: the workload exited for good, but the supervisor keeps the
 	// container alive because the kubelet would restart it otherwise.
 	Holding Phase = "held"
+	// Ended: the workload exited for good, with nothing to restart it,
+	// in a pod whose other regular containers still run. Upstream a
+	// pod restart (RestartAllContainers) restarts a container that has
+	// ended too, so the supervisor keeps the container until the last
+	// of them has ended, a pod restart restarts it, or a stop.
+	Ended Phase = "ended"
+	// Initialized: the re-run of an init container (Options.InitRerun)
+	// has nothing to do until the next pod restart: the pod has just
+	// started, or the last re-run initialized the container.
+	Initialized Phase = "initialized"
 	// Stopping: a stop was requested; no restart follows. The workload, or
 	// what is left of its process group, is finishing within the grace
 	// period.
@@ -175,6 +235,9 @@ type State struct {
 	NextStartAt time.Time
 	// Status is the supervisor's exit status once Phase is Exited.
 	Status int
+	// Started: the workload runs and its startup probe, when it has one,
+	// has succeeded in this run.
+	Started bool
 	// BackoffRestarts counts the restarts in the current back-off window
 	// (the kubelet's CrashLoopBackOff count): the next restart waits
 	// Backoff.Delay(BackoffRestarts).
@@ -193,7 +256,7 @@ type Result struct {
 
 type supervisor struct {
 	o    Options
-	log  *slog.Logger
+	log  Logger
 	tty  bool
 	stop map[syscall.Signal]bool
 
@@ -210,11 +273,36 @@ type supervisor struct {
 	podRestarts int
 	backoffN    int     // restarts since the backoff was last reset
 	pending     *uint64 // pod restart generation awaiting the workload's exit
+	// round is the pod restart the stopped workload waits to start in.
+	round *podRound
+	// podBackoffN counts pod restarts since their back-off was last reset.
+	podBackoffN int
 	backoff     *time.Timer
 	grace       *time.Timer
 	gracePgid   int
+	graceFor    time.Duration
 	result      Result
 	reapedOrph  int
+
+	// The probes of the current run (probe.go): armed at every start,
+	// disarmed at every exit. started is false while a startup probe has
+	// not yet succeeded; probeKill is set while a probe failure stops the
+	// workload.
+	startup, liveness *prober
+	started           bool
+	probeKill         *probeKill
+	probeKills        int
+	// roundStarted is the pod restart whose start is reported to the
+	// round once the startup probe of this run has succeeded.
+	roundStarted *uint64
+	// ended is closed when the pod's other regular members have ended
+	// (phase Ended); endedCancel stops that wait.
+	ended       <-chan struct{}
+	endedCancel func()
+	// rerunGen is the pod restart an init container's re-run
+	// (Options.InitRerun) serves; its start is reported once the run
+	// initialized the container.
+	rerunGen *uint64
 }
 
 // Run supervises the workload until it is over and returns the status to
@@ -228,7 +316,7 @@ type supervisor struct {
 // also cost a hand-off to the runtime's signal thread per signal.)
 func Run(o Options) Result {
 	if o.Log == nil {
-		o.Log = slog.New(slog.DiscardHandler)
+		o.Log = Discard
 	}
 	if o.StopSignals == nil {
 		o.StopSignals = DefaultStopSignals
@@ -267,6 +355,20 @@ func Run(o Options) Result {
 			s.onGraceExpired()
 		case gen := <-s.podPending():
 			s.onPodRestart(gen)
+		case <-s.roundReady():
+			s.startRound()
+		case <-s.ended:
+			s.ended, s.endedCancel = nil, nil
+			s.log.Info("the pod's other containers have ended; passing the workload's last status on", "status", s.lastStatus())
+			s.finish(s.lastStatus())
+		case <-s.startup.nextC():
+			s.onProbeTick(s.startup)
+		case <-s.liveness.nextC():
+			s.onProbeTick(s.liveness)
+		case <-s.startup.timeoutC():
+			s.onProbeTimeout(s.startup)
+		case <-s.liveness.timeoutC():
+			s.onProbeTimeout(s.liveness)
 		}
 	}
 	return s.result
@@ -310,7 +412,11 @@ func (s *supervisor) state() State {
 	}
 	if s.proc != nil {
 		st.PID = s.proc.pid
+		st.Started = s.started
 	}
+	// An init container's re-run between pod restarts has done its work,
+	// and the containers after it may run.
+	st.Started = st.Started || s.phase == Initialized
 	return st
 }
 
@@ -325,6 +431,7 @@ func (s *supervisor) start() {
 	s.lastStart = p.started
 	s.nextStart = time.Time{}
 	s.log.Info("workload started", "pid", p.pid, "command", s.o.Argv[0], "restarts", s.restarts)
+	s.armProbes()
 	s.changed()
 }
 
@@ -335,6 +442,12 @@ func (s *supervisor) start() {
 // container's FinishedAt, and the kubelet's own wait, which counted fewer
 // exits, has already used part of it.
 func (s *supervisor) resume() {
+	if s.o.InitRerun {
+		s.phase = Initialized
+		s.log.Info("init container re-run: the kubelet has run the init container; waiting for a pod restart")
+		s.changed()
+		return
+	}
 	r := s.o.Resume
 	if r == nil || r.LastExit.IsZero() {
 		s.start()
@@ -388,7 +501,10 @@ func (s *supervisor) finish(status int) {
 	// A stop must leave nothing either: under a shared PID namespace
 	// whatever survives us would live on under the pod's infrastructure
 	// container.
+	s.disarmProbes()
 	s.clearRun(0)
+	s.leaveRound()
+	s.leaveEnded()
 	s.phase = Exited
 	s.result.Status = status
 	s.result.Restarts = s.restarts
@@ -456,10 +572,12 @@ func (s *supervisor) forward(pgid int, sig syscall.Signal) {
 func (s *supervisor) onStop(sig syscall.Signal) {
 	first := s.phase != Stopping
 	s.phase = Stopping
+	s.disarmProbes()
 	if s.backoff != nil {
 		s.backoff.Stop()
 		s.backoff = nil
 	}
+	s.leaveRound()
 	switch {
 	case s.proc != nil:
 		if first {
@@ -467,7 +585,7 @@ func (s *supervisor) onStop(sig syscall.Signal) {
 		}
 		s.deliver(sig)
 		if s.grace == nil && s.o.GracePeriod > 0 {
-			s.armGrace(s.proc.pid)
+			s.armGrace(s.proc.pid, s.o.GracePeriod)
 		}
 		s.changed()
 	default:
@@ -476,12 +594,12 @@ func (s *supervisor) onStop(sig syscall.Signal) {
 	}
 }
 
-func (s *supervisor) armGrace(pgid int) {
+func (s *supervisor) armGrace(pgid int, d time.Duration) {
 	if s.grace != nil {
 		s.grace.Stop()
 	}
-	s.gracePgid = pgid
-	s.grace = time.NewTimer(s.o.GracePeriod)
+	s.gracePgid, s.graceFor = pgid, d
+	s.grace = time.NewTimer(d)
 }
 
 func (s *supervisor) disarmGrace() {
@@ -493,7 +611,7 @@ func (s *supervisor) disarmGrace() {
 
 func (s *supervisor) onGraceExpired() {
 	s.grace = nil
-	s.log.Warn("grace period expired; killing the workload's process group", "pgid", s.gracePgid, "gracePeriod", s.o.GracePeriod)
+	s.log.Warn("grace period expired; killing the workload's process group", "pgid", s.gracePgid, "gracePeriod", s.graceFor)
 	s.forward(s.gracePgid, unix.SIGKILL)
 }
 
@@ -509,16 +627,24 @@ func (s *supervisor) clearRun(pgid int) {
 
 func (s *supervisor) reap() {
 	var exited *ExitStatus
+	var others []reaped
 	reapAll(func(r reaped) {
 		if s.proc != nil && r.pid == s.proc.pid {
 			st := exitStatusOf(r.status)
 			exited = &st
 			return
 		}
-		s.reapedOrph++
+		others = append(others, r)
 	})
+	// The workload's exit first: it disarms the probes, so that a check
+	// that ended with it is not taken for a verdict on a run that is over.
 	if exited != nil {
 		s.onWorkloadExit(*exited)
+	}
+	for _, r := range others {
+		if !s.reapProbe(r.pid, r.status) {
+			s.reapedOrph++
+		}
 	}
 }
 
@@ -528,6 +654,9 @@ func (s *supervisor) reap() {
 func (s *supervisor) onWorkloadExit(st ExitStatus) {
 	p := s.proc
 	s.proc = nil
+	s.disarmProbes()
+	kill := s.probeKill
+	s.probeKill = nil
 	exit := &Exit{ExitStatus: st, Rule: -1, At: time.Now()}
 	s.last = exit
 	ran := exit.At.Sub(p.started)
@@ -550,8 +679,12 @@ func (s *supervisor) onWorkloadExit(st ExitStatus) {
 		s.restarts++
 		s.podRestarts++
 		s.lastRestart = exit
-		s.log.Info("workload killed for a pod restart; restarting", append(attrs, "generation", *gen, "restarts", s.restarts)...)
-		s.start()
+		s.log.Info("workload stopped for a pod restart", append(attrs, "generation", *gen, "restarts", s.restarts)...)
+		s.enterRound(*gen)
+		return
+	}
+	if kill != nil {
+		s.afterProbeKill(kill, exit, ran, attrs)
 		return
 	}
 	s.act(s.judge(exit, ran), exit, attrs)
@@ -577,6 +710,7 @@ type verdict struct {
 	handling rules.Handling
 	delay    time.Duration
 	pod      rules.RestartPolicy
+	ran      time.Duration
 }
 
 // judge decides an exit with the configuration in force and, for an
@@ -587,6 +721,14 @@ func (s *supervisor) judge(exit *Exit, ran time.Duration) verdict {
 	d, h := cfg.Plan(int32(exit.Code))
 	exit.Rule, exit.Action = d.Rule, d.Action
 	v := verdict{decision: d, handling: h, pod: cfg.Pod()}
+	if h == rules.RestartInPlace && d.Action == rules.ActionRestartAllContainers && s.o.Pod != nil {
+		// The pod restart's own back-off applies (enterRound), as
+		// upstream, where no exited container is left for a container
+		// back-off to apply to; the container back-off only if the
+		// announcement fails (act).
+		v.ran = ran
+		return v
+	}
 	if h == rules.RestartInPlace {
 		if ran >= cfg.Backoff.ResetAfterDuration() {
 			s.backoffN = 0
@@ -605,8 +747,21 @@ func (s *supervisor) judge(exit *Exit, ran time.Duration) verdict {
 func (s *supervisor) act(v verdict, exit *Exit, attrs []any) {
 	d := v.decision
 	attrs = append(attrs, "rule", d.Rule, "action", string(d.Action), "decidedBy", string(d.Source), "handling", v.handling.String())
+	if s.o.InitRerun && v.handling != rules.RestartInPlace {
+		s.endRerun(v, exit, attrs)
+		return
+	}
 	switch v.handling {
 	case rules.HandOver:
+		if s.o.Pod != nil {
+			if ended, cancel := s.o.Pod.OthersEnded(); ended != nil {
+				s.phase, s.ended, s.endedCancel = Ended, ended, cancel
+				s.log.Info("workload exited; the container stays until the pod's other containers have ended, since a pod restart restarts it too",
+					append(attrs, "restarts", s.restarts)...)
+				s.changed()
+				return
+			}
+		}
 		s.log.Info("workload exited; passing its status on to the kubelet or container runtime", append(attrs, "restarts", s.restarts)...)
 		s.finish(exit.Code)
 		return
@@ -619,19 +774,29 @@ func (s *supervisor) act(v verdict, exit *Exit, attrs []any) {
 	}
 	s.restarts++
 	s.lastRestart = exit
-	attrs = append(attrs, "restarts", s.restarts, "delay", v.delay)
+	attrs = append(attrs, "restarts", s.restarts)
 	switch {
 	case d.Action == rules.ActionRestartAllContainers && s.o.Pod != nil:
 		s.podRestarts++
-		s.log.Info("workload exited; restarting the pod's containers in place", attrs...)
-		if err := s.o.Pod.Announce(int32(exit.Code)); err != nil {
-			s.log.Warn("cannot announce the pod restart; restarting this container only", "err", err)
+		gen, err := s.o.Pod.Announce(int32(exit.Code))
+		if err == nil {
+			s.log.Info("workload exited; restarting the pod's containers in place", append(attrs, "generation", gen)...)
+			s.enterRound(gen)
+			return
 		}
+		s.log.Warn("cannot announce the pod restart; restarting this container only", "err", err)
+		cfg := s.config()
+		if v.ran >= cfg.Backoff.ResetAfterDuration() {
+			s.backoffN = 0
+		}
+		v.delay = cfg.Backoff.Delay(s.backoffN)
+		s.backoffN++
+		s.log.Info("workload exited; restarting in place", append(attrs, "delay", v.delay)...)
 	case d.Action == rules.ActionRestartAllContainers:
-		s.log.Info("workload exited; restarting in place", attrs...)
+		s.log.Info("workload exited; restarting in place", append(attrs, "delay", v.delay)...)
 		s.log.Warn("RestartAllContainers: restarting this container only; the other containers of the pod were not restarted (no pod state directory)")
 	default:
-		s.log.Info("workload exited; restarting in place", attrs...)
+		s.log.Info("workload exited; restarting in place", append(attrs, "delay", v.delay)...)
 	}
 	if v.delay <= 0 {
 		s.start()
@@ -651,19 +816,43 @@ func exitAttrs(pid int, st ExitStatus, ran time.Duration) []any {
 	return append(a, "ranFor", ran.Round(time.Millisecond))
 }
 
+// PodRestartGrace is how long a workload stopped by a pod restart may take
+// to exit before its process group is SIGKILLed. The kubelet stops every
+// container of the pod with a grace period override of 0
+// (kuberuntime_manager.go, SyncPod, "Killing containers without grace
+// period"), which killContainer then raises to minimumGracePeriodInSeconds,
+// 2 s (kuberuntime_container.go:905 in v1.36.3, :886 in v1.35.4): the
+// runtime sends the container's stop signal and SIGKILL only 2 s later.
+// Both releases do the same.
+const PodRestartGrace = 2 * time.Second
+
 // onPodRestart handles a pod restart announced by any container. Like the
-// kubelet's, it gives no grace period: the workload's whole group is
-// SIGKILLed, and its exit then restarts it without consulting the rules.
-// A workload in backoff or held starts at once.
+// kubelet, it stops the workload with the container's stop signal and
+// SIGKILLs its process group PodRestartGrace later; its exit is not judged
+// by the rules, and the workload then joins the round (enterRound). A
+// workload in backoff or held joins at once; one already stopping or
+// waiting for an older round answers the newer generation with the same
+// restart.
 func (s *supervisor) onPodRestart(gen uint64) {
 	if s.phase == Stopping || s.phase == Exited || !s.o.Pod.Accept(gen) {
 		return
 	}
+	s.leaveEnded()
 	switch {
+	case s.proc != nil && s.pending != nil:
+		s.pending = &gen
 	case s.proc != nil:
 		s.pending = &gen
-		s.log.Info("pod restart; killing the workload", "generation", gen, "pid", s.proc.pid)
-		s.forward(s.proc.pid, unix.SIGKILL)
+		sig := s.o.PodRestartSignal
+		if sig == 0 {
+			sig = unix.SIGTERM
+		}
+		s.log.Info("pod restart; stopping the workload", "generation", gen, "pid", s.proc.pid, "signal", unix.SignalName(sig), "gracePeriod", PodRestartGrace)
+		s.deliver(sig)
+		s.armGrace(s.proc.pid, PodRestartGrace)
+	case s.round != nil:
+		s.log.Debug("pod restart while waiting for the previous one; one start answers both", "generation", gen, "previous", s.round.gen)
+		s.enterRound(gen)
 	default:
 		if s.backoff != nil {
 			s.backoff.Stop()
@@ -671,7 +860,125 @@ func (s *supervisor) onPodRestart(gen uint64) {
 		}
 		s.restarts++
 		s.podRestarts++
-		s.log.Info("pod restart; starting the workload", "generation", gen, "restarts", s.restarts)
-		s.start()
+		s.log.Info("pod restart; the workload is not running", "generation", gen, "restarts", s.restarts)
+		s.enterRound(gen)
+	}
+}
+
+// podRound is a pod restart the stopped workload waits to start in.
+type podRound struct {
+	gen       uint64
+	notBefore time.Time
+	ready     <-chan struct{}
+	cancel    func()
+}
+
+func (s *supervisor) roundReady() <-chan struct{} {
+	if s.round == nil {
+		return nil
+	}
+	return s.round.ready
+}
+
+// enterRound waits, with the workload stopped, to start it in generation
+// gen. The first generation of a round takes one step of the pod
+// restart's back-off (as the kubelet's, 0 s, then backoff.initial doubling
+// to backoff.max, reset after a run of backoff.resetAfter); a newer one
+// arriving meanwhile joins the same round without a new step, so however
+// many generations are created, each member starts at most once per step.
+func (s *supervisor) enterRound(gen uint64) {
+	now := time.Now()
+	if s.round == nil {
+		cfg := s.config()
+		if !s.lastStart.IsZero() && now.Sub(s.lastStart) >= cfg.Backoff.ResetAfterDuration() {
+			s.podBackoffN = 0
+		}
+		delay := cfg.Backoff.Delay(s.podBackoffN)
+		s.podBackoffN++
+		s.round = &podRound{notBefore: now.Add(delay)}
+		if delay > 0 {
+			s.log.Info("pod restart back-off", "generation", gen, "delay", delay)
+		}
+	} else if s.round.cancel != nil {
+		s.round.cancel()
+	}
+	s.round.gen = gen
+	s.round.ready, s.round.cancel = s.o.Pod.Stopped(gen, s.round.notBefore)
+	s.phase = BackingOff
+	s.nextStart = s.round.notBefore
+	s.changed()
+}
+
+// startRound starts the workload in the round it waited for.
+func (s *supervisor) startRound() {
+	gen := s.round.gen
+	s.round = nil
+	if code, failed := s.o.Pod.InitFailed(gen); failed {
+		// Upstream a failed init container fails a Never pod: the
+		// containers after it never run, and the pod's phase follows
+		// from their ends.
+		s.log.Warn("an init container's re-run failed for good in this pod restart; ending the container instead of starting it",
+			"generation", gen, "exitCode", code)
+		s.finish(code)
+		return
+	}
+	s.start()
+	if s.proc == nil {
+		return
+	}
+	if s.o.InitRerun {
+		s.rerunGen = &gen
+		return
+	}
+	if s.started {
+		s.o.Pod.Started(gen)
+		return
+	}
+	// As the kubelet starts the containers after a sidecar once its
+	// startup probe has succeeded, the round hears of this start then
+	// (onProbeResult).
+	s.roundStarted = &gen
+}
+
+// endRerun ends an init container's re-run whose exit is not restarted
+// in place: exit 0 initialized the container (PlanInit), and the round
+// hears of its start now; any other end fails the pod restart for the
+// members after it, as a failed init container fails the pod upstream.
+// Either way the container idles until the next pod restart or its stop.
+func (s *supervisor) endRerun(v verdict, exit *Exit, attrs []any) {
+	d := v.decision
+	attrs = append(attrs, "rule", d.Rule, "action", string(d.Action), "decidedBy", string(d.Source), "restarts", s.restarts)
+	gen := s.rerunGen
+	s.rerunGen = nil
+	if d.Source == rules.SourceInitialized {
+		s.phase = Initialized
+		s.log.Info("init container re-run succeeded; waiting for the next pod restart", attrs...)
+		if gen != nil {
+			s.o.Pod.Started(*gen)
+		}
+		s.changed()
+		return
+	}
+	s.phase = Holding
+	s.log.Warn("init container re-run failed and is not restarted; the containers after it will not start", attrs...)
+	if gen != nil {
+		s.o.Pod.Failed(*gen)
+	}
+	s.changed()
+}
+
+// leaveEnded stops waiting for the pod's other containers to end.
+func (s *supervisor) leaveEnded() {
+	if s.endedCancel != nil {
+		s.endedCancel()
+	}
+	s.ended, s.endedCancel = nil, nil
+}
+
+// leaveRound stops waiting for a round, on a stop or the end.
+func (s *supervisor) leaveRound() {
+	if s.round != nil {
+		s.round.cancel()
+		s.round = nil
 	}
 }

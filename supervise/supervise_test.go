@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"syscall"
@@ -76,12 +77,35 @@ type fakePod struct {
 	gens      chan uint64
 	current   uint64
 	announced []int32
+	// started and failed record Started and Failed; initFailed is what
+	// InitFailed answers per generation.
+	started, failed []uint64
+	initFailed      map[uint64]int
+	// othersEnded, when set, is what OthersEnded returns.
+	othersEnded chan struct{}
 }
 
-func (f *fakePod) Announce(code int32) error {
+func (f *fakePod) Announce(code int32) (uint64, error) {
 	f.announced = append(f.announced, code)
 	f.current++
-	return nil
+	return f.current, nil
+}
+func (f *fakePod) Stopped(_ uint64, notBefore time.Time) (<-chan struct{}, func()) {
+	c := make(chan struct{})
+	t := time.AfterFunc(time.Until(notBefore), func() { close(c) })
+	return c, func() { t.Stop() }
+}
+func (f *fakePod) Started(g uint64) { f.started = append(f.started, g) }
+func (f *fakePod) Failed(g uint64)  { f.failed = append(f.failed, g) }
+func (f *fakePod) OthersEnded() (<-chan struct{}, func()) {
+	if f.othersEnded == nil {
+		return nil, nil
+	}
+	return f.othersEnded, func() {}
+}
+func (f *fakePod) InitFailed(g uint64) (int, bool) {
+	code, ok := f.initFailed[g]
+	return code, ok
 }
 func (f *fakePod) Pending() <-chan uint64 { return f.gens }
 func (f *fakePod) Accept(g uint64) bool {
@@ -94,9 +118,10 @@ func (f *fakePod) Accept(g uint64) bool {
 
 func TestPodRestarts(t *testing.T) {
 	dir := t.TempDir()
-	// Run 1 ignores SIGTERM and waits: only the pod restart's SIGKILL
-	// ends it. Run 2 exits 88, whose rule says RestartAllContainers: it is
-	// announced and restarted at once. Run 3 exits 0: container Never
+	// Run 1 ignores SIGTERM and waits: only the pod restart's SIGKILL,
+	// after the grace period, ends it. Run 2 exits 88, whose rule says
+	// RestartAllContainers: it is announced and restarted after the pod
+	// restart's back-off (100 ms for the second pod restart). Run 3 exits 0: container Never
 	// under pod Always holds. A pod restart during the hold starts run 4,
 	// which holds again.
 	o := shell(fmt.Sprintf(`
@@ -106,7 +131,7 @@ case $n in
 2) exit 88 ;;
 esac
 exit 0`, dir))
-	o.Config = mustParse(t, `{"restartPolicy":"Never","podRestartPolicy":"Always","backoff":{"initial":"1h"},
+	o.Config = mustParse(t, `{"restartPolicy":"Never","podRestartPolicy":"Always","backoff":{"initial":"100ms"},
 	  "restartPolicyRules":[{"action":"RestartAllContainers","exitCodes":{"operator":"In","values":[88]}}]}`)
 	if testing.Verbose() {
 		o.Log = slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -125,20 +150,7 @@ exit 0`, dir))
 		}
 	})
 
-	waitPhase := func(p Phase, restarts int) State {
-		t.Helper()
-		deadline := time.After(20 * time.Second)
-		for {
-			select {
-			case s := <-states:
-				if s.Phase == p && s.Restarts == restarts {
-					return s
-				}
-			case <-deadline:
-				t.Fatalf("no state %s with %d restarts", p, restarts)
-			}
-		}
-	}
+	waitPhase := func(p Phase, restarts int) State { t.Helper(); return waitForState(t, states, p, restarts) }
 	waitPhase(Running, 0)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		if _, err := os.Stat(filepath.Join(dir, "ready")); err == nil {
@@ -230,6 +242,145 @@ exit 0`, dir))
 		if pid > 0 && syscall.Kill(pid, 0) == nil {
 			t.Errorf("%s (pid %d) outlived the supervisor", filepath.Base(f), pid)
 			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// TestInitRerun: the re-run of an init container runs nothing at first,
+// runs its command once per pod restart, reports the round's start only
+// when the run initialized the container (exit 0), and a failure for good
+// (exit 3 in a Never pod) as Failed; it idles in between.
+func TestInitRerun(t *testing.T) {
+	dir := t.TempDir()
+	o := shell(fmt.Sprintf(`
+n=$(cat %[1]s/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > %[1]s/n
+[ $n -eq 2 ] && exit 3
+exit 0`, dir))
+	o.Config = mustParse(t, `{"restartPolicy":"Never","podRestartPolicy":"Never","initContainer":true,"backoff":{"initial":"10ms"}}`)
+	o.InitRerun = true
+	pod := &fakePod{gens: make(chan uint64)}
+	o.Pod = pod
+	states := make(chan State, 100)
+	o.OnChange = func(s State) { states <- s }
+	done := runAsync(o)
+	finished := false
+	t.Cleanup(func() {
+		if !finished {
+			p, _ := os.FindProcess(os.Getpid())
+			p.Signal(os.Interrupt)
+			<-done
+		}
+	})
+	waitPhase := func(p Phase, restarts int) State { t.Helper(); return waitForState(t, states, p, restarts) }
+	if st := waitPhase(Initialized, 0); !st.Started || st.PID != 0 {
+		t.Fatalf("first state %+v: want started, no workload", st)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if _, err := os.Stat(filepath.Join(dir, "n")); err == nil {
+		t.Fatal("the workload ran before any pod restart")
+	}
+	pod.gens <- 1
+	waitPhase(Initialized, 1)
+	if !reflect.DeepEqual(pod.started, []uint64{1}) || len(pod.failed) != 0 {
+		t.Fatalf("after the first re-run: started %v, failed %v; want [1], []", pod.started, pod.failed)
+	}
+	pod.gens <- 2
+	if st := waitPhase(Holding, 2); st.Started || st.LastExit == nil || st.LastExit.Code != 3 {
+		t.Fatalf("after the failed re-run: %+v; want held, not started, last exit 3", st)
+	}
+	if !reflect.DeepEqual(pod.started, []uint64{1}) || !reflect.DeepEqual(pod.failed, []uint64{2}) {
+		t.Fatalf("after the failed re-run: started %v, failed %v; want [1], [2]", pod.started, pod.failed)
+	}
+	pod.gens <- 3
+	waitPhase(Initialized, 3)
+	if !reflect.DeepEqual(pod.started, []uint64{1, 3}) {
+		t.Fatalf("started %v, want [1 3]", pod.started)
+	}
+	p, _ := os.FindProcess(os.Getpid())
+	p.Signal(os.Interrupt)
+	r := waitResult(t, done)
+	finished = true
+	if r.Status != 0 || r.Restarts != 3 {
+		t.Fatalf("result %+v, want status 0 after 3 re-runs", r)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "n")); strings.TrimSpace(string(b)) != "3" {
+		t.Fatalf("workload ran %s times, want 3", b)
+	}
+}
+
+// TestInitFailedEndsTheMember: a member whose pod restart finds an init
+// container's re-run failed ends with that exit code instead of starting,
+// as the containers after a failed init container never run upstream.
+func TestInitFailedEndsTheMember(t *testing.T) {
+	dir := t.TempDir()
+	o := shell(fmt.Sprintf(`
+n=$(cat %[1]s/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > %[1]s/n
+exec sleep 100`, dir))
+	o.Config = mustParse(t, `{"restartPolicy":"Never","podRestartPolicy":"Never"}`)
+	pod := &fakePod{gens: make(chan uint64), initFailed: map[uint64]int{1: 5}}
+	o.Pod = pod
+	done := runAsync(o)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if b, _ := os.ReadFile(filepath.Join(dir, "n")); len(b) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("workload not started")
+		}
+	}
+	pod.gens <- 1
+	r := waitResult(t, done)
+	if r.Status != 5 {
+		t.Fatalf("result %+v, want status 5, the failed re-run's", r)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "n")); strings.TrimSpace(string(b)) != "1" {
+		t.Fatalf("workload ran %s times, want 1", b)
+	}
+}
+
+// TestEndedWaitsForTheOthers: in a pod whose other regular containers
+// still run, a final exit keeps the container (phase Ended) so that a pod
+// restart restarts it, as upstream restarts ended containers too; once the
+// others have ended, the supervisor exits with the last status.
+func TestEndedWaitsForTheOthers(t *testing.T) {
+	dir := t.TempDir()
+	o := shell(fmt.Sprintf(`
+n=$(cat %[1]s/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > %[1]s/n
+exit $((n+4))`, dir))
+	o.Config = mustParse(t, `{"restartPolicy":"Never","podRestartPolicy":"Never","backoff":{"initial":"10ms"}}`)
+	pod := &fakePod{gens: make(chan uint64), othersEnded: make(chan struct{})}
+	o.Pod = pod
+	states := make(chan State, 100)
+	o.OnChange = func(s State) { states <- s }
+	done := runAsync(o)
+	waitPhase := func(p Phase, restarts int) State { t.Helper(); return waitForState(t, states, p, restarts) }
+	if st := waitPhase(Ended, 0); st.LastExit == nil || st.LastExit.Code != 5 {
+		t.Fatalf("state %+v, want ended after exit 5", st)
+	}
+	pod.gens <- 1
+	if st := waitPhase(Ended, 1); st.LastExit == nil || st.LastExit.Code != 6 || st.PodRestarts != 1 {
+		t.Fatalf("state %+v, want ended again after a pod restart and exit 6", st)
+	}
+	close(pod.othersEnded)
+	r := waitResult(t, done)
+	if r.Status != 6 || r.Restarts != 1 {
+		t.Fatalf("result %+v, want status 6 after 1 restart", r)
+	}
+}
+
+// waitForState reads states until one is in phase p after the given
+// number of restarts, and returns it; it fails the test after 20 s.
+func waitForState(t *testing.T, states <-chan State, p Phase, restarts int) State {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		select {
+		case s := <-states:
+			if s.Phase == p && s.Restarts == restarts {
+				return s
+			}
+		case <-deadline:
+			t.Fatalf("no state %s with %d restarts", p, restarts)
 		}
 	}
 }

@@ -19,11 +19,18 @@ import (
 // descriptor opened with O_NONBLOCK, so that a FIFO without a writer does
 // not block the open and /dev/zero is never read.
 func Read(path, name string, max int64, followLinks bool) ([]byte, error) {
+	return ReadAt(unix.AT_FDCWD, path, name, max, followLinks)
+}
+
+// ReadAt is Read of path relative to the directory descriptor dirfd (or
+// unix.AT_FDCWD), for readers that walk a tree someone else controls one
+// no-follow directory descriptor at a time.
+func ReadAt(dirfd int, path, name string, max int64, followLinks bool) ([]byte, error) {
 	flags := unix.O_RDONLY | unix.O_NONBLOCK | unix.O_CLOEXEC | unix.O_NOCTTY
 	if !followLinks {
 		flags |= unix.O_NOFOLLOW
 	}
-	fd, err := unix.Open(path, flags, 0)
+	fd, err := unix.Openat(dirfd, path, flags, 0)
 	if err != nil {
 		if err == unix.ELOOP && !followLinks {
 			return nil, fmt.Errorf("%s: is a symbolic link", name)

@@ -1,0 +1,214 @@
+package supervise
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// syncBuffer collects the supervisor's log.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+func runProbed(t *testing.T, script, config string) (Result, string) {
+	t.Helper()
+	o := shell(script)
+	o.Config = mustParse(t, config)
+	var log syncBuffer
+	o.Log = slog.New(slog.NewTextHandler(&log, nil))
+	r := waitResult(t, runAsync(o))
+	return r, log.String()
+}
+
+func lines(t *testing.T, path string) int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return 0
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(string(b), "\n")
+}
+
+// TestLivenessFailureRestartsByContainerPolicy: a workload that stops
+// answering its liveness probe is stopped (SIGTERM: 143) and, as upstream
+// decides on a probe failure, restarted because the container's
+// restartPolicy (OnFailure) is not Never, although the pod's is Never and
+// no rule matches 143. The third run exits 0, which OnFailure does not
+// restart.
+func TestLivenessFailureRestartsByContainerPolicy(t *testing.T) {
+	dir := t.TempDir()
+	script := fmt.Sprintf(`cd %s; n=$(cat n 2>/dev/null || echo 0); n=$((n+1)); echo $n > n
+[ $n -ge 3 ] && exit 0
+touch healthy; sleep 1; rm -f healthy; exec sleep 600`, dir)
+	r, log := runProbed(t, script, fmt.Sprintf(`{"restartPolicy":"OnFailure","podRestartPolicy":"Never","backoff":{"initial":"100ms"},
+	  "probes":{"liveness":{"exec":{"command":["test","-f","%s/healthy"]},"periodSeconds":1,"failureThreshold":2}}}`, dir))
+	if r.Status != 0 || r.Restarts != 2 {
+		t.Fatalf("result %+v, want status 0 after 2 restarts; log:\n%s", r, log)
+	}
+	if got := strings.Count(log, "liveness probe failed 2 times in a row; stopping the workload, then restarting it in place"); got != 2 {
+		t.Fatalf("%d probe kills logged, want 2; log:\n%s", got, log)
+	}
+	if !strings.Contains(log, "exitCode=143") || !strings.Contains(log, "probe=liveness") {
+		t.Fatalf("the restarts do not say they followed a liveness kill (exit 143); log:\n%s", log)
+	}
+}
+
+// TestLivenessFailureWithContainerNeverGoesToRules: with the container's
+// restartPolicy Never, upstream does not restart a container its probe
+// killed; the exit (143) is judged by the rules, which here hand it over.
+func TestLivenessFailureWithContainerNeverGoesToRules(t *testing.T) {
+	r, log := runProbed(t, `exec sleep 600`, `{"restartPolicy":"Never","podRestartPolicy":"Never",
+	  "probes":{"liveness":{"exec":{"command":["false"]},"periodSeconds":1,"failureThreshold":2,"terminationGracePeriodSeconds":5}}}`)
+	if r.Status != 143 || r.Restarts != 0 {
+		t.Fatalf("result %+v, want status 143 without restart; log:\n%s", r, log)
+	}
+	if !strings.Contains(log, "judging the exit by the rules") || !strings.Contains(log, "gracePeriod=5s") {
+		t.Fatalf("log does not say what was done:\n%s", log)
+	}
+}
+
+// TestNoProbeDuringBackoff: the workload exits 42 twice (the second
+// restart waits a 3 s back-off) and then serves for 5 s. The probe records
+// which run it found; the first two runs end long before the 1 s initial
+// delay, so any check counted for them ran while no workload did. The
+// probe fails whenever the workload is not serving, and with a threshold
+// of 1 a check in the back-off would also be a kill.
+func TestNoProbeDuringBackoff(t *testing.T) {
+	dir := t.TempDir()
+	script := fmt.Sprintf(`cd %s; n=$(cat n 2>/dev/null || echo 0); n=$((n+1)); echo $n > n
+[ $n -lt 3 ] && exit 42
+touch healthy; sleep 5; exit 0`, dir)
+	probe := fmt.Sprintf(`echo >> %[1]s/probes-$(cat %[1]s/n); test -f %[1]s/healthy`, dir)
+	r, log := runProbed(t, script, fmt.Sprintf(`{"restartPolicy":"Never","podRestartPolicy":"Never","backoff":{"initial":"3s"},
+	  "restartPolicyRules":[{"action":"Restart","exitCodes":{"operator":"In","values":[42]}}],
+	  "probes":{"liveness":{"exec":{"command":["sh","-c",%q]},"initialDelaySeconds":1,"periodSeconds":1,"failureThreshold":1}}}`, probe))
+	if r.Status != 0 || r.Restarts != 2 {
+		t.Fatalf("result %+v, want status 0 after 2 restarts; log:\n%s", r, log)
+	}
+	for run := 1; run <= 2; run++ {
+		if n := lines(t, filepath.Join(dir, fmt.Sprintf("probes-%d", run))); n != 0 {
+			t.Errorf("%d checks ran after run %d exited (back-off)", n, run)
+		}
+	}
+	if n := lines(t, filepath.Join(dir, "probes-3")); n < 2 {
+		t.Errorf("%d checks during the 5 s of run 3, want at least 2; log:\n%s", n, log)
+	}
+}
+
+// TestStartupProbeReArmedAtEveryStart: a workload that needs 2 s to start,
+// restarted in place twice (exit 42). Liveness (threshold 1) fails until
+// the workload is up, so only a startup probe re-armed at each start keeps
+// it from being killed; the startup probe allows 6 s.
+func TestStartupProbeReArmedAtEveryStart(t *testing.T) {
+	dir := t.TempDir()
+	script := fmt.Sprintf(`cd %s; n=$(cat n 2>/dev/null || echo 0); n=$((n+1)); echo $n > n
+sleep 2; touch up; sleep 2; rm -f up
+[ $n -lt 3 ] && exit 42
+exit 0`, dir)
+	check := fmt.Sprintf(`["test","-f","%s/up"]`, dir)
+	r, log := runProbed(t, script, fmt.Sprintf(`{"restartPolicy":"Never","podRestartPolicy":"Never","backoff":{"initial":"1s"},
+	  "restartPolicyRules":[{"action":"Restart","exitCodes":{"operator":"In","values":[42]}}],
+	  "probes":{"startup":{"exec":{"command":%[1]s},"periodSeconds":1,"failureThreshold":6},
+	            "liveness":{"exec":{"command":%[1]s},"periodSeconds":1,"failureThreshold":1}}}`, check))
+	if r.Status != 0 || r.Restarts != 2 {
+		t.Fatalf("result %+v, want status 0 after 2 restarts; log:\n%s", r, log)
+	}
+	if got := strings.Count(log, "startup probe succeeded"); got != 3 {
+		t.Fatalf("startup probe succeeded %d times, want once per run (3); log:\n%s", got, log)
+	}
+	if strings.Contains(log, "stopping the workload") {
+		t.Fatalf("a probe stopped the workload; log:\n%s", log)
+	}
+}
+
+// TestStartupTimeoutsStopTheWorkload: a startup probe that never succeeds
+// (every check times out, which is a failure) stops the workload after
+// failureThreshold checks.
+func TestStartupTimeoutsStopTheWorkload(t *testing.T) {
+	dir := t.TempDir()
+	script := fmt.Sprintf(`cd %s; n=$(cat n 2>/dev/null || echo 0); n=$((n+1)); echo $n > n
+[ $n -ge 2 ] && exit 3
+exec sleep 600`, dir)
+	r, log := runProbed(t, script, `{"restartPolicyRules":[],"podRestartPolicy":"Never","restartPolicy":"Never",
+	  "probes":{"startup":{"exec":{"command":["sleep","5"]},"timeoutSeconds":1,"periodSeconds":1,"failureThreshold":2}}}`)
+	// Container Never: the probe kill is judged by the rules; none, so
+	// the container policy Never hands 143 over.
+	if r.Status != 143 || !strings.Contains(log, "reason=\"timed out after 1s\"") {
+		t.Fatalf("result %+v, want 143 after a startup kill by timeouts; log:\n%s", r, log)
+	}
+}
+
+// startedPod records, at each Started, how many startup probe successes
+// the supervisor had logged: one per run that really started.
+type startedPod struct {
+	fakePod
+	log     *syncBuffer
+	started chan int
+}
+
+func (p *startedPod) Started(uint64) {
+	p.started <- strings.Count(p.log.String(), "startup probe succeeded")
+}
+
+// TestPodRestartStartWaitsForStartupProbe: in a pod restart, a member
+// reports its start to the round (which sidecars' followers wait for)
+// only once its startup probe has succeeded, as the kubelet starts the
+// containers after a sidecar once the sidecar's startup probe succeeds.
+func TestPodRestartStartWaitsForStartupProbe(t *testing.T) {
+	dir := t.TempDir()
+	o := shell(fmt.Sprintf(`cd %s; n=$(cat n 2>/dev/null || echo 0); n=$((n+1)); echo $n > n
+sleep 2; touch up-$n; exec sleep 600`, dir))
+	o.Config = mustParse(t, fmt.Sprintf(`{"backoff":{"initial":"0s"},
+	  "probes":{"startup":{"exec":{"command":["sh","-c","cd %s && test -f up-$(cat n)"]},"periodSeconds":1,"failureThreshold":30}}}`, dir))
+	var log syncBuffer
+	o.Log = slog.New(slog.NewTextHandler(&log, nil))
+	pod := &startedPod{fakePod: fakePod{gens: make(chan uint64)}, log: &log, started: make(chan int, 4)}
+	o.Pod = pod
+	done := runAsync(o)
+	defer func() {
+		p, _ := os.FindProcess(os.Getpid())
+		p.Signal(os.Interrupt)
+		waitResult(t, done)
+	}()
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %s; log:\n%s", what, log.String())
+			}
+		}
+	}
+	waitFor("first startup", func() bool { return strings.Contains(log.String(), "startup probe succeeded") })
+	pod.gens <- 1
+	select {
+	case n := <-pod.started:
+		if n != 2 {
+			t.Fatalf("the round heard of the start before the workload's startup probe succeeded; log:\n%s", log.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the round never heard of the start; log:\n%s", log.String())
+	}
+}
