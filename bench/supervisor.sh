@@ -3,11 +3,15 @@
 # one run on this machine, and prints medians and ratios:
 #   1. stripped static binary size
 #   2. start overhead of `X -- /bin/true`
+#      2b. the same split into start-up (launch -> workload running) and exit
+#          (workload exit -> X reaped), in the three forms the supervisor runs in
 #   3. in-place restart latency (workload exit -> next workload running),
 #      backoff 0, against the smallest possible fork/exec/wait loop
 #   4. resident memory of the supervisor while supervising
 #   5. go test -bench for the supervisor loop and the rules engine
-# Environment: N (start-overhead rounds, default 300), RESTARTS (default 3000).
+# Environment: N (start-overhead rounds, default 300), RESTARTS (default 3000),
+# BEFORE (a git revision: its supervisor is built the same way and measured
+# beside this one, in the same interleaved rounds, for size, start and RSS).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${N:-300}
@@ -28,6 +32,13 @@ trap cleanup EXIT
 
 sup=$work/restart-supervisor
 CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$sup" ./cmd/restart-supervisor
+before=
+if [[ -n ${BEFORE:-} ]]; then
+	mkdir "$work/before-src"
+	git archive "$BEFORE" | tar -x -C "$work/before-src"
+	before=$work/restart-supervisor-before
+	(cd "$work/before-src" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$before" ./cmd/restart-supervisor)
+fi
 go build -o "$work/benchtool" ./bench/supervisor/benchtool
 CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$work/gofloor" ./bench/supervisor/gofloor
 if command -v gcc >/dev/null && gcc -O2 -static -o "$work/probe" bench/supervisor/cprobe/probe.c 2>/dev/null; then
@@ -45,6 +56,7 @@ echo
 echo "== 1. binary size (CGO_ENABLED=0 -trimpath -ldflags='-s -w'), target < 2.5 MB"
 size=$(stat -c %s "$sup")
 awk -v s="$size" 'BEGIN { printf "%-28s %9d bytes (%.2f MB)\n", "restart-supervisor", s, s / 1e6 }'
+[[ -n $before ]] && awk -v s="$(stat -c %s "$before")" -v r="$BEFORE" 'BEGIN { printf "%-28s %9d bytes (%.2f MB)\n", "restart-supervisor@" r, s, s / 1e6 }'
 for f in "$tini" /usr/bin/tini-static "$dumbinit"; do
 	[[ -e $f ]] || continue
 	link=dynamic
@@ -58,7 +70,34 @@ echo "   cpu: user+system time of X and everything it reaped"
 cmds=(bare=/bin/true "tini=$tini -- /bin/true")
 [[ -x /usr/bin/tini-static ]] && cmds+=("tini-static=/usr/bin/tini-static -- /bin/true")
 cmds+=("dumb-init=$dumbinit /bin/true" "go-floor=$work/gofloor -- /bin/true" "restart-supervisor=$sup -- /bin/true")
-"$work/benchtool" spawn -n "$N" "${cmds[@]}"
+# The two forms the supervisor runs in: what `inject` writes (rules in the
+# environment, the pod state volume; a fresh state directory per run, as in
+# a new pod, so no run resumes the back-off of the one before), and
+# --config FILE (live reload). The termination message goes to a file of
+# this run instead of /dev/termination-log.
+onecfg='{"restartPolicy":"Never","podRestartPolicy":"Never","restartPolicyRules":[{"action":"Restart","exitCodes":{"operator":"In","values":[42]}}]}'
+printf '%s\n' "$onecfg" >"$work/rules.json"
+cmds+=("injected-form=RESTART_SUPERVISOR_CONFIG=$onecfg RESTART_SUPERVISOR_STATE_DIR=$work/state/{i} RESTART_SUPERVISOR_CONTAINER_NAME=c $sup --termination-message-path $work/termination-log -- /bin/true"
+	"config-file=$sup --config $work/rules.json -- /bin/true")
+if [[ -n $before ]]; then
+	cmds+=("before:plain=$before -- /bin/true"
+		"before:injected=RESTART_SUPERVISOR_CONFIG=$onecfg RESTART_SUPERVISOR_STATE_DIR=$work/state/{i} RESTART_SUPERVISOR_CONTAINER_NAME=c $before --termination-message-path $work/termination-log -- /bin/true"
+		"before:config-file=$before --config $work/rules.json -- /bin/true")
+fi
+"$work/benchtool" spawn -n "$N" -mkdir "$work/state/{i}" "${cmds[@]}"
+echo
+echo "== 2b. the same start and exit split in two ($N interleaved rounds, $probekind as the workload):"
+echo "   launch -> workload running (start-up, fork, exec), workload exit -> X reaped (reaping, deciding, exit)"
+mkdir -p "$work/split/state"
+scmds=("go-floor=$work/gofloor -- ${probe[*]}" "restart-supervisor=$sup -- ${probe[*]}"
+	"injected-form=RESTART_SUPERVISOR_CONFIG=$onecfg RESTART_SUPERVISOR_STATE_DIR=$work/split/state/{i} RESTART_SUPERVISOR_CONTAINER_NAME=c $sup --termination-message-path $work/termination-log -- ${probe[*]}"
+	"config-file=$sup --config $work/rules.json -- ${probe[*]}")
+if [[ -n $before ]]; then
+	scmds+=("before:plain=$before -- ${probe[*]}"
+		"before:injected=RESTART_SUPERVISOR_CONFIG=$onecfg RESTART_SUPERVISOR_STATE_DIR=$work/split/state/{i} RESTART_SUPERVISOR_CONTAINER_NAME=c $before --termination-message-path $work/termination-log -- ${probe[*]}"
+		"before:config-file=$before --config $work/rules.json -- ${probe[*]}")
+fi
+"$work/benchtool" split -n "$N" -log "$work/split" "${scmds[@]}" 2>/dev/null
 echo
 echo "== 3. in-place restart latency, workload exit -> next workload running, backoff 0 ($RESTARTS runs, $probekind)"
 echo "   target: median < 1 ms, >= 1000 restarts/s"
@@ -86,7 +125,15 @@ rss() { # label, then the command
 }
 rss "tini (idle, sleep)" "$tini" -- sleep 30
 rss "dumb-init (idle, sleep)" "$dumbinit" sleep 30
+mkdir -p "$work/state/rss" "$work/state/rss-before"
 rss "restart-supervisor (idle)" "$sup" -- sleep 30
+if [[ -n $before ]]; then
+	rss "before (idle)" "$before" -- sleep 30
+	rss "before (idle, injected)" env RESTART_SUPERVISOR_CONFIG="$onecfg" RESTART_SUPERVISOR_STATE_DIR="$work/state/rss-before" \
+		RESTART_SUPERVISOR_CONTAINER_NAME=c "$before" --termination-message-path "$work/termination-log" -- sleep 30
+fi
+rss "restart-supervisor (idle, injected)" env RESTART_SUPERVISOR_CONFIG="$onecfg" RESTART_SUPERVISOR_STATE_DIR="$work/state/rss" \
+	RESTART_SUPERVISOR_CONTAINER_NAME=c "$sup" --termination-message-path "$work/termination-log" -- sleep 30
 rm -f "$work/storm.log" "$work/storm.log.count"
 PROBE_LOG=$work/storm.log PROBE_N=100000000 RESTART_SUPERVISOR_CONFIG=$cfg \
 	rss "restart-supervisor (restarting)" "$sup" -- "${probe[@]}"

@@ -17,9 +17,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -223,9 +223,26 @@ func supervisorCmd(args []string) int {
 		path = argv[0]
 	}
 
-	pod, err := podstate.Open(f.stateDir, f.name, logger)
+	members, err := contract.ParsePodMembers(os.Getenv(contract.EnvPodMembers))
+	if err != nil {
+		return usageError("%s: %v", contract.EnvPodMembers, err)
+	}
+	initRerun := false
+	for _, m := range members {
+		initRerun = initRerun || (m.Name == f.name && m.Kind == contract.MemberInit)
+	}
+	if initRerun && (f.stateDir == "" || !cfg.InitContainer) {
+		// The re-run of an init container does nothing but take part in
+		// pod restarts, and judges its exits as an init container's.
+		return usageError("%s: container %q is an init container re-run (kind %s), which needs the state directory and a config with initContainer: true",
+			contract.EnvPodMembers, f.name, contract.MemberInit)
+	}
+	pod, err := podstate.OpenMember(f.stateDir, f.name, members, logger)
 	if err != nil {
 		return usageError("--state-dir %s: %v", f.stateDir, err)
+	}
+	if initRerun && pod.Restarter() == nil {
+		return usageError("--state-dir %s: container %q is an init container re-run, but pod restarts cannot be watched there", f.stateDir, f.name)
 	}
 	var final supervise.State
 	res := supervise.Run(supervise.Options{
@@ -237,10 +254,15 @@ func supervisorCmd(args []string) int {
 		GracePeriod:    grace,
 		StartErrorCode: startErrorCode,
 		InitSignals:    f.initSignals,
+		InitRerun:      initRerun,
 		StopSignals:    stops,
-		Log:            logger,
-		Pod:            pod.Restarter(),
-		Resume:         pod.Resume(),
+		// The pod restart stops the workload as the runtime stops the
+		// container.
+		PodRestartSignal: runtimeStopSignal(stops),
+		Log:              logger,
+		ProbeCommand:     probeCommand(),
+		Pod:              pod.Restarter(),
+		Resume:           pod.Resume(),
 		OnChange: func(st supervise.State) {
 			if st.Restarts > 0 {
 				tightenGC()
@@ -261,6 +283,21 @@ func supervisorCmd(args []string) int {
 		}
 	}
 	return res.Status
+}
+
+// probeCommand is restart-probe next to this executable, where `install`
+// puts it; empty when it is not there, which fails a network check with a
+// line in the log.
+func probeCommand() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	p := filepath.Join(filepath.Dir(exe), contract.ProbeBinaryName)
+	if fi, err := os.Stat(p); err != nil || fi.IsDir() {
+		return ""
+	}
+	return p
 }
 
 func envOr(key, def string) string {
@@ -292,19 +329,19 @@ func loadConfig(file string, v rules.KubeVersion) (rules.Config, string, error) 
 	return rules.Config{}, "", nil
 }
 
-func newLogger(format string, w io.Writer, name string) (*slog.Logger, error) {
-	var h slog.Handler
+func newLogger(format string, w io.Writer, name string) (*lineLogger, error) {
+	var l *lineLogger
 	switch format {
 	case "text":
-		h = slog.NewTextHandler(w, nil)
+		l = newLineLogger(w, false)
 	case "json":
-		h = slog.NewJSONHandler(w, nil)
+		l = newLineLogger(w, true)
 	default:
 		return nil, fmt.Errorf("--log-format: unsupported value %q: supported values: \"text\", \"json\"", format)
 	}
-	l := slog.New(h).With("logger", "restart-supervisor")
+	l = l.with("logger", "restart-supervisor")
 	if name != "" {
-		l = l.With("container", name)
+		l = l.with("container", name)
 	}
 	return l, nil
 }
@@ -326,6 +363,20 @@ func parseStopSignals(list string) ([]syscall.Signal, error) {
 		return nil, fmt.Errorf("no signal given")
 	}
 	return out, nil
+}
+
+// runtimeStopSignal is the signal the container runtime stops the container
+// with, as far as the stop signals tell: the injector lists SIGTERM and
+// SIGINT and adds the container's own stop signal (lifecycle.stopSignal or
+// the image's STOPSIGNAL) after them. So it is the last one that is not
+// SIGINT, which is there for a terminal's Ctrl-C, else the first.
+func runtimeStopSignal(stops []syscall.Signal) syscall.Signal {
+	for i := len(stops) - 1; i >= 0; i-- {
+		if stops[i] != syscall.SIGINT {
+			return stops[i]
+		}
+	}
+	return stops[0]
 }
 
 // gracePeriod resolves --grace-period. As PID 1 of the container the

@@ -32,6 +32,14 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "building the supervisor:", err)
 		os.Exit(1)
 	}
+	// restart-probe next to the supervisor, where install finds it and
+	// the supervisor runs it.
+	probe := exec.Command("go", "build", "-o", filepath.Join(dir, "restart-probe"), "../restart-probe")
+	probe.Stdout, probe.Stderr = os.Stderr, os.Stderr
+	if err := probe.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building restart-probe:", err)
+		os.Exit(1)
+	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -667,17 +675,22 @@ func TestInstallCopiesItselfAtomically(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fi.Mode().Perm() != 0o755 {
-		t.Errorf("mode %v, want 0755", fi.Mode().Perm())
+	if fi.Mode().Perm() != 0o555 {
+		t.Errorf("mode %v, want 0555", fi.Mode().Perm())
 	}
 	a, _ := os.ReadFile(bin)
 	b, _ := os.ReadFile(dst)
 	if !bytes.Equal(a, b) {
 		t.Errorf("installed copy differs from the binary")
 	}
+	p1, _ := os.ReadFile(filepath.Join(filepath.Dir(bin), "restart-probe"))
+	p2, _ := os.ReadFile(filepath.Join(dir, "restart-probe"))
+	if len(p1) == 0 || !bytes.Equal(p1, p2) {
+		t.Errorf("restart-probe was not installed next to the supervisor")
+	}
 	entries, _ := os.ReadDir(dir)
-	if len(entries) != 1 {
-		t.Errorf("DIR holds %d entries, want only restart-supervisor (no temp files)", len(entries))
+	if len(entries) != 2 {
+		t.Errorf("DIR holds %d entries, want only restart-supervisor and restart-probe (no temp files)", len(entries))
 	}
 	// Installing again over the running copy replaces it.
 	if out, err := exec.Command(dst, "install", dir).CombinedOutput(); err != nil {

@@ -1,8 +1,10 @@
 package main_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -54,7 +56,7 @@ exec sleep 60
 			t.Errorf("exit status %d, want 143", st)
 		}
 	}
-	if !strings.Contains(b.stderr.String(), "pod restart; killing the workload") {
+	if !strings.Contains(b.stderr.String(), "pod restart; stopping the workload") {
 		t.Errorf("b's log lacks the pod restart")
 	}
 	doc, _ := os.ReadFile(filepath.Join(state, "status", "b.json"))
@@ -89,13 +91,15 @@ exit 0
 	}
 }
 
-// TestPodRestartSourceFollowsBackoff: a workload that hits its
-// RestartAllContainers rule on every start restarts the other containers
-// each time, but its own restarts follow its backoff, so the pod restarts
-// are spaced out instead of looping. Runs are counted from the
-// supervisors' own "workload started" lines: a run killed a few
-// milliseconds after its start may not get to record itself.
-func TestPodRestartSourceFollowsBackoff(t *testing.T) {
+// TestPodRestartsShareOneBackoff: a workload that hits its
+// RestartAllContainers rule on every start restarts the pod each time, but
+// each pod restart after the first waits the pod restart's back-off, and
+// every member waits it, the announcer and the others alike: no one runs
+// a round alone, and the pod restarts are spaced out instead of looping.
+// Runs are counted from the supervisors' own "workload started" lines: a
+// run stopped a few milliseconds after its start may not get to record
+// itself.
+func TestPodRestartsShareOneBackoff(t *testing.T) {
 	dir := t.TempDir()
 	state := filepath.Join(dir, "state")
 	os.Mkdir(state, 0o777)
@@ -107,25 +111,410 @@ func TestPodRestartSourceFollowsBackoff(t *testing.T) {
 	b := start(t, env("b"), bin, "--", "sleep", "60")
 	waitFor(t, "b started", 15*time.Second, func() bool { return starts(b) == 1 })
 	a := start(t, env("a"), bin, "--", "sh", "-c", "exit 88")
-	// Run 1 exits 88: immediate restart. Run 2 exits 88: a waits 30
-	// minutes, while b has been restarted once per pod restart.
-	waitFor(t, "a in backoff", 15*time.Second, func() bool {
-		doc, _ := os.ReadFile(filepath.Join(state, "status", "a.json"))
-		return strings.Contains(string(doc), `"state":"backoff"`)
-	})
-	waitFor(t, "b's third run", 15*time.Second, func() bool { return starts(b) >= 3 })
-	time.Sleep(300 * time.Millisecond) // a third run of a, or a fourth of b, would show up here
+	// Run 1 exits 88: pod restart 1, at once. Run 2 exits 88: pod restart
+	// 2, for which a and b both wait 30 minutes.
+	for _, name := range []string{"a", "b"} {
+		waitFor(t, name+" in backoff for generation 2", 15*time.Second, func() bool {
+			doc, _ := os.ReadFile(filepath.Join(state, "status", name+".json"))
+			return strings.Contains(string(doc), `"state":"backoff"`) && strings.Contains(string(doc), `"podRestarts":2`)
+		})
+	}
+	time.Sleep(500 * time.Millisecond) // a third run of a or b would show up here
 	if n := starts(a); n != 2 {
 		t.Errorf("a started %d times, want 2", n)
 	}
-	if n := starts(b); n != 3 {
-		t.Errorf("b started %d times, want 3", n)
+	if n := starts(b); n != 2 {
+		t.Errorf("b started %d times, want 2:\n%s", n, b.stderr.String())
 	}
-	if !strings.Contains(a.stderr.String(), "delay=30m0s") {
-		t.Errorf("a's second pod restart did not take the backoff delay:\n%s", a.stderr.String())
+	for _, s := range []*sup{a, b} {
+		if !strings.Contains(s.stderr.String(), `msg="pod restart back-off" logger=restart-supervisor container=`) ||
+			!strings.Contains(s.stderr.String(), "generation=2 delay=30m0s") {
+			t.Errorf("the second pod restart did not take the back-off delay:\n%s", s.stderr.String())
+		}
 	}
 	for _, s := range []*sup{a, b} {
 		s.signal(syscall.SIGTERM)
 		s.wait(10 * time.Second)
 	}
+}
+
+// podEnv is the environment of a pod member's supervisor.
+func podEnv(state, name, config string, extra ...string) []string {
+	return append([]string{"RESTART_SUPERVISOR_STATE_DIR=" + state, "RESTART_SUPERVISOR_CONTAINER_NAME=" + name,
+		"RESTART_SUPERVISOR_CONFIG=" + config}, extra...)
+}
+
+const restartAll88 = `{"restartPolicy":"Never","podRestartPolicy":"Never","restartPolicyRules":[{"action":"RestartAllContainers","exitCodes":{"operator":"In","values":[88]}}]}`
+
+// readStatusDoc reads a member's status document.
+func readStatusDoc(t *testing.T, state, name string) map[string]any {
+	t.Helper()
+	var doc map[string]any
+	b, err := os.ReadFile(filepath.Join(state, "status", name+".json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	return doc
+}
+
+// TestPodRestartStopsLikeTheKubelet: a pod restart stops the other
+// containers as the kubelet's killContainer does, with the container's
+// stop signal and SIGKILL only after 2 s. Container b's stop signal is
+// SIGUSR1 (as the injector passes a lifecycle.stopSignal); its handler
+// takes half a second to write a marker and exit 3, and gets to. Container
+// c ignores SIGTERM and is SIGKILLed after the grace period.
+func TestPodRestartStopsLikeTheKubelet(t *testing.T) {
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	os.Mkdir(state, 0o777)
+	counted := func(name, body string) string {
+		return writeFile(t, dir, name+".sh", fmt.Sprintf(`#!/bin/sh
+n=$(cat %[1]s/%[2]s.n 2>/dev/null || echo 0); n=$((n+1)); echo $n > %[1]s/%[2]s.n
+echo > %[1]s/%[2]s.ready.$n
+%[3]s
+`, dir, name, body), 0o755)
+	}
+	b := start(t, podEnv(state, "b", `{}`, "RESTART_SUPERVISOR_STOP_SIGNALS=SIGTERM,SIGINT,SIGUSR1"), bin, "--",
+		counted("b", fmt.Sprintf(`trap 'sleep 0.5; echo $n > %s/b.stopped; exit 3' USR1; while :; do sleep 0.05; done`, dir)))
+	c := start(t, podEnv(state, "c", `{}`, "RESTART_SUPERVISOR_GRACE_PERIOD=1s"), bin, "--", counted("c", `trap '' TERM; while :; do sleep 0.05; done`))
+	ready := func(name string, run int) {
+		waitFor(t, fmt.Sprintf("%s run %d", name, run), 20*time.Second, func() bool {
+			_, err := os.Stat(filepath.Join(dir, fmt.Sprintf("%s.ready.%d", name, run)))
+			return err == nil
+		})
+	}
+	ready("b", 1)
+	ready("c", 1)
+	a := start(t, podEnv(state, "a", restartAll88), bin, "--", counted("a", `[ $n = 1 ] && exit 88; exec sleep 60`))
+	ready("b", 2)
+	ready("c", 2)
+	ready("a", 2)
+	if got, err := os.ReadFile(filepath.Join(dir, "b.stopped")); err != nil || strings.TrimSpace(string(got)) != "1" {
+		t.Errorf("b's stop handler did not run to its end in run 1 (%q, %v):\n%s", got, err, b.stderr.String())
+	}
+	for _, tc := range []struct {
+		name   string
+		code   float64
+		signal any
+	}{{"b", 3, nil}, {"c", 137, "SIGKILL"}} {
+		waitFor(t, tc.name+"'s status document", 10*time.Second, func() bool {
+			r, _ := readStatusDoc(t, state, tc.name)["lastRestart"].(map[string]any)
+			return r != nil
+		})
+		r := readStatusDoc(t, state, tc.name)["lastRestart"].(map[string]any)
+		if r["code"] != tc.code || r["signal"] != tc.signal || r["podRestart"] != float64(1) {
+			t.Errorf("%s: last restart %v, want code %v signal %v podRestart 1", tc.name, r, tc.code, tc.signal)
+		}
+	}
+	if !strings.Contains(c.stderr.String(), `msg="grace period expired; killing the workload's process group"`) ||
+		!strings.Contains(c.stderr.String(), "gracePeriod=2s") {
+		t.Errorf("c was not SIGKILLed at the end of the 2 s grace period:\n%s", c.stderr.String())
+	}
+	for _, s := range []*sup{a, b, c} {
+		s.signal(syscall.SIGTERM)
+		s.wait(10 * time.Second)
+	}
+}
+
+// flood starts a process that creates a pod restart generation every 10 ms,
+// count times, naming source as the announcer, as any container that can
+// write the state volume can.
+func flood(t *testing.T, state, source string, count int) *exec.Cmd {
+	t.Helper()
+	os.MkdirAll(filepath.Join(state, "pod-restarts"), 0o777)
+	cmd := exec.Command("sh", "-c", fmt.Sprintf(`
+d=%s/pod-restarts; i=0
+while [ $i -lt %d ]; do
+  i=$((i+1)); n=$(printf %%020d $((i+1000)))
+  printf '{"generation":%%d,"source":"%s","exitCode":88}\n' $((i+1000)) > $d/.f.tmp && mv $d/.f.tmp $d/$n
+  sleep 0.01
+done`, state, count, source))
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return cmd
+}
+
+// TestForgedPodRestartsAreIgnored: generation files naming a container
+// that announced nothing restart no one, however many are created, and a
+// real announcement afterwards still restarts every member once.
+func TestForgedPodRestartsAreIgnored(t *testing.T) {
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	os.Mkdir(state, 0o777)
+	members := "RESTART_SUPERVISOR_POD_MEMBERS=a:regular,b:regular"
+	starts := func(s *sup) int { return strings.Count(s.stderr.String(), `msg="workload started"`) }
+	a := start(t, podEnv(state, "a", restartAll88, members), bin, "--", "sh", "-c",
+		fmt.Sprintf(`[ -e %[1]s/a.done ] && exec sleep 60; while [ ! -e %[1]s/go ]; do sleep 0.02; done; touch %[1]s/a.done; exit 88`, dir))
+	b := start(t, podEnv(state, "b", `{}`, members), bin, "--", "sleep", "60")
+	waitFor(t, "a and b started", 15*time.Second, func() bool { return starts(a) == 1 && starts(b) == 1 })
+	for _, source := range []string{"a", "ghost", "../x"} {
+		f := flood(t, state, source, 100)
+		if err := f.Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := starts(b); n != 1 {
+		t.Fatalf("b started %d times during the forged generations, want 1:\n%s", n, b.stderr.String())
+	}
+	if !strings.Contains(b.stderr.String(), "pod restart file ignored") {
+		t.Errorf("b did not log the forged generations:\n%s", b.stderr.String())
+	}
+	os.WriteFile(filepath.Join(dir, "go"), nil, 0o644)
+	waitFor(t, "a and b restarted", 20*time.Second, func() bool { return starts(a) == 2 && starts(b) == 2 })
+	time.Sleep(300 * time.Millisecond)
+	if starts(a) != 2 || starts(b) != 2 {
+		t.Errorf("a started %d times, b %d, want 2 each", starts(a), starts(b))
+	}
+	for _, s := range []*sup{a, b} {
+		s.signal(syscall.SIGTERM)
+		s.wait(10 * time.Second)
+	}
+}
+
+// TestPodRestartFloodIsRateLimited: a writer with the UID of a member's
+// supervisor can forge that member's status document too, and then its
+// generations pass the check. The pod restart's back-off still holds: of
+// 300 generations in about 3 s, the member starts once more at once (the
+// first pod restart after a clean run) and then waits its back-off (1 h
+// here) however many more arrive.
+func TestPodRestartFloodIsRateLimited(t *testing.T) {
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	os.MkdirAll(filepath.Join(state, "status"), 0o777)
+	ghost := `{"container":"ghost","state":"exited","announced":1000000,"lastRestart":{"code":88,"action":"RestartAllContainers","at":"2026-01-01T00:00:00Z"}}`
+	if err := os.WriteFile(filepath.Join(state, "status", "ghost.json"), []byte(ghost), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	starts := func(s *sup) int { return strings.Count(s.stderr.String(), `msg="workload started"`) }
+	b := start(t, podEnv(state, "b", `{"backoff":{"initial":"1h","max":"1h"}}`, "RESTART_SUPERVISOR_POD_MEMBERS=b:regular"), bin, "--", "sleep", "60")
+	waitFor(t, "b started", 15*time.Second, func() bool { return starts(b) == 1 })
+	f := flood(t, state, "ghost", 300)
+	if err := f.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := starts(b); n != 2 {
+		t.Errorf("b started %d times, want 2 (its first run, then one pod restart):\n%s", n, b.stderr.String())
+	}
+	if !strings.Contains(b.stderr.String(), "delay=1h0m0s") {
+		t.Errorf("b's second pod restart did not wait the back-off:\n%s", b.stderr.String())
+	}
+	b.signal(syscall.SIGTERM)
+	if st := b.wait(10 * time.Second); st != 143 {
+		t.Errorf("b exit status %d, want 143 (stopped in back-off: its last run's status)", st)
+	}
+}
+
+// TestPodRestartRound: no member starts a new round before every member
+// stopped the old one, and the sidecar starts before the regular
+// containers. Container slow takes a second to stop; a announces twice.
+// The sidecar's back-off is the longest (3 s against 100 ms), so in the
+// second pod restart the regular containers are ready first and must wait
+// for it. Each workload appends its starts and stops to one events file.
+func TestPodRestartRound(t *testing.T) {
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	os.Mkdir(state, 0o777)
+	ev := filepath.Join(dir, "events")
+	members := "RESTART_SUPERVISOR_POD_MEMBERS=side:sidecar,a:regular,slow:regular"
+	script := func(name, onStop, body string) string {
+		return writeFile(t, dir, name+".sh", fmt.Sprintf(`#!/bin/sh
+n=$(cat %[1]s/%[2]s.n 2>/dev/null || echo 0); n=$((n+1)); echo $n > %[1]s/%[2]s.n
+echo "start %[2]s $n" >> %[3]s
+trap '%[4]s echo "stop %[2]s $n" >> %[3]s; exit 0' TERM
+%[5]s
+`, dir, name, ev, onStop, body), 0o755)
+	}
+	wait := `while :; do sleep 0.02; done`
+	fast := `"backoff":{"initial":"100ms"}`
+	side := start(t, podEnv(state, "side", `{"backoff":{"initial":"3s"}}`, members), bin, "--", script("side", "", wait))
+	slow := start(t, podEnv(state, "slow", "{"+fast+"}", members), bin, "--", script("slow", "sleep 1;", wait))
+	waitFor(t, "side and slow started", 15*time.Second, func() bool { return countIn(t, dir, "side.n") == 1 && countIn(t, dir, "slow.n") == 1 })
+	a := start(t, podEnv(state, "a", strings.Replace(restartAll88, "{", "{"+fast+",", 1), members), bin, "--", script("a", "",
+		fmt.Sprintf(`if [ $n -le 2 ]; then while [ ! -e %[1]s/go$n ]; do sleep 0.02; done; echo "stop a $n" >> %[2]s; exit 88; fi; %[3]s`, dir, ev, wait)))
+	for round := 2; round <= 3; round++ {
+		os.WriteFile(filepath.Join(dir, fmt.Sprintf("go%d", round-1)), nil, 0o644)
+		waitFor(t, fmt.Sprintf("round %d", round), 20*time.Second, func() bool {
+			return countIn(t, dir, "side.n") == round && countIn(t, dir, "slow.n") == round && countIn(t, dir, "a.n") == round
+		})
+	}
+	time.Sleep(300 * time.Millisecond)
+	data, _ := os.ReadFile(ev)
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	for round := 2; round <= 3; round++ {
+		lastStop, firstStart := -1, len(lines)
+		startAt := map[string]int{}
+		for i, l := range lines {
+			switch {
+			case strings.HasPrefix(l, "stop ") && strings.HasSuffix(l, fmt.Sprintf(" %d", round-1)):
+				lastStop = i
+			case strings.HasPrefix(l, "start ") && strings.HasSuffix(l, fmt.Sprintf(" %d", round)):
+				firstStart = min(firstStart, i)
+				startAt[strings.Fields(l)[1]] = i
+			}
+		}
+		if len(startAt) != 3 || lastStop < 0 || firstStart < lastStop {
+			t.Errorf("round %d: a start precedes a stop of round %d:\n%s", round, round-1, data)
+		}
+		// The supervisors' own start lines: a workload's first line of
+		// output may lag behind its start.
+		sideAt := startedAt(t, side, round)
+		for _, s := range []*sup{a, slow} {
+			if at := startedAt(t, s, round); at.Before(sideAt) {
+				t.Errorf("round %d: a regular container started at %s, before the sidecar at %s", round, at, sideAt)
+			}
+		}
+	}
+	for _, s := range []*sup{a, side, slow} {
+		s.signal(syscall.SIGTERM)
+		s.wait(10 * time.Second)
+	}
+}
+
+// startedAt returns when a supervisor logged the start of the workload's
+// run number run.
+func startedAt(t *testing.T, s *sup, run int) time.Time {
+	t.Helper()
+	for _, l := range strings.Split(s.stderr.String(), "\n") {
+		if strings.Contains(l, `msg="workload started"`) && strings.HasSuffix(l, fmt.Sprintf(" restarts=%d", run-1)) {
+			at, err := time.Parse(time.RFC3339Nano, strings.TrimPrefix(strings.Fields(l)[0], "time="))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return at
+		}
+	}
+	t.Fatalf("no start of run %d in:\n%s", run, s.stderr.String())
+	return time.Time{}
+}
+
+// TestInitRerunRound: the re-run of an init container, between a sidecar
+// and a regular container. It runs nothing at the pod's first start; in a
+// pod restart it runs after the sidecar started and before the regular
+// container starts again; when its run fails for good (exit 3 in a Never
+// pod) the regular container ends with that code instead of starting.
+func TestInitRerunRound(t *testing.T) {
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	os.Mkdir(state, 0o777)
+	ev := filepath.Join(dir, "events")
+	members := "RESTART_SUPERVISOR_POD_MEMBERS=side:sidecar,fetch-rerun:init,a:regular"
+	script := func(name, body string) string {
+		return writeFile(t, dir, name+".sh", fmt.Sprintf(`#!/bin/sh
+n=$(cat %[1]s/%[2]s.n 2>/dev/null || echo 0); n=$((n+1)); echo $n > %[1]s/%[2]s.n
+echo "start %[2]s $n" >> %[3]s
+trap 'echo "stop %[2]s $n" >> %[3]s; exit 0' TERM
+%[4]s
+`, dir, name, ev, body), 0o755)
+	}
+	wait := `while :; do sleep 0.02; done`
+	fast := `"backoff":{"initial":"100ms"}`
+	side := start(t, podEnv(state, "side", "{"+fast+"}", members), bin, "--", script("side", wait))
+	fetch := start(t, podEnv(state, "fetch-rerun", `{"restartPolicy":"Never","podRestartPolicy":"Never","initContainer":true,`+fast+`}`, members),
+		bin, "--", script("fetch", fmt.Sprintf(`sleep 1; echo "done fetch $n" >> %s; [ $n -eq 2 ] && exit 3; exit 0`, ev)))
+	fetch.waitLog("waiting for a pod restart", 10*time.Second)
+	a := start(t, podEnv(state, "a", strings.Replace(restartAll88, "{", "{"+fast+",", 1), members), bin, "--", script("a",
+		fmt.Sprintf(`while [ ! -e %[1]s/go$n ]; do sleep 0.02; done; echo "stop a $n" >> %[2]s; exit 88`, dir, ev)))
+	waitFor(t, "side and a started", 15*time.Second, func() bool { return countIn(t, dir, "side.n") == 1 && countIn(t, dir, "a.n") == 1 })
+	if n := countIn(t, dir, "fetch.n"); n != 0 {
+		t.Fatalf("the init re-run ran %d times before any pod restart", n)
+	}
+
+	os.WriteFile(filepath.Join(dir, "go1"), nil, 0o644)
+	waitFor(t, "round 2", 20*time.Second, func() bool { return countIn(t, dir, "a.n") == 2 })
+	data, _ := os.ReadFile(ev)
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	at := map[string]int{}
+	for i, l := range lines {
+		at[l] = i
+	}
+	// The sidecar starts before the re-run: the supervisors' own start
+	// lines say when (a workload's first line lags its start by the time
+	// its shell takes).
+	if sideAt, fetchAt := startedAt(t, side, 2), startedAt(t, fetch, 2); fetchAt.Before(sideAt) {
+		t.Fatalf("the re-run started at %s, before the sidecar at %s", fetchAt, sideAt)
+	}
+	for _, before := range [][2]string{
+		{"stop a 1", "start side 2"}, {"stop side 1", "start fetch 1"}, {"done fetch 1", "start a 2"},
+	} {
+		i, ok1 := at[before[0]]
+		j, ok2 := at[before[1]]
+		if !ok1 || !ok2 || i > j {
+			t.Fatalf("want %q before %q:\n%s", before[0], before[1], data)
+		}
+	}
+
+	// Round 3: the re-run fails for good; a ends with its code.
+	os.WriteFile(filepath.Join(dir, "go2"), nil, 0o644)
+	if st := a.wait(20 * time.Second); st != 3 {
+		t.Fatalf("a exited %d, want 3 (the failed re-run's code)\n%s", st, a.stderr.String())
+	}
+	if n := countIn(t, dir, "a.n"); n != 2 {
+		t.Fatalf("a ran %d times, want 2: it must not start after the failed re-run", n)
+	}
+	if doc := readStatusDoc(t, state, "fetch-rerun"); doc["state"] != "held" {
+		t.Fatalf("fetch-rerun status %v, want held", doc)
+	}
+	for _, s := range []*sup{side, fetch} {
+		s.signal(syscall.SIGTERM)
+		s.wait(10 * time.Second)
+	}
+}
+
+// TestEndedContainerFollowsPodRestart: upstream a pod restart restarts a
+// container that has already ended. a exits 0 at once (no rules, Never
+// pod) and stays, ended, while b runs; b's RestartAllContainers exit then
+// restarts a too. When both have ended for good, both exit with their own
+// status.
+func TestEndedContainerFollowsPodRestart(t *testing.T) {
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	os.Mkdir(state, 0o777)
+	members := "RESTART_SUPERVISOR_POD_MEMBERS=a:regular,b:regular"
+	script := func(name, body string) string {
+		return writeFile(t, dir, name+".sh", fmt.Sprintf(`#!/bin/sh
+n=$(cat %[1]s/%[2]s.n 2>/dev/null || echo 0); n=$((n+1)); echo $n > %[1]s/%[2]s.n
+%[3]s
+`, dir, name, body), 0o755)
+	}
+	fast := `"backoff":{"initial":"100ms"}`
+	a := start(t, podEnv(state, "a", `{"restartPolicy":"Never","podRestartPolicy":"Never",`+fast+`}`, members), bin, "--",
+		script("a", fmt.Sprintf(`[ $n -ge 2 ] && while [ ! -e %s/end ]; do sleep 0.02; done; exit 0`, dir)))
+	b := start(t, podEnv(state, "b", strings.Replace(restartAll88, "{", "{"+fast+",", 1), members), bin, "--",
+		script("b", fmt.Sprintf(`if [ $n -eq 1 ]; then while [ ! -e %[1]s/go ]; do sleep 0.02; done; exit 88; fi
+while [ ! -e %[1]s/end ]; do sleep 0.02; done; exit 7`, dir)))
+	waitFor(t, "a ended", 15*time.Second, func() bool { return countIn(t, dir, "a.n") == 1 && statusState(state, "a") == "ended" })
+	select {
+	case <-a.done:
+		t.Fatalf("a's supervisor exited while b runs:\n%s", a.stderr.String())
+	case <-time.After(500 * time.Millisecond):
+	}
+	os.WriteFile(filepath.Join(dir, "go"), nil, 0o644)
+	waitFor(t, "round 2", 20*time.Second, func() bool { return countIn(t, dir, "a.n") == 2 && countIn(t, dir, "b.n") == 2 })
+	os.WriteFile(filepath.Join(dir, "end"), nil, 0o644)
+	if st := a.wait(10 * time.Second); st != 0 {
+		t.Fatalf("a exited %d, want 0\n%s", st, a.stderr.String())
+	}
+	if st := b.wait(10 * time.Second); st != 7 {
+		t.Fatalf("b exited %d, want 7\n%s", st, b.stderr.String())
+	}
+}
+
+// statusState is the state field of a member's status document, "" when
+// it cannot be read.
+func statusState(state, name string) string {
+	var doc struct {
+		State string `json:"state"`
+	}
+	b, err := os.ReadFile(filepath.Join(state, "status", name+".json"))
+	if err != nil || json.Unmarshal(b, &doc) != nil {
+		return ""
+	}
+	return doc.State
 }

@@ -11,7 +11,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"text/tabwriter"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -85,8 +84,7 @@ func printableStatus(s podstate.Status) podstate.Status {
 
 // formatTable writes statuses as a table, ages measured against now.
 func formatTable(w io.Writer, statuses []podstate.Status, now time.Time) error {
-	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "CONTAINER\tSTATE\tRESTARTS\tPOD RESTARTS\tLAST EXIT\tRULE\tACTION\tSTARTED\tUPDATED")
+	rows := [][]string{{"CONTAINER", "STATE", "RESTARTS", "POD RESTARTS", "LAST EXIT", "RULE", "ACTION", "STARTED", "UPDATED"}}
 	for _, s := range statuses {
 		s = printableStatus(s)
 		exit, rule, action := "-", "-", "-"
@@ -109,10 +107,40 @@ func formatTable(w io.Writer, statuses []podstate.Status, now time.Time) error {
 		if s.State == supervise.BackingOff && !s.NextStartAt.IsZero() {
 			state += " (" + age(s.NextStartAt, now) + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", s.Container, state, s.Restarts, s.PodRestarts,
-			exit, rule, action, ago(s.StartedAt, now), ago(s.UpdatedAt, now))
+		rows = append(rows, []string{s.Container, state, fmt.Sprint(s.Restarts), fmt.Sprint(s.PodRestarts),
+			exit, rule, action, ago(s.StartedAt, now), ago(s.UpdatedAt, now)})
 	}
-	return tw.Flush()
+	return writeTable(w, rows)
+}
+
+// writeTable lays rows out as text/tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+// does lines of tab-separated cells of equal count: every cell but the
+// last padded with spaces to its column's widest cell, counted in runes,
+// plus two.
+func writeTable(w io.Writer, rows [][]string) error {
+	var widths []int
+	for _, r := range rows {
+		for i := 0; i < len(r)-1; i++ {
+			if i == len(widths) {
+				widths = append(widths, 0)
+			}
+			widths[i] = max(widths[i], utf8.RuneCountInString(r[i]))
+		}
+	}
+	var b []byte
+	for _, r := range rows {
+		for i, c := range r {
+			b = append(b, c...)
+			if i < len(r)-1 {
+				for n := utf8.RuneCountInString(c); n < widths[i]+2; n++ {
+					b = append(b, ' ')
+				}
+			}
+		}
+		b = append(b, '\n')
+	}
+	_, err := w.Write(b)
+	return err
 }
 
 func ago(t, now time.Time) string {

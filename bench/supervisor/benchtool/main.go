@@ -1,9 +1,15 @@
 // Command benchtool holds the measuring parts of bench/supervisor.sh.
 //
-//	benchtool spawn -n N LABEL=COMMAND...   start overhead, interleaved runs
+//	benchtool spawn -n N [-mkdir DIR] LABEL=[VAR=VALUE...] COMMAND...
+//	                                        start overhead, interleaved runs;
+//	                                        {i} in DIR and VALUEs is the run
 //	benchtool probe                         restart-latency workload (Go fallback for cprobe)
 //	benchtool respawn ARGV...                 baseline: the smallest possible restart loop
 //	benchtool latency LOGFILE               exit→next-start latencies from a probe log
+//	benchtool split -n N -log DIR LABEL=[VAR=VALUE...] COMMAND...
+//	                                        start overhead split in two: launch →
+//	                                        workload running, workload exit → X exited;
+//	                                        the workload is the probe, PROBE_LOG set per run
 package main
 
 import (
@@ -34,6 +40,8 @@ func main() {
 		respawn(os.Args[2:])
 	case "latency":
 		latency(os.Args[2])
+	case "split":
+		split(os.Args[2:])
 	default:
 		fmt.Fprintln(os.Stderr, "unknown mode", os.Args[1])
 		os.Exit(2)
@@ -57,12 +65,19 @@ func pct(d []time.Duration, p float64) time.Duration {
 // to the first (bare) and to the one labelled tini.
 func spawn(args []string) {
 	n := 300
-	if len(args) > 1 && args[0] == "-n" {
-		n, _ = strconv.Atoi(args[1])
+	fresh := "" // a directory made before each run, outside the timing
+	for len(args) > 1 && strings.HasPrefix(args[0], "-") {
+		switch args[0] {
+		case "-n":
+			n, _ = strconv.Atoi(args[1])
+		case "-mkdir":
+			fresh = args[1]
+		}
 		args = args[2:]
 	}
 	type cmd struct {
 		label string
+		env   []string // VAR=VALUE before the command; {i} is the run number
 		argv  []string
 		times []time.Duration
 		cpu   []time.Duration // user+system of the process and what it reaped
@@ -70,12 +85,31 @@ func spawn(args []string) {
 	var cmds []*cmd
 	for _, a := range args {
 		label, c, _ := strings.Cut(a, "=")
-		cmds = append(cmds, &cmd{label: label, argv: strings.Fields(c)})
+		x := &cmd{label: label, argv: strings.Fields(c)}
+		for len(x.argv) > 1 && strings.Contains(x.argv[0], "=") {
+			x.env, x.argv = append(x.env, x.argv[0]), x.argv[1:]
+		}
+		cmds = append(cmds, x)
 	}
 	for i := 0; i < n+10; i++ {
 		for _, c := range cmds {
+			if fresh != "" {
+				// An emptyDir exists before the container starts.
+				if err := os.MkdirAll(strings.ReplaceAll(fresh, "{i}", strconv.Itoa(i)+"-"+c.label), 0o755); err != nil {
+					fmt.Fprintln(os.Stderr, err)
+					os.Exit(1)
+				}
+			}
 			t0 := time.Now()
 			x := exec.Command(c.argv[0], c.argv[1:]...)
+			if c.env != nil {
+				// A fresh value per run (a state directory, say) keeps
+				// one run from seeing what the run before it left.
+				x.Env = os.Environ()
+				for _, e := range c.env {
+					x.Env = append(x.Env, strings.ReplaceAll(e, "{i}", strconv.Itoa(i)+"-"+c.label))
+				}
+			}
 			if err := x.Run(); err != nil {
 				fmt.Fprintf(os.Stderr, "%s: %v\n", c.label, err)
 				os.Exit(1)
@@ -193,4 +227,79 @@ func latency(path string) {
 	total := time.Duration(lastE - firstS)
 	fmt.Printf("runs=%d median=%s p90=%s p99=%s restarts/s=%.0f\n", runs, median(gaps).Round(time.Microsecond),
 		pct(gaps, 0.9).Round(time.Microsecond), pct(gaps, 0.99).Round(time.Microsecond), float64(len(gaps))/total.Seconds())
+}
+
+// split runs each command N times, interleaved, with the probe as its
+// workload (PROBE_N=1: it exits 0 at once), and prints the medians of the
+// two halves of the run: from the launch to the probe's first instruction
+// (the supervisor's start-up, fork and exec), and from the probe's last
+// instruction to the supervisor's exit being reaped here (reaping,
+// deciding, the final status and the exit).
+func split(args []string) {
+	n, logDir := 100, ""
+	for len(args) > 1 && strings.HasPrefix(args[0], "-") {
+		switch args[0] {
+		case "-n":
+			n, _ = strconv.Atoi(args[1])
+		case "-log":
+			logDir = args[1]
+		}
+		args = args[2:]
+	}
+	type cmd struct {
+		label       string
+		env, argv   []string
+		start, exit []time.Duration
+	}
+	var cmds []*cmd
+	for _, a := range args {
+		label, c, _ := strings.Cut(a, "=")
+		x := &cmd{label: label, argv: strings.Fields(c)}
+		for len(x.argv) > 1 && strings.Contains(x.argv[0], "=") {
+			x.env, x.argv = append(x.env, x.argv[0]), x.argv[1:]
+		}
+		cmds = append(cmds, x)
+	}
+	for i := 0; i < n+5; i++ {
+		for _, c := range cmds {
+			run := strconv.Itoa(i) + "-" + c.label
+			log := logDir + "/" + run + ".log"
+			x := exec.Command(c.argv[0], c.argv[1:]...)
+			x.Env = append(os.Environ(), "PROBE_LOG="+log, "PROBE_N=1")
+			for _, e := range c.env {
+				x.Env = append(x.Env, strings.ReplaceAll(e, "{i}", run))
+			}
+			t0 := now()
+			if err := x.Run(); err != nil {
+				fmt.Fprintf(os.Stderr, "%s: %v\n", c.label, err)
+				os.Exit(1)
+			}
+			t1 := now()
+			data, err := os.ReadFile(log)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(1)
+			}
+			var s, e int64
+			for _, line := range strings.Split(string(data), "\n") {
+				kind, v, _ := strings.Cut(line, " ")
+				ns, _ := strconv.ParseInt(v, 10, 64)
+				switch kind {
+				case "S":
+					s = ns
+				case "E":
+					e = ns
+				}
+			}
+			if i >= 5 && s > 0 && e > 0 {
+				c.start = append(c.start, time.Duration(s-t0))
+				c.exit = append(c.exit, time.Duration(t1-e))
+			}
+		}
+	}
+	fmt.Printf("%-20s %14s %14s %14s\n", "start/exit split", "launch→run", "exit→reaped", "sum")
+	for _, c := range cmds {
+		ms, me := median(c.start), median(c.exit)
+		fmt.Printf("%-20s %14s %14s %14s\n", c.label, ms.Round(time.Microsecond), me.Round(time.Microsecond), (ms + me).Round(time.Microsecond))
+	}
 }

@@ -1,0 +1,110 @@
+// Command restart-probe runs one check of a probe for the supervisor: the
+// checks that need the network, which the supervisor (PID 1 of every
+// wrapped container) does not link.
+//
+//	restart-probe check [--name NAME] PROBE-JSON
+//	restart-probe ready
+//	restart-probe started
+//
+// PROBE-JSON is a rules.Probe (the core/v1 Probe fields, ports as
+// numbers). `ready` is the kubelet's readiness exec probe of a wrapped
+// container (probe.Ready): the container's state directory, name and
+// original readiness check come from the container's environment, which
+// the kubelet's exec probe runs in. `started` is the kubelet's startup
+// exec probe of a container whose startup probe the supervisor runs
+// (probe.Started). Exit status: 0 when the check
+// succeeds; 1 when it fails, with one line on standard error (the
+// kubelet's probe event shows it); 2 for a usage error.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/restart-supervisor/restart-supervisor/contract"
+	"github.com/restart-supervisor/restart-supervisor/probe"
+	"github.com/restart-supervisor/restart-supervisor/rules"
+)
+
+const (
+	exitFailed = 1
+	exitUsage  = 2
+	// maxProbeArg bounds the probe document: a real one is a few hundred
+	// bytes, the supervisor's whole config at most rules.MaxConfigSize.
+	maxProbeArg = rules.MaxConfigSize
+)
+
+func main() { os.Exit(run(os.Args[1:], os.Stderr)) }
+
+func run(args []string, stderr io.Writer) int {
+	if len(args) == 1 && args[0] == "ready" {
+		return ready(stderr)
+	}
+	if len(args) == 1 && args[0] == "started" {
+		if err := probe.Started(os.Getenv(contract.EnvStateDir), os.Getenv(contract.EnvContainerName)); err != nil {
+			fmt.Fprintf(stderr, "restart-probe: startup: %v\n", err)
+			return exitFailed
+		}
+		return 0
+	}
+	if len(args) == 0 || args[0] != "check" {
+		fmt.Fprintln(stderr, "usage: restart-probe check [--name NAME] PROBE-JSON | restart-probe ready | restart-probe started")
+		return exitUsage
+	}
+	fs := flag.NewFlagSet("restart-probe check", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	name := fs.String("name", "the", "which probe this is, for the failure line")
+	if err := fs.Parse(args[1:]); err != nil || fs.NArg() != 1 {
+		fmt.Fprintln(stderr, "usage: restart-probe check [--name NAME] PROBE-JSON")
+		return exitUsage
+	}
+	p, err := parseProbe(fs.Arg(0))
+	if err != nil {
+		fmt.Fprintf(stderr, "restart-probe: %v\n", err)
+		return exitUsage
+	}
+	if err := probe.Check(context.Background(), p, os.Environ()); err != nil {
+		fmt.Fprintf(stderr, "restart-probe: %s probe failed: %v\n", *name, err)
+		return exitFailed
+	}
+	return 0
+}
+
+func ready(stderr io.Writer) int {
+	var readiness *rules.Probe
+	if doc, ok := os.LookupEnv(contract.EnvConfig); ok {
+		cfg, err := rules.Parse([]byte(doc))
+		if err != nil {
+			fmt.Fprintf(stderr, "restart-probe: %s: %v\n", contract.EnvConfig, err)
+			return exitFailed
+		}
+		if cfg.Probes != nil {
+			readiness = cfg.Probes.Readiness
+		}
+	}
+	err := probe.Ready(context.Background(), os.Getenv(contract.EnvStateDir), os.Getenv(contract.EnvContainerName), readiness, os.Environ())
+	if err != nil {
+		fmt.Fprintf(stderr, "restart-probe: readiness: %v\n", err)
+		return exitFailed
+	}
+	return 0
+}
+
+// parseProbe reads and validates one probe document.
+func parseProbe(doc string) (*rules.Probe, error) {
+	if len(doc) > maxProbeArg {
+		return nil, fmt.Errorf("probe: %d bytes: larger than %d bytes", len(doc), maxProbeArg)
+	}
+	var p rules.Probe
+	if err := json.Unmarshal([]byte(doc), &p); err != nil {
+		return nil, fmt.Errorf("probe: invalid JSON: %v", err)
+	}
+	if err := rules.ValidateProbe(&p, "probe", false); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
