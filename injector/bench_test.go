@@ -115,6 +115,34 @@ func BenchmarkInjectStream(b *testing.B) {
 	b.ReportMetric(float64(pods*b.N)/b.Elapsed().Seconds(), "pods/s")
 }
 
+// BenchmarkInjectStreamed is BenchmarkInjectStream through InjectStream,
+// the CLI's path: read, inject and write document by document.
+func BenchmarkInjectStreamed(b *testing.B) {
+	inj, _ := goldenInjector(b)
+	stream := benchStream(1000)
+	pods := 0
+	if err := inj.InjectStream(context.Background(), bytes.NewReader(stream), io.Discard, func(d *Document, rs []ObjectReport) {
+		if d.Err != nil {
+			b.Fatal(d.Err)
+		}
+		for _, r := range rs {
+			if r.Injected {
+				pods++
+			}
+		}
+	}); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(stream)))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := inj.InjectStream(context.Background(), bytes.NewReader(stream), io.Discard, func(*Document, []ObjectReport) {}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(pods*b.N)/b.Elapsed().Seconds(), "pods/s")
+}
+
 // BenchmarkMutatePod measures the per-pod cost on a pod whose container
 // has no command, its image already in the resolver's cache: patch-only is
 // PodPatch, the webhook's call; with-pod is MutatePod, which also applies

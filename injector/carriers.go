@@ -3,6 +3,7 @@ package injector
 import (
 	"cmp"
 	"fmt"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -11,6 +12,7 @@ import (
 	textyaml "go.yaml.in/yaml/v3"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/rules"
 )
 
@@ -44,6 +46,10 @@ type ContainerRules struct {
 	FromAnnotation bool
 	// native are the KEP-5307 fields present on the container itself.
 	nativePolicy, nativeRules bool
+	// tool reports that the container mounts the supervisor's binary or
+	// state volume itself: a tool of the pod (a `status` loop, say), which
+	// is not wrapped only to follow pod restarts.
+	tool bool
 }
 
 // PodRules reads and validates the restart rules of every init and regular
@@ -96,6 +102,9 @@ func podRules(v rules.KubeVersion, pod *corev1.Pod, ann map[string]rules.Contain
 				cr.Field = fmt.Sprintf("%s.initContainers[%d]", specPath, i)
 			} else {
 				cr.Field = fmt.Sprintf("%s.containers[%d]", specPath, i)
+			}
+			for _, vm := range c.VolumeMounts {
+				cr.tool = cr.tool || vm.Name == BinVolume || vm.Name == StateVolume
 			}
 			native := fromCore(c)
 			cr.nativePolicy, cr.nativeRules = native.RestartPolicy != nil, len(native.RestartPolicyRules) > 0
@@ -164,20 +173,159 @@ func podRules(v rules.KubeVersion, pod *corev1.Pod, ann map[string]rules.Contain
 // wrapped decides, for the mutation and for Explain alike, which
 // containers run under the supervisor: those with restart fields the
 // kubelet would not honour and, when a rule restarts all containers, every
-// regular container too, since each of them must take part in that
-// restart. The result is parallel to crs.
+// sidecar and regular container too, since the kubelet restarts each of
+// them (KEP-5532) and only a supervisor can restart one in place. Regular
+// init containers have finished before any supervisor could act on a pod
+// restart and are left as they are (reruns adds a sidecar that runs them
+// again), and so are containers without rules of their own that mount the
+// supervisor's volumes themselves: tools of the pod, such as a loop running
+// `restart-supervisor status`, which the wrapping's own mounts would
+// collide with. The result is parallel to crs.
 func wrapped(crs []ContainerRules) []bool {
-	restartsAll := false
-	for _, cr := range crs {
-		for _, r := range cr.Rules.RestartPolicyRules {
-			restartsAll = restartsAll || r.Action == rules.ActionRestartAllContainers
-		}
-	}
+	all := restartsAll(crs)
 	out := make([]bool, len(crs))
 	for k, cr := range crs {
-		out[k] = cr.Ruled || (restartsAll && cr.Kind == KindRegular)
+		out[k] = cr.Ruled || (all && cr.Kind != KindInit && !cr.tool)
 	}
 	return out
+}
+
+// restartsAll reports whether any rule of the pod restarts all containers.
+func restartsAll(crs []ContainerRules) bool {
+	for _, cr := range crs {
+		for _, r := range cr.Rules.RestartPolicyRules {
+			if r.Action == rules.ActionRestartAllContainers {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// reruns decides, for the mutation and for Explain alike, which regular
+// init containers get a re-run sidecar: upstream a pod restart runs every
+// init container again, in order, before the containers after it, and an
+// init container has ended before any supervisor could act. The re-run
+// sidecar, "<init container>-rerun" right after it, runs the init
+// container's command again on each pod restart (contract.MemberInit).
+//
+// Only for a pod whose rules use RestartAllContainers, and for no tool
+// container (see wrapped). A re-run sidecar declares no resources: it adds
+// nothing to the pod's requests, but a container without limits makes a
+// Guaranteed pod Burstable and removes the pod cgroup's cpu or memory
+// limit (see limitsWouldChange). So re-run sidecars are added only when
+// each of cpu and memory has a pod-level limit (pod-level resources then
+// decide the QoS class too) or a container that already declares no limit
+// of it; otherwise none is, with one warning. A name that is too long or
+// taken skips that init container, with a warning. The result maps an
+// index of crs to its re-run sidecar's name.
+func reruns(pod *corev1.Pod, crs []ContainerRules, object string) (map[int]string, []string) {
+	if !restartsAll(crs) {
+		return nil, nil
+	}
+	var candidates []int
+	for k, cr := range crs {
+		if cr.Kind == KindInit && !cr.tool && cr.Name != InstallContainer {
+			candidates = append(candidates, k)
+		}
+	}
+	if len(candidates) == 0 {
+		return nil, nil
+	}
+	if why := limitsWouldChange(pod); why != "" {
+		names := make([]string, len(candidates))
+		for i, k := range candidates {
+			names[i] = strconv.Quote(crs[k].Name)
+		}
+		which := "init container " + names[0] + " is"
+		if len(names) > 1 {
+			which = "init containers " + strings.Join(names, ", ") + " are"
+		}
+		return nil, []string{fmt.Sprintf("%s: %s not run again on a pod restart: a re-run sidecar would change the pod's QoS class or limits, since %s; see docs/pod-level.md",
+			object, which, why)}
+	}
+	taken := map[string]bool{}
+	for _, c := range pod.Spec.InitContainers {
+		taken[c.Name] = true
+	}
+	for _, c := range pod.Spec.Containers {
+		taken[c.Name] = true
+	}
+	for _, c := range pod.Spec.EphemeralContainers {
+		taken[c.Name] = true
+	}
+	out := map[int]string{}
+	var warnings []string
+	for _, k := range candidates {
+		cr := crs[k]
+		name := cr.Name + contract.InitRerunSuffix
+		switch {
+		case len(name) > maxContainerName:
+			warnings = append(warnings, fmt.Sprintf("%s: %s: init container %q is not run again on a pod restart: the name of its re-run sidecar, %q, is longer than %d characters",
+				object, cr.Field, cr.Name, name, maxContainerName))
+		case taken[name]:
+			warnings = append(warnings, fmt.Sprintf("%s: %s: init container %q is not run again on a pod restart: the name of its re-run sidecar, %q, is taken by another container of the pod",
+				object, cr.Field, cr.Name, name))
+		default:
+			out[k] = name
+		}
+	}
+	return out, warnings
+}
+
+// limitsWouldChange says why a container without resources would change
+// the pod's QoS class or its cgroup's limits ("" when it would not). The
+// kubelet gives the pod cgroup a limit of cpu or memory when the pod-level
+// resources set one or every container declares one (a zero limit counts
+// as none), and a pod is Guaranteed only if its pod-level resources make it
+// so or every container declares cpu and memory limits: so it would,
+// unless each of cpu and memory has a pod-level limit or a container that
+// declares none.
+func limitsWouldChange(pod *corev1.Pod) string {
+	var podLimits corev1.ResourceList
+	if r := pod.Spec.Resources; r != nil {
+		podLimits = r.Limits
+	}
+	cpu, memory := podLimits.Cpu().IsZero(), podLimits.Memory().IsZero()
+	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range list {
+			cpu = cpu && !c.Resources.Limits.Cpu().IsZero()
+			memory = memory && !c.Resources.Limits.Memory().IsZero()
+		}
+	}
+	switch {
+	case cpu && memory:
+		return "every container declares cpu and memory limits"
+	case cpu:
+		return "every container declares a cpu limit"
+	case memory:
+		return "every container declares a memory limit"
+	}
+	return ""
+}
+
+// podMembers returns the value of EnvPodMembers for a pod whose rules use
+// RestartAllContainers, "" for any other: the wrapped sidecars and the
+// re-run sidecars in spec.initContainers order, then the wrapped regular
+// containers in spec order, which is the order the kubelet starts them in.
+// wrap is wrapped(crs), rerun is reruns' result.
+func podMembers(crs []ContainerRules, wrap []bool, rerun map[int]string) string {
+	if !restartsAll(crs) {
+		return ""
+	}
+	var members []contract.PodMember
+	for i, cr := range crs {
+		switch {
+		case wrap[i] && cr.Kind == KindSidecar:
+			members = append(members, contract.PodMember{Name: cr.Name, Kind: contract.MemberSidecar})
+		case wrap[i] && cr.Kind == KindRegular:
+			members = append(members, contract.PodMember{Name: cr.Name, Kind: contract.MemberRegular})
+		}
+		if name, ok := rerun[i]; ok {
+			members = append(members, contract.PodMember{Name: name, Kind: contract.MemberInit})
+		}
+	}
+	return contract.FormatPodMembers(members)
 }
 
 // supervised returns the rules the supervisor of cr applies: none of its

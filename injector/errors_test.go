@@ -46,6 +46,26 @@ spec:
     command: [x]
     restartPolicyRules: [{action: Restart, exitCodes: {operator: In, values: [1]}}]`,
 			`pod "ns/p": spec.containers[1].restartPolicy: Required value: must specify restartPolicy when restart rules are used`},
+		{"probe on an unknown named port", `
+metadata: {name: p}
+spec:
+  containers:
+  - name: app
+    command: [x]
+    restartPolicy: Never
+    restartPolicyRules: [{action: Restart, exitCodes: {operator: In, values: [1]}}]
+    livenessProbe: {httpGet: {port: web}}`,
+			`pod "p": container "app": livenessProbe: httpGet.port: named port "web" is not among the container's ports`},
+		{"probe without a handler", `
+metadata: {name: p}
+spec:
+  containers:
+  - name: app
+    command: [x]
+    restartPolicy: Never
+    restartPolicyRules: [{action: Restart, exitCodes: {operator: In, values: [1]}}]
+    startupProbe: {periodSeconds: 1}`,
+			`pod "p": container "app": probes.startup: Required value: must specify a handler type (exec, httpGet, tcpSocket, grpc)`},
 		{"invalid action in annotation", `
 metadata:
   generateName: web-
@@ -138,6 +158,26 @@ spec:
   containers:
   - {name: app, command: [x], restartPolicy: Never}`,
 			`pod "p": spec.os.name: restart-supervisor runs Linux containers only`},
+		{"windows by nodeSelector", `
+metadata: {name: p}
+spec:
+  nodeSelector: {kubernetes.io/os: windows}
+  containers:
+  - {name: app, command: [x], restartPolicy: Never}`,
+			`pod "p": spec.nodeSelector: kubernetes.io/os=windows: restart-supervisor runs Linux containers only`},
+		{"windows by node affinity", `
+metadata: {name: p}
+spec:
+  affinity:
+    nodeAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+        nodeSelectorTerms:
+        - matchExpressions:
+          - {key: kubernetes.io/os, operator: In, values: [windows]}
+          - {key: kubernetes.io/arch, operator: In, values: [amd64]}
+  containers:
+  - {name: app, command: [x], restartPolicy: Never}`,
+			`pod "p": spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution: kubernetes.io/os windows: restart-supervisor runs Linux containers only`},
 		{"bad override", `
 metadata:
   name: p
@@ -216,7 +256,7 @@ func TestEntrypointErrors(t *testing.T) {
 	inj, _ := goldenInjector(t)
 	pod.Spec.Containers[0].Image = "registry.test/missing:1"
 	_, err = inj.MutatePod(context.Background(), pod)
-	if !errors.As(err, &ee) || !strings.Contains(err.Error(), "NAME_UNKNOWN") {
+	if !errors.As(err, &ee) || !strings.Contains(err.Error(), "registry registry.test answered HTTP 404 Not Found") {
 		t.Errorf("missing image: got %v", err)
 	}
 	// An image with neither ENTRYPOINT nor CMD and no args has nothing to run.

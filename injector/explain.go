@@ -14,8 +14,11 @@ import (
 // ContainerPlan says what happens when one container exits, for every exit
 // code 0..255, once the pod is injected.
 type ContainerPlan struct {
-	Name          string
-	Kind          Kind
+	Name string
+	Kind Kind
+	// RerunOf names the init container whose re-run sidecar this is (Kind
+	// KindRerun).
+	RerunOf       string
 	Wrapped       bool
 	KubeletPolicy rules.RestartPolicy // what the kubelet applies when the container has no policy
 	Outcomes      []Outcome
@@ -38,51 +41,84 @@ type Outcome struct {
 // Legend explains the short phrases of Outcome.
 const Legend = `restart in place: the supervisor restarts the workload inside the running container, with the kubelet's backoff (10s doubling to 5m); the kubelet's restartCount does not change.
 hold: the container must not restart, but the kubelet would restart it if it exited, so the supervisor keeps it running without the workload; it shows Running, not Terminated.
-exit: the supervisor exits with the workload's status and the kubelet acts under its policy, exactly as without the supervisor.`
+exit: the supervisor exits with the workload's status and the kubelet acts under its policy, exactly as without the supervisor.
+re-run: a sidecar the injector adds after an init container in a pod that restarts all containers; it runs nothing at the pod's first start (the kubelet runs the init container) and runs the init container's command again on each pod restart, before the containers after it start.`
+
+// KindRerun is the kind of a re-run sidecar in a ContainerPlan: the
+// sidecar "<init container>-rerun" that runs a regular init container
+// again on each pod restart (see docs/pod-level.md).
+const KindRerun Kind = "re-run"
 
 // Explain plans every container of pod, whose restart fields are validated
-// like the API server of release v. The decisions come from rules.Plan, the
-// same function the supervisor runs.
-func Explain(pod *corev1.Pod, specPath, object string, v rules.KubeVersion) ([]ContainerPlan, error) {
+// like the API server of release v, and the re-run sidecars the injection
+// adds, each right after its init container. The decisions come from
+// rules.Plan, the same function the supervisor runs. The warnings are those
+// the injection gives about re-run sidecars it cannot add.
+func Explain(pod *corev1.Pod, specPath, object string, v rules.KubeVersion) ([]ContainerPlan, []string, error) {
 	crs, err := PodRulesFor(v, pod, specPath, object)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	wrap := wrapped(crs)
+	rerun, warnings := reruns(pod, crs, object)
 	var plans []ContainerPlan
 	for k, cr := range crs {
-		cp := ContainerPlan{Name: cr.Name, Kind: cr.Kind, KubeletPolicy: cr.KubeletPolicy, Wrapped: wrap[k]}
-		c, cfg := cr.supervised(), cr.config()
-		type key struct {
-			h       rules.Handling
-			restart bool
-			src     rules.Source
-			rule    int
+		plans = append(plans, plan(cr, ContainerPlan{Name: cr.Name, Kind: cr.Kind, KubeletPolicy: cr.KubeletPolicy, Wrapped: wrap[k]}))
+		if name, ok := rerun[k]; ok {
+			plans = append(plans, plan(cr, ContainerPlan{Name: name, Kind: KindRerun, RerunOf: cr.Name, KubeletPolicy: cr.KubeletPolicy, Wrapped: true}))
 		}
-		var order []key
-		groups := map[key][]int32{}
-		decisions := map[key]rules.Decision{}
-		for code := int32(0); code <= 255; code++ {
-			d, h := cfg.Plan(code)
-			if !cp.Wrapped {
-				h = rules.HandOver
-			}
-			k := key{h, d.Restart, d.Source, d.Rule}
-			if _, ok := groups[k]; !ok {
-				order = append(order, k)
-				decisions[k] = d
-			}
-			groups[k] = append(groups[k], code)
-		}
-		for _, k := range order {
-			d := decisions[k]
-			o := Outcome{Codes: ranges(groups[k]), Handling: k.h, Decision: d}
-			o.Why, o.Supervised, o.Native, o.Difference = describe(cr, c, d, k.h, cp.Wrapped)
-			cp.Outcomes = append(cp.Outcomes, o)
-		}
-		plans = append(plans, cp)
 	}
-	return plans, nil
+	return plans, warnings, nil
+}
+
+// plan fills cp's outcomes for container cr, or for its re-run sidecar.
+func plan(cr ContainerRules, cp ContainerPlan) ContainerPlan {
+	c, cfg := cr.supervised(), cr.config()
+	type key struct {
+		h       rules.Handling
+		restart bool
+		src     rules.Source
+		rule    int
+	}
+	var order []key
+	groups := map[key][]int32{}
+	decisions := map[key]rules.Decision{}
+	for code := int32(0); code <= 255; code++ {
+		d, h := cfg.Plan(code)
+		if !cp.Wrapped {
+			h = rules.HandOver
+		}
+		k := key{h, d.Restart, d.Source, d.Rule}
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+			decisions[k] = d
+		}
+		groups[k] = append(groups[k], code)
+	}
+	for _, k := range order {
+		d := decisions[k]
+		o := Outcome{Codes: ranges(groups[k]), Handling: k.h, Decision: d}
+		o.Why, o.Supervised, o.Native, o.Difference = describe(cr, c, d, k.h, cp.Wrapped)
+		if cp.Kind == KindRerun {
+			o.Supervised, o.Difference = describeRerun(d, o.Supervised, o.Difference)
+		}
+		cp.Outcomes = append(cp.Outcomes, o)
+	}
+	return cp
+}
+
+// describeRerun is what an exit of a re-run, during a pod restart, does:
+// Native stays what the init container's own exit does upstream.
+func describeRerun(d rules.Decision, sup, diff string) (string, string) {
+	switch {
+	case d.Source == rules.SourceInitialized:
+		return "re-run done: the containers after it start", ""
+	case d.Restart && d.Action == rules.ActionRestartAllContainers:
+		return sup, diff
+	case d.Restart:
+		return "runs again before the containers after it start", ""
+	}
+	return "the containers after it end: the pod fails", ""
 }
 
 func describe(cr ContainerRules, c rules.Container, d rules.Decision, h rules.Handling, wrapped bool) (why, sup, native, diff string) {
@@ -164,6 +200,7 @@ type ObjectPlan struct {
 	Object     string
 	PodPolicy  string
 	Containers []ContainerPlan
+	Warnings   []string
 }
 
 // ExplainManifests explains every Pod and workload template in m,
@@ -183,19 +220,30 @@ func ExplainManifests(m *Manifests, v rules.KubeVersion) ([]ObjectPlan, error) {
 			}
 			return nil
 		}
-		pod, specPath, object, ok, err := podOf(u)
-		if err != nil || !ok {
-			return err
-		}
-		plans, err := Explain(pod, specPath, object, v)
+		ts, _, err := templatesOf(obj, u.GetAPIVersion(), u.GetKind())
+		object := objectName(u.GetKind(), u.GetNamespace(), u.GetName(), u.GetGenerateName())
 		if err != nil {
-			return fmt.Errorf("line %d: %v", line, err)
+			return fmt.Errorf("line %d: %s: %v", line, object, err)
 		}
-		policy := string(pod.Spec.RestartPolicy)
-		if policy == "" {
-			policy = "Always"
+		for _, t := range ts {
+			pod, err := templatePod(t, object)
+			if err != nil {
+				return fmt.Errorf("line %d: %v", line, err)
+			}
+			plans, warnings, err := Explain(pod, t.specPath(), object, v)
+			if err != nil {
+				return fmt.Errorf("line %d: %v", line, err)
+			}
+			policy := string(pod.Spec.RestartPolicy)
+			if policy == "" {
+				policy = "Always"
+			}
+			name := object
+			if len(ts) > 1 {
+				name += " " + t.label()
+			}
+			out = append(out, ObjectPlan{Object: name, PodPolicy: policy, Containers: plans, Warnings: warnings})
 		}
-		out = append(out, ObjectPlan{Object: object, PodPolicy: policy, Containers: plans})
 		return nil
 	}
 	for _, d := range m.Docs {

@@ -40,10 +40,11 @@ const (
 	AnnotationStatus     = contract.AnnotationStatus
 
 	BinVolume        = "restart-supervisor-bin"
-	StateVolume      = "restart-supervisor-state"
+	StateVolume      = contract.StateVolume
 	InstallContainer = "restart-supervisor-install"
 	BinDir           = contract.BinDir
 	SupervisorPath   = contract.SupervisorPath
+	ProbePath        = contract.ProbePath
 	StateDir         = contract.StateDir
 
 	EnvConfig           = contract.EnvConfig
@@ -52,6 +53,7 @@ const (
 	EnvPlatformCommands = contract.EnvPlatformCommands
 	EnvStopSignals      = contract.EnvStopSignals
 	EnvGracePeriod      = contract.EnvGracePeriod
+	EnvPodMembers       = contract.EnvPodMembers
 
 	// ImageRepository is where release images of the supervisor live.
 	ImageRepository = "ghcr.io/restart-supervisor/restart-supervisor"

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -16,7 +17,6 @@ import (
 
 	textyaml "go.yaml.in/yaml/v3"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utiljson "k8s.io/apimachinery/pkg/util/json"
 	kubeyaml "sigs.k8s.io/yaml"
 )
 
@@ -51,105 +51,74 @@ type Document struct {
 	// with Ops applied, so that key order, comments and formatting of
 	// the parts they do not touch survive.
 	Ops []PatchOp
+	// Err is why the document could not be read or injected; such a
+	// document is written back as it was.
+	Err error
 
-	node *textyaml.Node // the parsed YAML document, reused when writing
+	node    *textyaml.Node // the parsed YAML document, reused when writing
+	format  Format
+	decoded bool
+	// out, when not nil, is what the document is written as (uninject).
+	out []byte
+	// roots are the objects Ops change ("" for the document, "/items/K"
+	// for items of a List); each gets its undo record when written.
+	roots []string
 }
 
 // Changed reports whether the document will be written differently.
-func (d *Document) Changed() bool { return len(d.Ops) > 0 }
+func (d *Document) Changed() bool { return len(d.Ops) > 0 || d.out != nil }
 
 // Result returns the changed object (Object with Ops applied).
 func (d *Document) Result() (map[string]any, error) { return ApplyPatch(d.Object, d.Ops) }
 
 // ReadManifests parses a stream. JSON is recognised by a leading '{'.
+// A document that cannot be parsed does not end the reading: it is kept
+// with its Err set (written back as it was), and the error returned joins
+// those of every such document, so all of them are named at once. The
+// Manifests are nil only when the stream cannot be split into documents
+// (a document larger than MaxDocumentBytes).
 func ReadManifests(data []byte) (*Manifests, error) {
-	if t := bytes.TrimLeft(data, " \t\r\n"); len(t) > 0 && t[0] == '{' {
-		if m, err := readJSON(data); err == nil {
-			return m, nil
-		}
-		// Flow-style YAML also starts with '{'; let the YAML reader decide.
-	}
-	return readYAML(data)
-}
-
-func readJSON(data []byte) (*Manifests, error) {
-	m := &Manifests{Format: FormatJSON}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	var prev int64
+	rd := NewReader(bytes.NewReader(data))
+	m := &Manifests{}
+	var errs []error
 	for {
-		var raw json.RawMessage
-		err := dec.Decode(&raw)
+		d, err := rd.Next()
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
 			return nil, err
 		}
-		end := dec.InputOffset()
-		start := end - int64(len(raw))
-		doc := Document{Sep: data[prev:start], Raw: data[start:end], Line: 1 + bytes.Count(data[:start], []byte("\n"))}
-		var obj any
-		if err := utiljson.Unmarshal(raw, &obj); err != nil {
-			return nil, err
+		if len(m.Docs) == 0 {
+			m.Format = d.format
 		}
-		doc.Object, _ = obj.(map[string]any)
-		m.Docs = append(m.Docs, doc)
-		prev = end
+		if d.Err = d.Decode(); d.Err != nil {
+			errs = append(errs, d.Err)
+		}
+		m.Docs = append(m.Docs, *d)
 	}
-	if int(prev) < len(data) || len(m.Docs) == 0 {
-		m.Docs = append(m.Docs, Document{Sep: data[prev:], Line: 1 + bytes.Count(data[:prev], []byte("\n"))})
-	}
-	return m, nil
+	return m, errors.Join(errs...)
 }
 
-func readYAML(data []byte) (*Manifests, error) {
-	m := &Manifests{Format: FormatYAML}
-	line, docLine := 1, 1
-	var sep []byte
-	start := 0
-	flush := func(end int) error {
-		raw := data[start:end]
-		doc := Document{Sep: sep, Raw: raw, Line: docLine}
-		var node textyaml.Node
-		if err := textyaml.Unmarshal(raw, &node); err != nil {
-			return fmt.Errorf("document at line %d: %s", docLine, oneLine(err))
-		}
-		if node.Kind == textyaml.DocumentNode && len(node.Content) == 1 && node.Content[0].Kind == textyaml.MappingNode {
-			var obj any
-			if err := node.Decode(&obj); err != nil {
-				return fmt.Errorf("document at line %d: %s", docLine, oneLine(err))
-			}
-			o, err := jsonValue(obj)
-			if err != nil {
-				return fmt.Errorf("document at line %d: %v", docLine, err)
-			}
-			doc.Object, _ = o.(map[string]any)
-			doc.node = &node
-		}
-		m.Docs = append(m.Docs, doc)
-		return nil
+// decodeYAMLDoc fills in doc.Object from doc.Raw.
+func decodeYAMLDoc(doc *Document) error {
+	var node textyaml.Node
+	if err := textyaml.Unmarshal(doc.Raw, &node); err != nil {
+		return fmt.Errorf("document at line %d: %s", doc.Line, oneLine(err))
 	}
-	for pos := 0; pos < len(data); {
-		end := bytes.IndexByte(data[pos:], '\n')
-		if end < 0 {
-			end = len(data)
-		} else {
-			end += pos + 1
+	if node.Kind == textyaml.DocumentNode && len(node.Content) == 1 && node.Content[0].Kind == textyaml.MappingNode {
+		var obj any
+		if err := node.Decode(&obj); err != nil {
+			return fmt.Errorf("document at line %d: %s", doc.Line, oneLine(err))
 		}
-		if isSeparator(data[pos:end]) {
-			if err := flush(pos); err != nil {
-				return nil, err
-			}
-			sep = data[pos:end]
-			start, docLine = end, line+1
+		o, err := jsonValue(obj)
+		if err != nil {
+			return fmt.Errorf("document at line %d: %v", doc.Line, err)
 		}
-		line++
-		pos = end
+		doc.Object, _ = o.(map[string]any)
+		doc.node = &node
 	}
-	if err := flush(len(data)); err != nil {
-		return nil, err
-	}
-	return m, nil
+	return nil
 }
 
 // isSeparator follows k8s.io/apimachinery's YAML reader: "---" at the
@@ -166,7 +135,9 @@ func isSeparator(line []byte) bool {
 func (m *Manifests) WriteTo(w io.Writer) (int64, error) {
 	encoded := make([][]byte, len(m.Docs))
 	errs := parallel(len(m.Docs), func(i int) (err error) {
-		if m.Docs[i].Changed() {
+		if m.Docs[i].out != nil {
+			encoded[i] = m.Docs[i].out
+		} else if m.Docs[i].Changed() {
 			encoded[i], err = m.encode(m.Docs[i])
 		}
 		return err
@@ -214,18 +185,27 @@ func parallel(n int, f func(i int) error) []error {
 }
 
 func (m *Manifests) encode(d Document) ([]byte, error) {
-	if m.Format == FormatJSON {
-		return patchJSON(d.Raw, d.Ops)
+	if d.format == FormatJSON {
+		ops := d.Ops
+		// The undo record is worked out on the document's node tree,
+		// which keeps its key order. JSON the YAML reader does not
+		// take (duplicate keys) is injected without one; uninject then
+		// names it.
+		if doc, ok := jsonTree(d.Raw); ok && d.roots != nil {
+			owned := map[*textyaml.Node]bool{}
+			rec, err := applyWithUndo(own(owned, doc.Content[0]), owned, ops, d.roots, true, false)
+			if err != nil {
+				return nil, err
+			}
+			ops = append(append([]PatchOp(nil), ops...), rec...)
+		}
+		return patchJSON(d.Raw, ops)
 	}
-	b, err := patchYAML(d.Raw, d.node, d.Ops)
+	b, err := patchYAML(d.Raw, d.node, d.Ops, d.roots)
 	if err != nil {
 		// Documents the node editor cannot handle (aliases into edited
 		// parts, say) are written from the object, with sorted keys.
-		out, rerr := d.Result()
-		if rerr != nil {
-			return nil, rerr
-		}
-		if b, err = kubeyaml.Marshal(out); err != nil {
+		if b, err = marshalResult(d); err != nil {
 			return nil, err
 		}
 	}
@@ -235,6 +215,39 @@ func (m *Manifests) encode(d Document) ([]byte, error) {
 		b = bytes.TrimSuffix(b, []byte("\n"))
 	}
 	return b, nil
+}
+
+// jsonTree parses a JSON value as a YAML node tree. Invalid UTF-8 is
+// replaced as encoding/json replaces it.
+func jsonTree(raw []byte) (*textyaml.Node, bool) {
+	var doc textyaml.Node
+	if err := textyaml.Unmarshal(bytes.ToValidUTF8(raw, []byte("\uFFFD")), &doc); err != nil || doc.Kind != textyaml.DocumentNode || len(doc.Content) != 1 {
+		return nil, false
+	}
+	return &doc, true
+}
+
+// marshalResult writes d's object with Ops applied, with sorted keys and
+// aliases expanded, and its undo record worked out on that form.
+func marshalResult(d Document) ([]byte, error) {
+	ops := d.Ops
+	if d.roots != nil {
+		var n textyaml.Node
+		if err := n.Encode(d.Object); err != nil {
+			return nil, err
+		}
+		owned := map[*textyaml.Node]bool{}
+		rec, err := applyWithUndoText(own(owned, &n), owned, ops, d.roots, false, false, string(d.Raw))
+		if err != nil {
+			return nil, err
+		}
+		ops = append(append([]PatchOp(nil), ops...), rec...)
+	}
+	out, err := ApplyPatch(d.Object, ops)
+	if err != nil {
+		return nil, err
+	}
+	return kubeyaml.Marshal(out)
 }
 
 // patchJSON applies ops to a JSON document, keeping its key order and,
@@ -254,10 +267,10 @@ func patchJSON(raw []byte, ops []PatchOp) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// docOps rebases a pod-template patch onto the document root.
-func docOps(ops []PatchOp, prefix string, templatePath []string) []PatchOp {
-	for _, p := range templatePath {
-		prefix += "/" + escapePointer(p)
+// docOps rebases a patch onto prefix, a JSON Pointer.
+func docOps(ops []PatchOp, prefix string) []PatchOp {
+	if prefix == "" {
+		return ops
 	}
 	out := make([]PatchOp, len(ops))
 	for i, op := range ops {
@@ -330,52 +343,72 @@ type ObjectReport struct {
 	Containers []string
 	Injected   bool
 	Warnings   []string
+	// Skipped says why an object carrying restart rules was left as it
+	// is (see ObjectResult.Skipped).
+	Skipped string
 }
 
 // InjectManifests mutates every Pod and workload in m (including the items
-// of List objects), recording the changes in the documents' Ops.
+// of List objects), recording the changes in the documents' Ops. A
+// document that cannot be injected gets its Err set and no Ops; the
+// others are injected all the same, and the error returned joins those of
+// every failed document.
 func (i *Injector) InjectManifests(ctx context.Context, m *Manifests) ([]ObjectReport, error) {
 	perDoc := make([][]ObjectReport, len(m.Docs))
-	errs := parallel(len(m.Docs), func(di int) error {
-		d := &m.Docs[di]
-		d.Ops = nil
-		if d.Object == nil {
-			return nil
-		}
-		obj := &unstructured.Unstructured{Object: d.Object}
-		if items, ok := d.Object["items"].([]any); ok && isList(obj) {
-			for k, it := range items {
-				im, ok := it.(map[string]any)
-				if !ok {
-					continue
-				}
-				r, err := i.mutateObject(ctx, &unstructured.Unstructured{Object: im}, false)
-				if err != nil {
-					return fmt.Errorf("line %d: items[%d]: %v", d.Line, k, err)
-				}
-				perDoc[di] = append(perDoc[di], report(r, d.Line))
-				if r.Injected {
-					d.Ops = append(d.Ops, docOps(r.Patch, "/items/"+strconv.Itoa(k), r.TemplatePath)...)
-				}
-			}
-			return nil
-		}
-		r, err := i.mutateObject(ctx, obj, false)
-		if err != nil {
-			return fmt.Errorf("line %d: %v", d.Line, err)
-		}
-		perDoc[di] = append(perDoc[di], report(r, d.Line))
-		if r.Injected {
-			d.Ops = docOps(r.Patch, "", r.TemplatePath)
-		}
-		return nil
+	errs := parallel(len(m.Docs), func(di int) (err error) {
+		perDoc[di], err = i.injectDoc(ctx, &m.Docs[di])
+		return err
 	})
 	var reports []ObjectReport
+	var failed []error
 	for di := range m.Docs {
 		if errs[di] != nil {
-			return reports, errs[di]
+			// The document is written back as it was; the others
+			// are still injected.
+			m.Docs[di].Ops, m.Docs[di].roots, m.Docs[di].Err = nil, nil, errs[di]
+			failed = append(failed, errs[di])
+			continue
 		}
 		reports = append(reports, perDoc[di]...)
+	}
+	return reports, errors.Join(failed...)
+}
+
+// injectDoc records the injection of every object of d in d.Ops.
+func (i *Injector) injectDoc(ctx context.Context, d *Document) ([]ObjectReport, error) {
+	d.Ops, d.roots, d.out = nil, nil, nil
+	if d.Object == nil {
+		return nil, nil
+	}
+	var reports []ObjectReport
+	obj := &unstructured.Unstructured{Object: d.Object}
+	if items, ok := d.Object["items"].([]any); ok && isList(obj) {
+		for k, it := range items {
+			im, ok := it.(map[string]any)
+			if !ok {
+				continue
+			}
+			r, err := i.mutateObject(ctx, &unstructured.Unstructured{Object: im}, false)
+			if err != nil {
+				d.Ops, d.roots = nil, nil
+				return nil, fmt.Errorf("line %d: items[%d]: %v", d.Line, k, err)
+			}
+			reports = append(reports, report(r, d.Line))
+			if r.Injected {
+				root := "/items/" + strconv.Itoa(k)
+				d.Ops = append(d.Ops, docOps(r.Patch, root)...)
+				d.roots = append(d.roots, root)
+			}
+		}
+		return reports, nil
+	}
+	r, err := i.mutateObject(ctx, obj, false)
+	if err != nil {
+		return nil, fmt.Errorf("line %d: %v", d.Line, err)
+	}
+	reports = append(reports, report(r, d.Line))
+	if r.Injected {
+		d.Ops, d.roots = r.Patch, []string{""}
 	}
 	return reports, nil
 }
@@ -392,5 +425,6 @@ func report(r *ObjectResult, line int) ObjectReport {
 		Containers: r.Containers,
 		Injected:   r.Injected,
 		Warnings:   r.Warnings,
+		Skipped:    r.Skipped,
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
+	"github.com/restart-supervisor/restart-supervisor/rules"
 )
 
 // Status is the value of the restart-supervisor.dev/status annotation.
@@ -92,6 +93,9 @@ type mutation struct {
 	object    string // names the input in messages
 	p         patchBuilder
 	res       *Result
+	// members is EnvPodMembers for every wrapped container, "" when the
+	// pod has no RestartAllContainers rule.
+	members string
 }
 
 // mutate computes the injection of in as a patch relative to its root.
@@ -102,20 +106,25 @@ func (i *Injector) mutate(ctx context.Context, in *corev1.Pod, namespace, specPa
 		return nil, err
 	}
 	if raw, ok := in.Annotations[AnnotationStatus]; ok {
+		if err := checkBinMounts(in, specPath, object, true); err != nil {
+			return nil, err
+		}
 		return res, alreadyInjected(res, raw, crs, object)
 	}
 	wrap := wrapped(crs)
 	if !slices.Contains(wrap, true) {
 		return res, nil
 	}
-	if in.Spec.OS != nil && in.Spec.OS.Name == corev1.Windows {
-		return nil, fmt.Errorf("%s: %s.os.name: restart-supervisor runs Linux containers only", object, specPath)
+	if field := windowsOnly(&in.Spec); field != "" {
+		return nil, fmt.Errorf("%s: %s.%s: restart-supervisor runs Linux containers only", object, specPath, field)
 	}
 	if err := checkConflicts(in, specPath, object); err != nil {
 		return nil, err
 	}
 
-	m := &mutation{Injector: i, ctx: ctx, pod: in, namespace: namespace, object: object, res: res}
+	rerun, warnings := reruns(in, crs, object)
+	res.Warnings = append(res.Warnings, warnings...)
+	m := &mutation{Injector: i, ctx: ctx, pod: in, namespace: namespace, object: object, res: res, members: podMembers(crs, wrap, rerun)}
 	status := Status{Version: contract.Version}
 
 	// Pod-level additions first: the container edits below address
@@ -129,14 +138,32 @@ func (i *Injector) mutate(ctx context.Context, in *corev1.Pod, namespace, specPa
 	}
 
 	for k, cr := range crs {
-		if !wrap[k] {
+		if wrap[k] {
+			if err := m.wrap(cr); err != nil {
+				return nil, err
+			}
+			status.Containers = append(status.Containers, cr.Name)
+		}
+		if name, ok := rerun[k]; ok {
+			status.Containers = append(status.Containers, name)
+		}
+	}
+	// The re-run sidecars go in last, each right after its init container,
+	// so that the edits above keep their indexes: init container k is at
+	// k+1 after the install container, and each re-run sidecar inserted
+	// before it moves it one further.
+	inserted := 0
+	for k, cr := range crs {
+		name, ok := rerun[k]
+		if !ok {
 			continue
 		}
-		if err := m.wrap(cr); err != nil {
+		if err := m.addRerun(cr, name, cr.Index+2+inserted); err != nil {
 			return nil, err
 		}
-		status.Containers = append(status.Containers, cr.Name)
+		inserted++
 	}
+	res.Warnings = uniqueStrings(res.Warnings)
 
 	st, _ := json.Marshal(status)
 	m.p.setAnnotation(&in.ObjectMeta, AnnotationStatus, string(st))
@@ -191,6 +218,45 @@ func checkConflicts(pod *corev1.Pod, specPath, object string) error {
 	for i, c := range pod.Spec.Containers {
 		if c.Name == InstallContainer {
 			return fmt.Errorf("%s: %s.containers[%d].name: %q is reserved for restart-supervisor", object, specPath, i, c.Name)
+		}
+	}
+	return checkBinMounts(pod, specPath, object, false)
+}
+
+// checkBinMounts refuses a container that mounts the binary volume
+// read-write: it could replace the supervisor that every wrapped container
+// runs as PID 1. A manifest can name the volume in a mount without
+// declaring it (the injector adds it), in any container: regular, init,
+// sidecar or ephemeral. Only the install container, in a pod injected
+// already, writes there. Refused rather than made read-only, so that a
+// container that meant to write there fails at admission with its name,
+// not at run time with EROFS.
+func checkBinMounts(pod *corev1.Pod, specPath, object string, injected bool) error {
+	check := func(field string, i int, name string, mounts []corev1.VolumeMount) error {
+		for j, vm := range mounts {
+			if vm.Name == BinVolume && !vm.ReadOnly {
+				return fmt.Errorf("%s: %s.%s[%d].volumeMounts[%d]: container %q mounts %s read-write; it holds the supervisor binary of the wrapped containers: set readOnly: true",
+					object, specPath, field, i, j, name, BinVolume)
+			}
+		}
+		return nil
+	}
+	for i, c := range pod.Spec.InitContainers {
+		if injected && c.Name == InstallContainer {
+			continue
+		}
+		if err := check("initContainers", i, c.Name, c.VolumeMounts); err != nil {
+			return err
+		}
+	}
+	for i, c := range pod.Spec.Containers {
+		if err := check("containers", i, c.Name, c.VolumeMounts); err != nil {
+			return err
+		}
+	}
+	for i, c := range pod.Spec.EphemeralContainers {
+		if err := check("ephemeralContainers", i, c.Name, c.VolumeMounts); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -271,54 +337,9 @@ func (m *mutation) wrap(cr ContainerRules) error {
 		// The install container went in at index 0.
 		base = "/spec/initContainers/" + strconv.Itoa(cr.Index+1)
 	}
-	l, err := m.entrypoint(c)
+	s, err := m.supervision(cr, c, c.Name, cr.Kind != KindInit)
 	if err != nil {
 		return err
-	}
-	m.res.Warnings = append(m.res.Warnings, l.warnings...)
-	for _, vm := range c.VolumeMounts {
-		if vm.MountPath == BinDir || vm.MountPath == StateDir {
-			return fmt.Errorf("%s: %s.volumeMounts: mount path %s is reserved for restart-supervisor", m.object, cr.Field, vm.MountPath)
-		}
-	}
-
-	cmd := []string{SupervisorPath}
-	if c.TerminationMessagePath != "" && c.TerminationMessagePath != contract.DefaultTerminationMessagePath {
-		cmd = append(cmd, "--termination-message-path", c.TerminationMessagePath)
-	}
-	cmd = append(cmd, "--")
-	cmd = append(cmd, l.argv...)
-
-	cfgJSON, err := cr.config().Marshal()
-	if err != nil {
-		return fmt.Errorf("%s: container %q: %v", m.object, c.Name, err)
-	}
-	env := []corev1.EnvVar{
-		{Name: EnvStateDir, Value: StateDir},
-		{Name: EnvContainerName, Value: c.Name},
-		{Name: EnvConfig, Value: escapeExpansion(string(cfgJSON))},
-	}
-	if l.platforms != "" {
-		env = append(env, corev1.EnvVar{Name: EnvPlatformCommands, Value: l.platforms})
-	}
-	if sig, ok := stopSignal(c, l); ok {
-		// The runtime stops the container with this signal instead of
-		// SIGTERM: the supervisor must take it as a stop, not forward it
-		// and then judge the workload's exit by the rules.
-		env = append(env, corev1.EnvVar{Name: EnvStopSignals, Value: "SIGTERM,SIGINT," + sig})
-	}
-	if sp := m.pod.Spec.ShareProcessNamespace; sp != nil && *sp {
-		// Not PID 1: the workload would outlive a supervisor killed by
-		// the runtime, so the supervisor kills it when the runtime would.
-		grace := int64(corev1.DefaultTerminationGracePeriodSeconds)
-		if g := m.pod.Spec.TerminationGracePeriodSeconds; g != nil {
-			grace = *g
-		}
-		env = append(env, corev1.EnvVar{Name: EnvGracePeriod, Value: strconv.FormatInt(grace, 10) + "s"})
-	}
-	mounts := []corev1.VolumeMount{
-		{Name: BinVolume, MountPath: BinDir, ReadOnly: true},
-		{Name: StateVolume, MountPath: StateDir},
 	}
 
 	// The supervisor applies these fields now: a cluster without the
@@ -331,10 +352,168 @@ func (m *mutation) wrap(cr ContainerRules) error {
 	if dropPolicy {
 		m.p.remove(base + "/restartPolicy")
 	}
-	m.p.add(base+"/command", cmd)
-	addToArray(&m.p, base+"/env", len(c.Env), env...)
-	addToArray(&m.p, base+"/volumeMounts", len(c.VolumeMounts), mounts...)
+	// The supervisor runs these now (wrappedProbes); the kubelet learns of
+	// the start from restart-probe.
+	if s.liveness {
+		m.p.remove(base + "/livenessProbe")
+	}
+	if s.startup {
+		m.p.add(base+"/startupProbe", kubeletStartup())
+	}
+	if s.readiness != nil {
+		m.p.add(base+"/readinessProbe", s.readiness)
+	}
+	m.p.add(base+"/command", s.cmd)
+	addToArray(&m.p, base+"/env", len(c.Env), s.env...)
+	addToArray(&m.p, base+"/volumeMounts", len(c.VolumeMounts), s.mounts...)
 	return nil
+}
+
+// addRerun records the insertion, at index at of spec.initContainers, of
+// the re-run sidecar named name of the regular init container cr (see
+// reruns): a native sidecar with the init container's image, command and
+// mounts, wrapped as the init container itself would be, with its
+// configuration, and a pod member. It declares no resources, so it changes
+// neither the pod's requests nor, where reruns adds it, its QoS class and
+// limits; no probes, since it idles between re-runs and must count as
+// started and ready; and no lifecycle.
+func (m *mutation) addRerun(cr ContainerRules, name string, at int) error {
+	c := &m.pod.Spec.InitContainers[cr.Index]
+	s, err := m.supervision(cr, c, name, true)
+	if err != nil {
+		return err
+	}
+	rc := corev1.Container{
+		Name:            name,
+		Image:           c.Image,
+		ImagePullPolicy: c.ImagePullPolicy,
+		Command:         s.cmd,
+		Args:            c.Args,
+		WorkingDir:      c.WorkingDir,
+		EnvFrom:         c.EnvFrom,
+		Env:             append(slices.Clip(c.Env), s.env...),
+		VolumeMounts:    append(slices.Clip(c.VolumeMounts), s.mounts...),
+		VolumeDevices:   c.VolumeDevices,
+		SecurityContext: c.SecurityContext,
+		// The supervisor's --termination-message-path follows the init
+		// container's path; the kubelet reads the message there.
+		TerminationMessagePath:   c.TerminationMessagePath,
+		TerminationMessagePolicy: c.TerminationMessagePolicy,
+		Stdin:                    c.Stdin,
+		StdinOnce:                c.StdinOnce,
+		TTY:                      c.TTY,
+		RestartPolicy:            ptr.To(corev1.ContainerRestartPolicyAlways),
+	}
+	m.p.add("/spec/initContainers/"+strconv.Itoa(at), withoutEmptyResources(rc))
+	return nil
+}
+
+// wrapping is what wrapping adds to a container: its command, the
+// supervisor's environment and mounts, and the probes the kubelet keeps.
+type wrapping struct {
+	cmd    []string
+	env    []corev1.EnvVar
+	mounts []corev1.VolumeMount
+	// liveness and startup report that the supervisor runs the
+	// container's own probe of that kind; readiness replaces the
+	// container's readiness probe when not nil.
+	liveness, startup bool
+	readiness         *corev1.Probe
+}
+
+// supervision works out what running container c of cr under the
+// supervisor as container name takes. member gives it EnvPodMembers.
+func (m *mutation) supervision(cr ContainerRules, c *corev1.Container, name string, member bool) (wrapping, error) {
+	var s wrapping
+	l, err := m.entrypoint(c)
+	if err != nil {
+		return s, err
+	}
+	m.res.Warnings = append(m.res.Warnings, l.warnings...)
+	for _, vm := range c.VolumeMounts {
+		if vm.MountPath == BinDir || vm.MountPath == StateDir {
+			return s, fmt.Errorf("%s: %s.volumeMounts: mount path %s is reserved for restart-supervisor", m.object, cr.Field, vm.MountPath)
+		}
+	}
+
+	cmd := []string{SupervisorPath}
+	if c.TerminationMessagePath != "" && c.TerminationMessagePath != contract.DefaultTerminationMessagePath {
+		cmd = append(cmd, "--termination-message-path", c.TerminationMessagePath)
+	}
+	cmd = append(cmd, "--")
+	s.cmd = append(cmd, l.argv...)
+
+	cfg := cr.config()
+	if cr.Kind != KindInit {
+		// An init container that is not a sidecar has no probes.
+		if cfg.Probes, err = wrappedProbes(m.object, c, m.pod.Spec.TerminationGracePeriodSeconds); err != nil {
+			return s, err
+		}
+		var moved *rules.Probe
+		if s.readiness, moved, err = readinessFor(c); err != nil {
+			return s, fmt.Errorf("%s: container %q: readinessProbe: %v", m.object, c.Name, err)
+		}
+		if moved != nil {
+			if cfg.Probes == nil {
+				cfg.Probes = &rules.Probes{}
+			}
+			cfg.Probes.Readiness = moved
+		}
+	}
+	if err := cfg.Probes.Validate(); err != nil {
+		return s, fmt.Errorf("%s: container %q: %v", m.object, c.Name, err)
+	}
+	s.liveness = cfg.Probes != nil && cfg.Probes.Liveness != nil
+	s.startup = cfg.Probes != nil && cfg.Probes.Startup != nil
+	cfgJSON, err := cfg.Marshal()
+	if err != nil {
+		return s, fmt.Errorf("%s: container %q: %v", m.object, c.Name, err)
+	}
+	s.env = []corev1.EnvVar{
+		{Name: EnvStateDir, Value: StateDir},
+		{Name: EnvContainerName, Value: name},
+		{Name: EnvConfig, Value: escapeExpansion(string(cfgJSON))},
+	}
+	if l.platforms != "" {
+		s.env = append(s.env, corev1.EnvVar{Name: EnvPlatformCommands, Value: l.platforms})
+	}
+	if m.members != "" && member {
+		s.env = append(s.env, corev1.EnvVar{Name: EnvPodMembers, Value: m.members})
+	}
+	if sig, ok := stopSignal(c, l); ok {
+		// The runtime stops the container with this signal instead of
+		// SIGTERM: the supervisor must take it as a stop, not forward it
+		// and then judge the workload's exit by the rules.
+		s.env = append(s.env, corev1.EnvVar{Name: EnvStopSignals, Value: "SIGTERM,SIGINT," + sig})
+	}
+	if sp := m.pod.Spec.ShareProcessNamespace; sp != nil && *sp {
+		// Not PID 1: the workload would outlive a supervisor killed by
+		// the runtime, so the supervisor kills it when the runtime would.
+		grace := int64(corev1.DefaultTerminationGracePeriodSeconds)
+		if g := m.pod.Spec.TerminationGracePeriodSeconds; g != nil {
+			grace = *g
+		}
+		s.env = append(s.env, corev1.EnvVar{Name: EnvGracePeriod, Value: strconv.FormatInt(grace, 10) + "s"})
+	}
+	s.mounts = []corev1.VolumeMount{
+		{Name: BinVolume, MountPath: BinDir, ReadOnly: true},
+		{Name: StateVolume, MountPath: StateDir},
+	}
+	return s, nil
+}
+
+// uniqueStrings drops repeats from list, keeping the first of each: a
+// container and its re-run sidecar share the warnings of their image.
+func uniqueStrings(list []string) []string {
+	seen := map[string]bool{}
+	out := list[:0]
+	for _, s := range list {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // stopSignal returns the signal the runtime stops the container with,
@@ -488,4 +667,41 @@ func addToArray[T any](p *patchBuilder, path string, existing int, items ...T) {
 	for _, it := range items {
 		p.add(path+"/-", it)
 	}
+}
+
+// windowsOnly names the field that binds a pod to Windows nodes: os.name,
+// the nodeSelector kubernetes.io/os, or a required node affinity every
+// term of which asks for kubernetes.io/os windows. "" when none does.
+func windowsOnly(spec *corev1.PodSpec) string {
+	if spec.OS != nil && spec.OS.Name == corev1.Windows {
+		return "os.name"
+	}
+	if spec.NodeSelector[corev1.LabelOSStable] == string(corev1.Windows) {
+		return "nodeSelector: " + corev1.LabelOSStable + "=windows"
+	}
+	if spec.Affinity == nil || spec.Affinity.NodeAffinity == nil || spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return ""
+	}
+	terms := spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	for _, term := range terms {
+		if !termWindowsOnly(term) {
+			return ""
+		}
+	}
+	if len(terms) == 0 {
+		return ""
+	}
+	return "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution: " + corev1.LabelOSStable + " windows"
+}
+
+// termWindowsOnly: the term (its expressions are ANDed) only matches nodes
+// labelled kubernetes.io/os=windows.
+func termWindowsOnly(term corev1.NodeSelectorTerm) bool {
+	for _, e := range term.MatchExpressions {
+		if e.Key == corev1.LabelOSStable && e.Operator == corev1.NodeSelectorOpIn && len(e.Values) > 0 &&
+			!slices.ContainsFunc(e.Values, func(v string) bool { return v != string(corev1.Windows) }) {
+			return true
+		}
+	}
+	return false
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	corev1 "k8s.io/api/core/v1"
@@ -17,29 +18,22 @@ type ObjectResult struct {
 	Result
 	// Object is the mutated copy; the input itself when nothing changed.
 	Object *unstructured.Unstructured
-	// TemplatePath locates the pod template whose root Patch is relative
-	// to (nil for a Pod).
-	TemplatePath []string
+	// Templates are the labels of the pod templates found, such as
+	// spec.template or spec.replicatedJobs[1].template.spec.template
+	// ("" for a Pod), in the order Containers and Patch follow.
+	Templates []string
+	// Skipped says why an object that carries restart rules was not
+	// injected; empty otherwise.
+	Skipped string
 }
 
-// TemplatePath returns where the pod template of a workload kind lives, and
-// false for kinds that carry none (they pass through untouched).
-func TemplatePath(apiVersion, kind string) ([]string, bool) {
-	switch apiVersion + " " + kind {
-	case "v1 Pod":
-		return nil, true
-	case "apps/v1 Deployment", "apps/v1 StatefulSet", "apps/v1 DaemonSet", "apps/v1 ReplicaSet", "batch/v1 Job":
-		return []string{"spec", "template"}, true
-	case "batch/v1 CronJob":
-		return []string{"spec", "jobTemplate", "spec", "template"}, true
-	}
-	return nil, false
-}
-
-// MutateObject is PodPatch for a Pod or the pod template of a workload,
-// with the patch applied to the generic form of the object, so that fields
-// this build of k8s.io/api does not know survive. Result.Pod is left nil.
-// obj is not modified.
+// MutateObject is PodPatch for a Pod or for every pod template of a
+// workload, custom resources included (see knownTemplates), with the
+// patch applied to the generic form of the object, so that fields this
+// build of k8s.io/api does not know survive. Result.Patch is relative to
+// the object's root; Result.Pod is left nil. Containers of a workload
+// with several templates are named TEMPLATE/CONTAINER. obj is not
+// modified.
 func (i *Injector) MutateObject(ctx context.Context, obj *unstructured.Unstructured) (*ObjectResult, error) {
 	return i.mutateObject(ctx, obj, true)
 }
@@ -47,40 +41,52 @@ func (i *Injector) MutateObject(ctx context.Context, obj *unstructured.Unstructu
 // mutateObject applies the patch to the object only when apply is set; the
 // manifest writer applies it to the document text instead.
 func (i *Injector) mutateObject(ctx context.Context, obj *unstructured.Unstructured, apply bool) (*ObjectResult, error) {
-	path, _ := TemplatePath(obj.GetAPIVersion(), obj.GetKind())
-	pod, specPath, object, ok, err := podOf(obj)
+	ts, known, err := templatesOf(obj.Object, obj.GetAPIVersion(), obj.GetKind())
+	object := objectName(obj.GetKind(), obj.GetNamespace(), obj.GetName(), obj.GetGenerateName())
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %v", object, err)
 	}
-	if !ok {
-		return &ObjectResult{Object: obj, TemplatePath: path}, nil
+	out := &ObjectResult{Object: obj}
+	for _, t := range ts {
+		out.Templates = append(out.Templates, t.label())
+		pod, err := templatePod(t, object)
+		if err != nil {
+			return nil, err
+		}
+		res, err := i.mutate(ctx, pod, obj.GetNamespace(), t.specPath(), object)
+		if err != nil {
+			return nil, err
+		}
+		out.Injected = out.Injected || res.Injected
+		out.Warnings = append(out.Warnings, res.Warnings...)
+		for _, c := range res.Containers {
+			if len(ts) > 1 {
+				c = t.label() + "/" + c
+			}
+			out.Containers = append(out.Containers, c)
+		}
+		out.Patch = append(out.Patch, docOps(res.Patch, pointer(t.path))...)
 	}
-	res, err := i.mutate(ctx, pod, obj.GetNamespace(), specPath, object)
-	if err != nil {
-		return nil, err
+	if len(out.Containers) == 0 && carriesRules(obj.Object, 0) {
+		switch {
+		case len(ts) > 0:
+			// Templates without rules of their own; the rules are
+			// elsewhere in the object, where no pod will carry them.
+			out.Skipped = "it carries restart rules outside its pod templates (" + strings.Join(out.Templates, ", ") + ")"
+		case known:
+			out.Skipped = "it carries restart rules but has no pod template"
+		default:
+			out.Skipped = "it carries restart rules but no pod template was found in it (a map with spec.containers)"
+		}
 	}
-	out := &ObjectResult{Result: *res, Object: obj, TemplatePath: path}
-	if len(res.Patch) == 0 || !apply {
+	if len(out.Patch) == 0 || !apply {
 		return out, nil
 	}
-	tmpl := obj.Object
-	if path != nil {
-		t, _, _ := unstructured.NestedFieldNoCopy(obj.Object, path...)
-		tmpl = t.(map[string]any) // podOf checked
-	}
-	patched, err := ApplyPatch(tmpl, res.Patch)
+	patched, err := ApplyPatch(obj.Object, out.Patch)
 	if err != nil {
 		return nil, fmt.Errorf("%s: applying the injection patch: %v", object, err)
 	}
-	if path == nil {
-		out.Object = &unstructured.Unstructured{Object: patched}
-		return out, nil
-	}
-	cp := obj.DeepCopy()
-	if err := unstructured.SetNestedMap(cp.Object, patched, path...); err != nil {
-		return nil, fmt.Errorf("%s: %v", object, err)
-	}
-	out.Object = cp
+	out.Object = &unstructured.Unstructured{Object: patched}
 	return out, nil
 }
 
@@ -116,53 +122,15 @@ func applyOps(raw []byte, ops []PatchOp) ([]byte, error) {
 	return patch.Apply(raw)
 }
 
-// podOf returns the Pod, or the pod template of a workload as a Pod, with
-// the API path of its spec and a name for messages. ok is false for kinds
-// without a pod template and for workloads whose template is missing.
-func podOf(obj *unstructured.Unstructured) (pod *corev1.Pod, specPath, object string, ok bool, err error) {
-	path, known := TemplatePath(obj.GetAPIVersion(), obj.GetKind())
-	if !known {
-		return nil, "", "", false, nil
-	}
-	object = objectName(obj.GetKind(), obj.GetNamespace(), obj.GetName(), obj.GetGenerateName())
-	tmpl := obj.Object
-	specPath = "spec"
-	if path != nil {
-		t, found, err := unstructured.NestedFieldNoCopy(obj.Object, path...)
-		if err != nil {
-			return nil, "", "", false, fmt.Errorf("%s: %s: %v", object, dotted(path), err)
+// templatePod converts a pod template to a Pod, named object in messages.
+func templatePod(t podTemplate, object string) (*corev1.Pod, error) {
+	pod := &corev1.Pod{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(t.m, pod); err != nil {
+		where := "pod"
+		if t.path != nil {
+			where = t.label()
 		}
-		if !found {
-			return nil, "", "", false, nil
-		}
-		m, isMap := t.(map[string]any)
-		if !isMap {
-			return nil, "", "", false, fmt.Errorf("%s: %s: want an object", object, dotted(path))
-		}
-		tmpl = m
-		specPath = dotted(path) + ".spec"
+		return nil, fmt.Errorf("%s: %s: %s", object, where, oneLine(err))
 	}
-	pod = &corev1.Pod{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(tmpl, pod); err != nil {
-		return nil, "", "", false, fmt.Errorf("%s: %s: %s", object, specPathParent(specPath), oneLine(err))
-	}
-	return pod, specPath, object, true, nil
-}
-
-func dotted(path []string) string {
-	s := ""
-	for i, p := range path {
-		if i > 0 {
-			s += "."
-		}
-		s += p
-	}
-	return s
-}
-
-func specPathParent(specPath string) string {
-	if specPath == "spec" {
-		return "pod"
-	}
-	return specPath[:len(specPath)-len(".spec")]
+	return pod, nil
 }

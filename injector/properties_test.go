@@ -40,12 +40,17 @@ func goldenPods(t *testing.T) map[string]*corev1.Pod {
 				}
 				return
 			}
-			pod, _, object, ok, err := podOf(u)
+			ts, _, err := templatesOf(obj, u.GetAPIVersion(), u.GetKind())
 			if err != nil {
 				t.Fatal(err)
 			}
-			if ok {
-				pods[f+" "+object] = pod
+			object := objectName(u.GetKind(), u.GetNamespace(), u.GetName(), u.GetGenerateName())
+			for _, tm := range ts {
+				pod, err := templatePod(tm, object)
+				if err != nil {
+					t.Fatal(err)
+				}
+				pods[f+" "+object+" "+tm.label()] = pod
 			}
 		}
 		for _, d := range m.Docs {
@@ -64,6 +69,13 @@ func goldenPods(t *testing.T) map[string]*corev1.Pod {
 func propertyPods(t *testing.T) map[string]*corev1.Pod {
 	pods := goldenPods(t)
 	pods["aliasTrapPod"] = aliasTrapPod()
+	// The same with a pod restart rule: plain-init gets a re-run sidecar
+	// built from its fields.
+	all := aliasTrapPod()
+	all.Spec.Containers[0].RestartPolicyRules = append(all.Spec.Containers[0].RestartPolicyRules, corev1.ContainerRestartRule{
+		Action:    corev1.ContainerRestartRuleActionRestartAllContainers,
+		ExitCodes: &corev1.ContainerRestartRuleOnExitCodes{Operator: corev1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{88}}})
+	pods["aliasTrapPodRestartAll"] = all
 	return pods
 }
 
@@ -175,7 +187,7 @@ func TestPatchMatchesMutatedPod(t *testing.T) {
 	if injected < 10 {
 		t.Fatalf("only %d golden pods were injected", injected)
 	}
-	for _, k := range []string{"init container", "sidecar", "container", "container without command", "rules annotation", "rules fields", "restartPolicy field dropped"} {
+	for _, k := range []string{"init container", "sidecar", "container", "container without command", "rules annotation", "rules fields", "restartPolicy field dropped", "re-run sidecar"} {
 		if !covered[k] {
 			t.Errorf("no injected golden pod has a wrapped %s", k)
 		}
@@ -186,6 +198,11 @@ func noteCoverage(t *testing.T, covered map[string]bool, pod *corev1.Pod, wrappe
 	crs, err := PodRules(pod, "spec", "pod")
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, name := range wrapped {
+		if !slices.ContainsFunc(crs, func(cr ContainerRules) bool { return cr.Name == name }) {
+			covered["re-run sidecar"] = true
+		}
 	}
 	for _, cr := range crs {
 		if !slices.Contains(wrapped, cr.Name) {
@@ -521,4 +538,57 @@ func validatePod(p *corev1.Pod, wrapped []string) []string {
 		bad("install container is not the first init container")
 	}
 	return errs
+}
+
+// TestRestartAllWrapsEverySidecarAndContainer: in a pod where any rule says
+// RestartAllContainers, every native sidecar and regular container is
+// wrapped, since the kubelet restarts each of them, and a regular init
+// container is wrapped only for rules of its own. Every property pod is
+// checked as it is and with such a rule added to its first container.
+func TestRestartAllWrapsEverySidecarAndContainer(t *testing.T) {
+	inj, _ := goldenInjector(t)
+	restartAll := corev1.ContainerRestartRule{Action: corev1.ContainerRestartRuleActionRestartAllContainers,
+		ExitCodes: &corev1.ContainerRestartRuleOnExitCodes{Operator: corev1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{88}}}
+	never := corev1.ContainerRestartPolicyNever
+	checked := 0
+	for name, pod := range propertyPods(t) {
+		if pod.Annotations[AnnotationStatus] != "" || len(pod.Spec.Containers) == 0 {
+			continue
+		}
+		variant := pod.DeepCopy()
+		c := &variant.Spec.Containers[0]
+		if c.RestartPolicy == nil {
+			c.RestartPolicy = &never
+		}
+		c.RestartPolicyRules = append(c.RestartPolicyRules, restartAll)
+		for label, p := range map[string]*corev1.Pod{name: pod, name + " + RestartAllContainers": variant} {
+			crs, err := PodRules(p, "spec", "pod")
+			if err != nil {
+				continue // a variant the API server would refuse
+			}
+			any := false
+			for _, cr := range crs {
+				for _, r := range cr.Rules.RestartPolicyRules {
+					any = any || r.Action == "RestartAllContainers"
+				}
+			}
+			if !any {
+				continue
+			}
+			res, err := inj.MutatePod(context.Background(), p)
+			if err != nil {
+				t.Fatalf("%s: %v", label, err)
+			}
+			checked++
+			for _, cr := range crs {
+				want := (cr.Kind != KindInit && !cr.tool) || cr.Ruled
+				if got := slices.Contains(res.Containers, cr.Name); got != want {
+					t.Errorf("%s: %s container %q wrapped=%v, want %v", label, cr.Kind, cr.Name, got, want)
+				}
+			}
+		}
+	}
+	if checked < 10 {
+		t.Fatalf("only %d pods with RestartAllContainers checked", checked)
+	}
 }

@@ -26,11 +26,17 @@ import (
 // testRegistry is go-containerregistry's in-process registry behind a TLS
 // server that answers for every host name, so manifests can name images
 // such as registry.test/app:1. Requests for host private.test need basic
-// auth; requests for host slow.test hang until the client gives up.
+// auth; requests for host slow.test hang until the client gives up; host
+// leaky.test answers 403 with a body no denial may repeat.
 type testRegistry struct {
 	srv       *httptest.Server
 	transport *http.Transport
 	manifests atomic.Int64 // manifest requests served
+	requests  atomic.Int64 // requests of any kind
+	blobs     atomic.Int64 // blob requests
+	// intercept, when set, answers a request before the registry does
+	// when it returns true.
+	intercept atomic.Pointer[func(w http.ResponseWriter, r *http.Request) bool]
 }
 
 const (
@@ -43,7 +49,18 @@ func newTestRegistry(t testing.TB) *testRegistry {
 	tr := &testRegistry{}
 	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
 	tr.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tr.requests.Add(1)
+		if strings.Contains(r.URL.Path, "/blobs/") && r.Method == http.MethodGet {
+			tr.blobs.Add(1)
+		}
+		if f := tr.intercept.Load(); f != nil && (*f)(w, r) {
+			return
+		}
 		host, _, _ := strings.Cut(r.Host, ":")
+		if host == "leaky.test" && r.URL.Path != "/v2/" {
+			http.Error(w, `{"errors":[{"code":"DENIED","message":"internal page: db-password=hunter2"}]}`, http.StatusForbidden)
+			return
+		}
 		if host == "slow.test" && r.URL.Path != "/v2/" {
 			<-r.Context().Done()
 			return

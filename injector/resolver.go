@@ -2,10 +2,12 @@ package injector
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -34,7 +36,20 @@ type ResolverOptions struct {
 	// MaxEntries bounds each cache; default 1024.
 	MaxEntries int
 	// Transport for registry requests; nil means remote.DefaultTransport.
+	// Every request goes through the resolver's guard on top of it (plain
+	// HTTP only to InsecureRegistries, response bodies capped).
 	Transport http.RoundTripper
+	// InsecureRegistries (host[:port], as NormalizeRegistry returns) are
+	// the only registries reached over plain HTTP. Any other registry is
+	// reached over HTTPS only, also those go-containerregistry would
+	// otherwise try over HTTP (localhost, private addresses, *.local).
+	InsecureRegistries []string
+	// AllowedRegistries, when not empty, are the only registries looked up
+	// (host[:port]); an image of any other registry is refused before any
+	// request, pull secret read or cache lookup.
+	AllowedRegistries []string
+	// MaxCacheBytes bounds the commands kept in the cache; default 16 MiB.
+	MaxCacheBytes int
 	// Observe, when set, is told of every lookup whether the cache
 	// answered it (the webhook exports this as a metric).
 	Observe func(cacheHit bool)
@@ -93,16 +108,23 @@ func (r *ResolvedImage) StopSignal() string {
 }
 
 // Resolver looks up image configurations in registries. Results are cached
-// by manifest digest (immutable) and tags by digest for TagTTL, and
-// concurrent lookups of one reference share a single request.
+// by the credentials used and manifest digest (immutable), tags by digest
+// for TagTTL, and concurrent lookups of one reference with the same
+// credentials share a single request. A result looked up with a pod's pull
+// secrets is thus served only to lookups that present the same
+// credentials.
 type Resolver struct {
-	opts   ResolverOptions
-	group  singleflight.Group
-	mu     sync.Mutex
-	byDig  map[string]*ResolvedImage
-	byTag  map[string]tagEntry
-	now    func() time.Time
-	lookup func(ctx context.Context, ref name.Reference, kc authn.Keychain) (*ResolvedImage, error)
+	opts       ResolverOptions
+	insecure   map[string]bool
+	allowed    map[string]bool
+	transport  http.RoundTripper
+	group      singleflight.Group
+	mu         sync.Mutex
+	byDig      map[string]*ResolvedImage // authKey + "@" + digest
+	byTag      map[string]tagEntry       // authKey + " " + reference
+	cacheBytes int
+	now        func() time.Time
+	lookup     func(ctx context.Context, ref name.Reference, kc authn.Keychain) (*ResolvedImage, error)
 }
 
 type tagEntry struct {
@@ -121,12 +143,33 @@ func NewResolver(opts ResolverOptions) *Resolver {
 	if opts.MaxEntries <= 0 {
 		opts.MaxEntries = 1024
 	}
+	if opts.MaxCacheBytes <= 0 {
+		opts.MaxCacheBytes = 16 << 20
+	}
 	if opts.Keychain == nil {
 		opts.Keychain = authn.NewMultiKeychain()
 	}
-	r := &Resolver{opts: opts, byDig: map[string]*ResolvedImage{}, byTag: map[string]tagEntry{}, now: time.Now}
+	r := &Resolver{opts: opts, byDig: map[string]*ResolvedImage{}, byTag: map[string]tagEntry{}, now: time.Now,
+		insecure: registrySet(opts.InsecureRegistries), allowed: registrySet(opts.AllowedRegistries)}
+	next := opts.Transport
+	if next == nil {
+		next = remote.DefaultTransport
+	}
+	r.transport = &guardTransport{next: next, insecure: r.insecure}
 	r.lookup = r.fetch
 	return r
+}
+
+// registrySet normalizes registries, dropping those that do not parse (the
+// CLI has refused them already with NormalizeRegistry).
+func registrySet(regs []string) map[string]bool {
+	set := map[string]bool{}
+	for _, s := range regs {
+		if n, err := NormalizeRegistry(s); err == nil {
+			set[n] = true
+		}
+	}
+	return set
 }
 
 // Resolve returns the image configurations of image. Pull secrets named by
@@ -136,33 +179,47 @@ func (r *Resolver) Resolve(ctx context.Context, image, namespace string, pullSec
 	if err != nil {
 		return nil, fmt.Errorf("invalid image reference: %v", err)
 	}
-	res := r.cached(ref)
+	host := ref.Context().RegistryStr()
+	if len(r.allowed) > 0 && !r.allowed[host] {
+		return nil, &LookupError{Msg: fmt.Sprintf("registry %s: the operator restricts image lookups to other registries (--allowed-registries)", host)}
+	}
+	if r.insecure[host] {
+		// Let go-containerregistry try plain HTTP for this host (after HTTPS).
+		if ref, err = name.ParseReference(image, name.Insecure); err != nil {
+			return nil, fmt.Errorf("invalid image reference: %v", err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
+	defer cancel()
+	kc := r.opts.Keychain
+	if r.opts.PullSecrets != nil && len(pullSecrets) > 0 {
+		secrets, err := r.opts.PullSecrets(ctx, namespace, pullSecrets)
+		if err != nil {
+			return nil, fmt.Errorf("reading imagePullSecrets: %v", err)
+		}
+		skc, err := KeychainFromSecrets(secrets)
+		if err != nil {
+			return nil, err
+		}
+		kc = authn.NewMultiKeychain(skc, kc)
+	}
+	key, err := authKey(kc, ref)
+	if err != nil {
+		return nil, err
+	}
+	res := r.cached(key, ref)
 	if r.opts.Observe != nil {
 		r.opts.Observe(res != nil)
 	}
 	if res != nil {
 		return res, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
-	defer cancel()
-	v, err, _ := r.group.Do(ref.Name(), func() (any, error) {
-		kc := r.opts.Keychain
-		if r.opts.PullSecrets != nil && len(pullSecrets) > 0 {
-			secrets, err := r.opts.PullSecrets(ctx, namespace, pullSecrets)
-			if err != nil {
-				return nil, fmt.Errorf("reading imagePullSecrets: %v", err)
-			}
-			skc, err := KeychainFromSecrets(secrets)
-			if err != nil {
-				return nil, err
-			}
-			kc = authn.NewMultiKeychain(skc, kc)
-		}
+	v, err, _ := r.group.Do(key+" "+ref.Name(), func() (any, error) {
 		res, err := r.lookup(ctx, ref, kc)
 		if err != nil {
 			return nil, err
 		}
-		r.store(ref, res)
+		r.store(key, ref, res)
 		return res, nil
 	})
 	if err != nil {
@@ -174,79 +231,129 @@ func (r *Resolver) Resolve(ctx context.Context, image, namespace string, pullSec
 	return v.(*ResolvedImage), nil
 }
 
-func (r *Resolver) cached(ref name.Reference) *ResolvedImage {
+// authKey identifies the credentials kc presents for ref's repository: a
+// hash, so that the cache holds no secret.
+func authKey(kc authn.Keychain, ref name.Reference) (string, error) {
+	a, err := kc.Resolve(ref.Context())
+	if err != nil {
+		return "", lookupErrorf(err, "registry %s: resolving credentials failed", ref.Context().RegistryStr())
+	}
+	cfg, err := a.Authorization()
+	if err != nil {
+		return "", lookupErrorf(err, "registry %s: reading credentials failed", ref.Context().RegistryStr())
+	}
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:16]), nil
+}
+
+func (r *Resolver) cached(key string, ref name.Reference) *ResolvedImage {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	dig := ""
 	if d, ok := ref.(name.Digest); ok {
 		dig = d.DigestStr()
-	} else if t, ok := r.byTag[ref.Name()]; ok && r.now().Before(t.expires) {
+	} else if t, ok := r.byTag[key+" "+ref.Name()]; ok && r.now().Before(t.expires) {
 		dig = t.digest
 	}
-	return r.byDig[dig]
+	return r.byDig[key+"@"+dig]
 }
 
-func (r *Resolver) store(ref name.Reference, res *ResolvedImage) {
+func (r *Resolver) store(key string, ref name.Reference, res *ResolvedImage) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	// Eviction is wholesale: a full cache is rare (distinct images in
 	// admission traffic) and the next lookup only costs one request.
-	if len(r.byDig) >= r.opts.MaxEntries {
-		r.byDig = map[string]*ResolvedImage{}
+	size := res.size()
+	if len(r.byDig) >= r.opts.MaxEntries || r.cacheBytes+size > r.opts.MaxCacheBytes {
+		r.byDig, r.cacheBytes = map[string]*ResolvedImage{}, 0
 	}
 	if len(r.byTag) >= r.opts.MaxEntries {
 		r.byTag = map[string]tagEntry{}
 	}
-	r.byDig[res.Digest] = res
+	if size > r.opts.MaxCacheBytes {
+		return
+	}
+	r.byDig[key+"@"+res.Digest] = res
+	r.cacheBytes += size
 	if _, ok := ref.(name.Tag); ok {
-		r.byTag[ref.Name()] = tagEntry{res.Digest, r.now().Add(r.opts.TagTTL)}
+		r.byTag[key+" "+ref.Name()] = tagEntry{res.Digest, r.now().Add(r.opts.TagTTL)}
 	}
 }
 
-func (r *Resolver) fetch(ctx context.Context, ref name.Reference, kc authn.Keychain) (*ResolvedImage, error) {
-	ropts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(kc)}
-	if r.opts.Transport != nil {
-		ropts = append(ropts, remote.WithTransport(r.opts.Transport))
+// size is about the bytes the cache keeps for r.
+func (r *ResolvedImage) size() int {
+	n := len(r.Digest)
+	for k, c := range r.Platforms {
+		n += len(k) + len(c.StopSignal) + 64
+		for _, s := range append(c.Entrypoint[:len(c.Entrypoint):len(c.Entrypoint)], c.Cmd...) {
+			n += len(s) + 16
+		}
 	}
+	return n
+}
+
+// fetch reads what the lookup needs, checking each descriptor's size against
+// the caps before the request: the reference's manifest (capped by the
+// guard), for an index at most MaxIndexPlatforms platform manifests, and
+// one config blob per platform. go-containerregistry reads a blob no
+// further than its descriptor's size and checks its digest.
+func (r *Resolver) fetch(ctx context.Context, ref name.Reference, kc authn.Keychain) (*ResolvedImage, error) {
+	host := ref.Context().RegistryStr()
+	ropts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(kc), remote.WithTransport(r.transport)}
 	desc, err := remote.Get(ref, ropts...)
 	if err != nil {
-		return nil, registryErr(ctx, err)
+		return nil, registryErr(ctx, host, err)
 	}
 	res := &ResolvedImage{Digest: desc.Digest.String(), Platforms: map[string]ImageConfig{}}
 	if !desc.MediaType.IsIndex() {
 		img, err := desc.Image()
 		if err != nil {
-			return nil, registryErr(ctx, err)
+			return nil, registryErr(ctx, host, err)
 		}
-		cf, err := img.ConfigFile()
+		cf, err := configFile(host, img)
 		if err != nil {
-			return nil, registryErr(ctx, err)
+			return nil, registryErr(ctx, host, err)
 		}
 		res.Platforms[platformKey(cf.OS, cf.Architecture, cf.Variant)] = ImageConfig{cf.Config.Entrypoint, cf.Config.Cmd, cf.Config.StopSignal}
 		return res, nil
 	}
 	idx, err := desc.ImageIndex()
 	if err != nil {
-		return nil, registryErr(ctx, err)
+		return nil, registryErr(ctx, host, err)
 	}
 	im, err := idx.IndexManifest()
 	if err != nil {
-		return nil, registryErr(ctx, err)
+		return nil, registryErr(ctx, host, err)
 	}
-	var mu sync.Mutex
-	g, _ := errgroup.WithContext(ctx)
-	g.SetLimit(4)
+	var runnable []v1.Descriptor
 	for _, m := range im.Manifests {
 		if !m.MediaType.IsImage() || m.Platform == nil || m.Platform.OS == "unknown" {
 			continue // attestations and nested indexes carry no runnable config
 		}
-		m := m
+		if m.Size > MaxManifestBytes {
+			return nil, lookupErrorf(nil, "registry %s: image index %s lists a manifest of %d bytes, over the %s cap",
+				host, res.Digest, m.Size, sizeString(MaxManifestBytes))
+		}
+		runnable = append(runnable, m)
+	}
+	if len(runnable) > MaxIndexPlatforms {
+		return nil, lookupErrorf(nil, "registry %s: image index %s lists %d platforms, over the cap of %d",
+			host, res.Digest, len(runnable), MaxIndexPlatforms)
+	}
+	var mu sync.Mutex
+	g, _ := errgroup.WithContext(ctx)
+	g.SetLimit(4)
+	for _, m := range runnable {
 		g.Go(func() error {
 			img, err := idx.Image(m.Digest)
 			if err != nil {
 				return err
 			}
-			cf, err := img.ConfigFile()
+			cf, err := configFile(host, img)
 			if err != nil {
 				return err
 			}
@@ -258,7 +365,7 @@ func (r *Resolver) fetch(ctx context.Context, ref name.Reference, kc authn.Keych
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return nil, registryErr(ctx, err)
+		return nil, registryErr(ctx, host, err)
 	}
 	if len(res.Platforms) == 0 {
 		return nil, fmt.Errorf("image index %s lists no runnable platform", res.Digest)
@@ -274,11 +381,25 @@ func platformKey(os, arch, variant string) string {
 	return k
 }
 
-func registryErr(ctx context.Context, err error) error {
+// configFile reads img's config after checking the size its manifest
+// declares for it.
+func configFile(host string, img v1.Image) (*v1.ConfigFile, error) {
+	m, err := img.Manifest()
+	if err != nil {
+		return nil, err
+	}
+	if m.Config.Size > MaxConfigBytes {
+		return nil, lookupErrorf(nil, "registry %s: image config %s is %d bytes, over the %s cap",
+			host, m.Config.Digest, m.Config.Size, sizeString(MaxConfigBytes))
+	}
+	return img.ConfigFile()
+}
+
+func registryErr(ctx context.Context, host string, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	return errors.New(strings.Join(strings.Fields(err.Error()), " "))
+	return safeError(host, err)
 }
 
 func equalStrings(a, b []string) bool {
@@ -292,5 +413,3 @@ func equalStrings(a, b []string) bool {
 	}
 	return true
 }
-
-var _ v1.Hash

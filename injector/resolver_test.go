@@ -90,7 +90,7 @@ func TestResolveAuth(t *testing.T) {
 				dockerConfigSecret("right", "private.test/team", privateUser, privatePass),
 			}, nil
 		}})
-	if _, err := r.Resolve(context.Background(), "private.test/team/app:2", "prod", nil); err == nil || !strings.Contains(err.Error(), "UNAUTHORIZED") {
+	if _, err := r.Resolve(context.Background(), "private.test/team/app:2", "prod", nil); err == nil || !strings.Contains(err.Error(), "registry private.test answered HTTP 401") {
 		t.Errorf("without pull secrets: %v", err)
 	}
 	img, err := r.Resolve(context.Background(), "private.test/team/app:2", "prod", []string{"other", "right"})

@@ -33,30 +33,51 @@ type TemplateRules struct {
 // without such fields and templates whose annotation already holds the
 // copy yield no patch. obj is not modified.
 func CarryTemplateRules(obj *unstructured.Unstructured) (*TemplateRules, error) {
-	pod, specPath, object, ok, err := podOf(obj)
+	ts, _, err := templatesOf(obj.Object, obj.GetAPIVersion(), obj.GetKind())
+	object := objectName(obj.GetKind(), obj.GetNamespace(), obj.GetName(), obj.GetGenerateName())
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %v", object, err)
 	}
-	if !ok {
-		return &TemplateRules{}, nil
+	out := &TemplateRules{}
+	for _, t := range ts {
+		ops, moved, err := carryRules(t, object)
+		if err != nil {
+			return nil, err
+		}
+		out.Patch = append(out.Patch, docOps(ops, pointer(t.path))...)
+		for _, c := range moved {
+			if len(ts) > 1 {
+				c = t.label() + "/" + c
+			}
+			out.Containers = append(out.Containers, c)
+		}
 	}
-	path, _ := TemplatePath(obj.GetAPIVersion(), obj.GetKind())
+	return out, nil
+}
+
+// carryRules is CarryTemplateRules for one template; the patch is
+// relative to the template.
+func carryRules(t podTemplate, object string) ([]PatchOp, []string, error) {
+	pod, err := templatePod(t, object)
+	if err != nil {
+		return nil, nil, err
+	}
 	carried, err := parseRulesAnnotation(pod.Annotations)
 	if err != nil {
 		where := ""
-		if path != nil {
-			where = dotted(path) + "."
+		if t.path != nil {
+			where = t.label() + "."
 		}
-		return nil, fmt.Errorf("%s: %s%v", object, where, err)
+		return nil, nil, fmt.Errorf("%s: %s%v", object, where, err)
 	}
 	// The fields alone: an earlier copy in the annotation may disagree
 	// with them, which is what an update that changes the rules looks like.
 	// Templates are carried only for API servers that drop the fields and
 	// so never validate them: the newest release's validation applies, as
 	// it does for the supervisor.
-	crs, err := podRules(rules.NewestKube, pod, nil, specPath, object)
+	crs, err := podRules(rules.NewestKube, pod, nil, t.specPath(), object)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if carried == nil {
 		carried = map[string]rules.Container{}
@@ -70,17 +91,17 @@ func CarryTemplateRules(obj *unstructured.Unstructured) (*TemplateRules, error) 
 		moved = append(moved, cr.Name)
 	}
 	if len(moved) == 0 {
-		return &TemplateRules{}, nil
+		return nil, nil, nil
 	}
 	value, err := json.Marshal(carried) // map keys are sorted: the value is deterministic
 	if err != nil {
-		return nil, fmt.Errorf("%s: %v", object, err)
+		return nil, nil, fmt.Errorf("%s: %v", object, err)
 	}
 	if pod.Annotations[AnnotationRules] == string(value) {
-		return &TemplateRules{}, nil
+		return nil, nil, nil
 	}
 	var p patchBuilder
 	p.setAnnotation(&pod.ObjectMeta, AnnotationRules, string(value))
 	sort.Strings(moved)
-	return &TemplateRules{Patch: docOps(p.ops, "", path), Containers: moved}, nil
+	return p.ops, moved, nil
 }

@@ -137,7 +137,7 @@ func TestExplainInitContainerExitZero(t *testing.T) {
 			RestartPolicyRules: []corev1.ContainerRestartRule{{Action: corev1.ContainerRestartRuleActionRestart,
 				ExitCodes: &corev1.ContainerRestartRuleOnExitCodes{Operator: corev1.ContainerRestartRuleOnExitCodesOpNotIn, Values: []int32{1}}}}}},
 		Containers: []corev1.Container{{Name: "app", Image: "x"}}}}
-	plans, err := Explain(pod, "spec", "Pod \"p\"", rules.NewestKube)
+	plans, _, err := Explain(pod, "spec", "Pod \"p\"", rules.NewestKube)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,12 +15,19 @@ import (
 	// manifests use ("- " flush with the parent key), so an injected
 	// document keeps the look of its input.
 	textyaml "go.yaml.in/yaml/v3"
+
+	utiljson "k8s.io/apimachinery/pkg/util/json"
+
+	"github.com/restart-supervisor/restart-supervisor/internal/yamlstyle"
 )
 
 // patchYAML applies ops to one YAML document and re-encodes it, keeping the
 // key order, comments and flow/block styles of everything the patch does
 // not touch.
-func patchYAML(raw []byte, parsed *textyaml.Node, ops []PatchOp) ([]byte, error) {
+//
+// When roots is not nil, it also records how to undo ops on each object
+// it names (see applyWithUndo).
+func patchYAML(raw []byte, parsed *textyaml.Node, ops []PatchOp, roots []string) ([]byte, error) {
 	var doc textyaml.Node
 	if parsed != nil {
 		doc = *parsed
@@ -35,48 +42,20 @@ func patchYAML(raw []byte, parsed *textyaml.Node, ops []PatchOp) ([]byte, error)
 	// so every node on the way to an edit is copied before it changes.
 	owned := map[*textyaml.Node]bool{}
 	doc.Content = []*textyaml.Node{own(owned, doc.Content[0])}
-	for _, op := range ops {
-		if err := applyNodeOp(doc.Content[0], op, owned); err != nil {
-			return nil, fmt.Errorf("%s %s: %v", op.Op, op.Path, err)
+	compact := yamlstyle.CompactSequences(raw, true)
+	if roots != nil {
+		if _, err := applyWithUndo(doc.Content[0], owned, ops, roots, false, compact); err != nil {
+			return nil, err
+		}
+	} else {
+		for _, op := range ops {
+			if err := applyNodeOp(doc.Content[0], op, owned, nil); err != nil {
+				return nil, fmt.Errorf("%s %s: %v", op.Op, op.Path, err)
+			}
 		}
 	}
-	var buf bytes.Buffer
-	enc := textyaml.NewEncoder(&buf)
-	enc.SetIndent(2)
-	if compactSequences(raw) {
-		enc.CompactSeqIndent()
-	}
-	if err := enc.Encode(&doc); err != nil {
-		return nil, err
-	}
-	if err := enc.Close(); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
-}
-
-// compactSequences reports whether the document writes block sequences at
-// the indentation of their key ("key:\n- a", kubectl's style) rather than
-// indented under it; the first sequence found decides.
-func compactSequences(raw []byte) bool {
-	lines := strings.Split(string(raw), "\n")
-	for i := 0; i+1 < len(lines); i++ {
-		l := strings.TrimRight(lines[i], " \t\r")
-		if !strings.HasSuffix(l, ":") {
-			continue
-		}
-		next := lines[i+1]
-		t := strings.TrimLeft(next, " ")
-		if !strings.HasPrefix(t, "- ") && t != "-" {
-			continue
-		}
-		indentKey := len(l) - len(strings.TrimLeft(l, " "))
-		if strings.HasPrefix(strings.TrimLeft(l, " "), "- ") {
-			indentKey += 2
-		}
-		return len(next)-len(t) == indentKey
-	}
-	return true
+	out, err := encodeYAML(&doc, compact)
+	return []byte(out), err
 }
 
 // own returns a shallow copy of n that may be edited, or n when it is
@@ -91,7 +70,9 @@ func own(owned map[*textyaml.Node]bool, n *textyaml.Node) *textyaml.Node {
 	return &c
 }
 
-func applyNodeOp(root *textyaml.Node, op PatchOp, owned map[*textyaml.Node]bool) error {
+// applyNodeOp applies op to the tree at root. When rec is not nil, it
+// also records how to undo op (see undoRecorder).
+func applyNodeOp(root *textyaml.Node, op PatchOp, owned map[*textyaml.Node]bool, rec *undoRecorder) error {
 	tokens, err := pointerTokens(op.Path)
 	if err != nil {
 		return err
@@ -110,6 +91,7 @@ func applyNodeOp(root *textyaml.Node, op PatchOp, owned map[*textyaml.Node]bool)
 		parent = c
 	}
 	last := tokens[len(tokens)-1]
+	parentPath := op.Path[:len(op.Path)-len(escapePointer(last))]
 	switch op.Op {
 	case "add":
 		val, err := valueNode(op.Value)
@@ -120,30 +102,36 @@ func applyNodeOp(root *textyaml.Node, op PatchOp, owned map[*textyaml.Node]bool)
 		case textyaml.MappingNode:
 			for i := 0; i+1 < len(parent.Content); i += 2 {
 				if parent.Content[i].Value == last {
+					if err := rec.replaced(op, parent.Content[i], parent.Content[i+1]); err != nil {
+						return err
+					}
 					parent.Content[i+1] = val
 					return nil
 				}
 			}
 			key := &textyaml.Node{Kind: textyaml.ScalarNode, Tag: "!!str", Value: last}
 			parent.Content = append(parent.Content, key, val)
-			return nil
+			return rec.added(op, op.Path)
 		case textyaml.SequenceNode:
 			if last == "-" {
 				parent.Content = append(parent.Content, val)
-				return nil
+				return rec.added(op, parentPath+strconv.Itoa(len(parent.Content)-1))
 			}
 			i, err := index(last, len(parent.Content)+1)
 			if err != nil {
 				return err
 			}
 			parent.Content = append(parent.Content[:i], append([]*textyaml.Node{val}, parent.Content[i:]...)...)
-			return nil
+			return rec.added(op, op.Path)
 		}
 	case "remove":
 		switch parent.Kind {
 		case textyaml.MappingNode:
 			for i := 0; i+1 < len(parent.Content); i += 2 {
 				if parent.Content[i].Value == last {
+					if err := rec.removed(op.Path, i/2, parent.Content[i], parent.Content[i+1]); err != nil {
+						return err
+					}
 					parent.Content = append(parent.Content[:i], parent.Content[i+2:]...)
 					return nil
 				}
@@ -152,6 +140,9 @@ func applyNodeOp(root *textyaml.Node, op PatchOp, owned map[*textyaml.Node]bool)
 		case textyaml.SequenceNode:
 			i, err := index(last, len(parent.Content))
 			if err != nil {
+				return err
+			}
+			if err := rec.removed(op.Path, i, nil, parent.Content[i]); err != nil {
 				return err
 			}
 			parent.Content = append(parent.Content[:i], parent.Content[i+1:]...)
@@ -222,14 +213,29 @@ func pointerTokens(p string) ([]string, error) {
 // It reads the JSON tokens directly: parsing the JSON as YAML costs ten
 // times more.
 func valueNode(v any) (*textyaml.Node, error) {
+	c, err := convertValue(v)
+	if err != nil {
+		return nil, err
+	}
+	return c.node, nil
+}
+
+// converted is a patch value as a YAML tree, with the digest of its
+// canonical JSON form for undo records.
+type converted struct {
+	node   *textyaml.Node // never modified
+	digest string
+}
+
+// convertValue converts v once per distinct value: the same volumes,
+// mounts and install container go into every document of a stream.
+func convertValue(v any) (*converted, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return nil, err
 	}
-	// The same volumes, mounts and install container go into every
-	// document of a stream: convert each distinct value once.
-	if n, ok := valueNodes.Load(string(b)); ok {
-		return n.(*textyaml.Node), nil
+	if c, ok := valueNodes.Load(string(b)); ok {
+		return c.(*converted), nil
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
@@ -237,16 +243,25 @@ func valueNode(v any) (*textyaml.Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	var canon any
+	if err := utiljson.Unmarshal(b, &canon); err != nil {
+		return nil, err
+	}
+	digest, err := canonicalDigest(canon)
+	if err != nil {
+		return nil, err
+	}
+	c := &converted{node: n, digest: digest}
 	if valueNodeCount.Add(1) > 4096 {
 		valueNodes.Clear()
 		valueNodeCount.Store(0)
 	}
-	valueNodes.Store(string(b), n)
-	return n, nil
+	valueNodes.Store(string(b), c)
+	return c, nil
 }
 
 var (
-	valueNodes     sync.Map // JSON text → *textyaml.Node, never modified
+	valueNodes     sync.Map // JSON text → *converted
 	valueNodeCount atomic.Int64
 )
 

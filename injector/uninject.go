@@ -1,0 +1,342 @@
+package injector
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	textyaml "go.yaml.in/yaml/v3"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/restart-supervisor/restart-supervisor/internal/yamlstyle"
+)
+
+// UninjectManifests turns every object of m that `inject` changed back into
+// what it was before, from the undo record inject left on it
+// (AnnotationUndo), recording the text to write in each such document. An
+// object without a record is left as it is: one that shows the status
+// annotation (wrapped by the webhook, or before inject saw it) gets a
+// warning in its report. A document whose record cannot be followed (the
+// wrap was edited since) gets its Err set and is written back unchanged;
+// the error returned joins those of every such document.
+func UninjectManifests(m *Manifests) ([]ObjectReport, error) {
+	perDoc := make([][]ObjectReport, len(m.Docs))
+	errs := parallel(len(m.Docs), func(di int) error {
+		var err error
+		perDoc[di], err = uninjectDoc(&m.Docs[di])
+		return err
+	})
+	var reports []ObjectReport
+	var failed []error
+	for di := range m.Docs {
+		if errs[di] != nil {
+			m.Docs[di].out, m.Docs[di].Err = nil, errs[di]
+			failed = append(failed, errs[di])
+			continue
+		}
+		reports = append(reports, perDoc[di]...)
+	}
+	return reports, errors.Join(failed...)
+}
+
+// uninjectDoc sets d.out when d changes.
+func uninjectDoc(d *Document) ([]ObjectReport, error) {
+	d.Ops, d.roots, d.out = nil, nil, nil
+	if d.Object == nil {
+		return nil, nil
+	}
+	type target struct {
+		root   string
+		obj    map[string]any
+		record string
+		name   string
+	}
+	var objs []target
+	if items, ok := d.Object["items"].([]any); ok && isList(&unstructured.Unstructured{Object: d.Object}) {
+		for k, it := range items {
+			if im, ok := it.(map[string]any); ok {
+				objs = append(objs, target{root: "/items/" + strconv.Itoa(k), obj: im})
+			}
+		}
+	} else {
+		objs = append(objs, target{obj: d.Object})
+	}
+	var reports []ObjectReport
+	var todo []target
+	for _, t := range objs {
+		u := &unstructured.Unstructured{Object: t.obj}
+		name := objectName(u.GetKind(), u.GetNamespace(), u.GetName(), u.GetGenerateName())
+		rec, ok := u.GetAnnotations()[AnnotationUndo]
+		if !ok {
+			if wrappedTemplates(u) {
+				reports = append(reports, ObjectReport{Object: name, Line: d.Line, Warnings: []string{fmt.Sprintf(
+					"line %d: %s is wrapped but carries no %s annotation (injected by the webhook, or before inject saw it); left unchanged", d.Line, name, AnnotationUndo)}})
+			}
+			continue
+		}
+		t.record, t.name = rec, name
+		todo = append(todo, t)
+		reports = append(reports, ObjectReport{Object: name, Line: d.Line, Injected: true})
+	}
+	if len(todo) == 0 {
+		return reports, nil
+	}
+
+	var doc textyaml.Node
+	if d.node != nil {
+		doc = *d.node
+	} else if t, ok := jsonTree(d.Raw); ok {
+		doc = *t
+	} else {
+		return nil, fmt.Errorf("line %d: %s: the JSON value cannot be read as a tree (duplicate keys?); it is left as it is", d.Line, todo[0].name)
+	}
+	owned := map[*textyaml.Node]bool{}
+	doc.Content = []*textyaml.Node{own(owned, doc.Content[0])}
+	var text string
+	for _, t := range todo {
+		var err error
+		if text, err = undoObject(doc.Content[0], owned, t.root, t.record); err != nil {
+			return nil, fmt.Errorf("line %d: %s: %v", d.Line, t.name, err)
+		}
+	}
+	if text != "" && len(todo) == 1 && todo[0].root == "" && sameObject(&doc, text) {
+		// Written from its object by inject, and not edited since: the
+		// document as it was, anchors, comments and all.
+		d.out = []byte(text)
+		return reports, nil
+	}
+
+	var out []byte
+	if d.format == FormatJSON {
+		var b bytes.Buffer
+		if err := nodeJSON(&b, &doc); err != nil {
+			return nil, fmt.Errorf("line %d: %v", d.Line, err)
+		}
+		out = b.Bytes()
+		if bytes.Contains(d.Raw, []byte("\n")) {
+			var ind bytes.Buffer
+			if err := json.Indent(&ind, out, "", "  "); err != nil {
+				return nil, fmt.Errorf("line %d: %v", d.Line, err)
+			}
+			out = ind.Bytes()
+		}
+	} else {
+		s, err := encodeYAML(&doc, yamlstyle.CompactSequences(d.Raw, true))
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %v", d.Line, err)
+		}
+		out = []byte(s)
+		if len(d.Raw) > 0 && d.Raw[len(d.Raw)-1] != '\n' {
+			out = bytes.TrimSuffix(out, []byte("\n"))
+		}
+	}
+	d.out = out
+	return reports, nil
+}
+
+// wrappedTemplates: a pod template of u has the status annotation.
+func wrappedTemplates(u *unstructured.Unstructured) bool {
+	ts, _, err := templatesOf(u.Object, u.GetAPIVersion(), u.GetKind())
+	if err != nil {
+		return false
+	}
+	for _, t := range ts {
+		meta, _ := t.m["metadata"].(map[string]any)
+		ann, _ := meta["annotations"].(map[string]any)
+		if _, ok := ann[AnnotationStatus]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// undoObject takes the injection of the object at root back, following
+// record. Errors name the field.
+// It returns the record's Text.
+func undoObject(doc *textyaml.Node, owned map[*textyaml.Node]bool, root, record string) (string, error) {
+	rec, err := undoObjectRecord(doc, owned, root, record)
+	return rec.Text, err
+}
+
+// sameObject: the tree doc and the YAML text hold the same object.
+func sameObject(doc *textyaml.Node, text string) bool {
+	var a, b any
+	if err := doc.Decode(&a); err != nil {
+		return false
+	}
+	if err := textyaml.Unmarshal([]byte(text), &b); err != nil {
+		return false
+	}
+	ja, err1 := jsonValue(a)
+	jb, err2 := jsonValue(b)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	x, _ := json.Marshal(ja)
+	y, _ := json.Marshal(jb)
+	return bytes.Equal(x, y)
+}
+
+func undoObjectRecord(doc *textyaml.Node, owned map[*textyaml.Node]bool, root, record string) (undoRecord, error) {
+	recField := "metadata.annotations[" + AnnotationUndo + "]"
+	var rec undoRecord
+	dec := json.NewDecoder(strings.NewReader(record))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rec); err != nil {
+		return rec, fmt.Errorf("%s: invalid: %s", recField, oneLine(err))
+	}
+	return rec, undoRecordOps(doc, owned, root, rec)
+}
+
+func undoRecordOps(doc *textyaml.Node, owned map[*textyaml.Node]bool, root string, rec undoRecord) error {
+	recField := "metadata.annotations[" + AnnotationUndo + "]"
+	// The record itself goes first: it was written last.
+	meta, err := ownedPath(doc, owned, root+"/metadata")
+	if err != nil {
+		return fmt.Errorf("%s: %v", recField, err)
+	}
+	ann := mapMember(meta, "annotations")
+	if ann == nil {
+		return fmt.Errorf("%s: missing", recField)
+	}
+	ann, err = ownedPath(doc, owned, root+"/metadata/annotations")
+	if err != nil {
+		return fmt.Errorf("%s: %v", recField, err)
+	}
+	deleteMember(ann, AnnotationUndo)
+	switch rec.Made {
+	case "":
+	case "annotations", "metadata":
+		if len(ann.Content) == 0 {
+			deleteMember(meta, "annotations")
+		}
+		if rec.Made == "metadata" && len(meta.Content) == 0 {
+			obj, err := ownedPath(doc, owned, root)
+			if err != nil {
+				return err
+			}
+			deleteMember(obj, "metadata")
+		}
+	default:
+		return fmt.Errorf("%s: invalid: made %q", recField, rec.Made)
+	}
+	for k := len(rec.Undo) - 1; k >= 0; k-- {
+		u := rec.Undo[k]
+		if err := undoOne(doc, owned, root, u); err != nil {
+			return fmt.Errorf("%s: %v", fieldPath(u.Path), err)
+		}
+	}
+	return nil
+}
+
+// edited is the message for a part of the wrap that is not as inject
+// wrote it: the inverse would have to guess.
+const edited = "changed since restart-injector inject wrote it; restore it, or edit the original manifest and inject it again"
+
+func undoOne(doc *textyaml.Node, owned map[*textyaml.Node]bool, root string, u undoOp) error {
+	toks, err := pointerTokens(u.Path)
+	if err != nil || len(toks) == 0 {
+		return fmt.Errorf("invalid path in %s", AnnotationUndo)
+	}
+	last := toks[len(toks)-1]
+	parentPath := root + u.Path[:len(u.Path)-len(escapePointer(last))-1]
+	parent, err := ownedPath(doc, owned, parentPath)
+	if err != nil {
+		return fmt.Errorf("%v: %s", err, edited)
+	}
+	switch u.Op {
+	case "remove", "replace":
+		i, err := childIndex(parent, last)
+		if err != nil {
+			return fmt.Errorf("missing: %s", edited)
+		}
+		sum, err := nodeDigest(parent.Content[i])
+		if err != nil || sum != u.Sum {
+			return fmt.Errorf("%s", edited)
+		}
+		if u.Op == "replace" {
+			_, val, err := wasMember(u.Was)
+			if err != nil {
+				return err
+			}
+			parent.Content[i] = val
+			return nil
+		}
+		if parent.Kind == textyaml.MappingNode {
+			parent.Content = append(parent.Content[:i-1], parent.Content[i+1:]...)
+		} else {
+			parent.Content = append(parent.Content[:i], parent.Content[i+1:]...)
+		}
+		return nil
+	case "insert":
+		key, val, err := wasMember(u.Was)
+		if err != nil {
+			return err
+		}
+		switch parent.Kind {
+		case textyaml.MappingNode:
+			if mapMember(parent, last) != nil {
+				return fmt.Errorf("present again: %s", edited)
+			}
+			at := 2 * u.At
+			if u.At < 0 || at > len(parent.Content) {
+				return fmt.Errorf("position %d out of range: %s", u.At, edited)
+			}
+			parent.Content = append(parent.Content[:at], append([]*textyaml.Node{key, val}, parent.Content[at:]...)...)
+			return nil
+		case textyaml.SequenceNode:
+			i, err := index(last, len(parent.Content)+1)
+			if err != nil {
+				return fmt.Errorf("%v: %s", err, edited)
+			}
+			parent.Content = append(parent.Content[:i], append([]*textyaml.Node{val}, parent.Content[i:]...)...)
+			return nil
+		}
+		return fmt.Errorf("parent is neither a mapping nor a sequence: %s", edited)
+	}
+	return fmt.Errorf("unknown operation %q in %s", u.Op, AnnotationUndo)
+}
+
+// wasMember parses an undoOp's Was.
+func wasMember(was string) (key, val *textyaml.Node, err error) {
+	var d textyaml.Node
+	if err := textyaml.Unmarshal([]byte(was), &d); err != nil {
+		return nil, nil, fmt.Errorf("invalid value in %s: %s", AnnotationUndo, oneLine(err))
+	}
+	if d.Kind != textyaml.DocumentNode || len(d.Content) != 1 || d.Content[0].Kind != textyaml.MappingNode || len(d.Content[0].Content) != 2 {
+		return nil, nil, fmt.Errorf("invalid value in %s: want one member", AnnotationUndo)
+	}
+	return d.Content[0].Content[0], d.Content[0].Content[1], nil
+}
+
+// ownedPath follows a JSON Pointer from root, copying every node on the way
+// so that the last one may be edited.
+func ownedPath(root *textyaml.Node, owned map[*textyaml.Node]bool, p string) (*textyaml.Node, error) {
+	toks, err := pointerTokens(p)
+	if err != nil {
+		return nil, err
+	}
+	n := root
+	for _, t := range toks {
+		i, err := childIndex(n, t)
+		if err != nil {
+			return nil, err
+		}
+		c := own(owned, n.Content[i])
+		n.Content[i] = c
+		n = c
+	}
+	return n, nil
+}
+
+func deleteMember(m *textyaml.Node, key string) {
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			m.Content = append(m.Content[:i], m.Content[i+2:]...)
+			return
+		}
+	}
+}
