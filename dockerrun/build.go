@@ -69,6 +69,9 @@ type Request struct {
 	// Timeout bounds the registry lookup; zero means the resolver's
 	// default.
 	Timeout time.Duration
+	// InsecureRegistries (HOST[:PORT]) are the registries looked up over
+	// plain HTTP; any other is reached over HTTPS only.
+	InsecureRegistries []string
 
 	// LogFormat, when not empty, is passed to the supervisor as
 	// --log-format; it must be "text" or "json".
@@ -226,7 +229,8 @@ func imageConfig(ctx context.Context, r Request) (ImageConfig, error) {
 			return cfg, fmt.Errorf("%v (use --source registry to read the image config from its registry)", err)
 		}
 	}
-	res, err := injector.NewResolver(injector.ResolverOptions{Keychain: authn.DefaultKeychain, Timeout: r.Timeout}).Resolve(ctx, r.Image, "", nil)
+	res, err := injector.NewResolver(injector.ResolverOptions{Keychain: authn.DefaultKeychain, Timeout: r.Timeout,
+		InsecureRegistries: r.InsecureRegistries}).Resolve(ctx, r.Image, "", nil)
 	if err != nil {
 		where := "registry"
 		if r.Source != "registry" {

@@ -55,8 +55,11 @@ const (
 	NativeOn   NativeMode = "on"   // never inject
 )
 
-// NativeState reports whether the cluster currently honours the native fields.
-type NativeState interface{ Honoured() bool }
+// NativeState reports whether the cluster currently honours a feature of
+// the native fields.
+type NativeState interface {
+	HonouredFor(NativeFeature) bool
+}
 
 // Handler answers admission/v1 AdmissionReviews for pod CREATE on /mutate.
 type Handler struct {
@@ -115,12 +118,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "decode AdmissionReview: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	if review.Request == nil {
-		http.Error(w, "AdmissionReview has no request", http.StatusBadRequest)
-		return
-	}
-	if review.APIVersion != "" && review.APIVersion != reviewTypeMeta.APIVersion {
-		http.Error(w, fmt.Sprintf("AdmissionReview apiVersion %q: only %s is served", review.APIVersion, reviewTypeMeta.APIVersion), http.StatusBadRequest)
+	if msg := checkReview(review); msg != "" {
+		http.Error(w, msg, http.StatusBadRequest)
 		return
 	}
 
@@ -146,6 +145,24 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(out)
+}
+
+// checkReview returns why review is not one the API server sends, in one
+// line, or "" when it is: the API server always sends apiVersion
+// admission.k8s.io/v1, kind AdmissionReview and a request with a uid, which
+// the response must echo.
+func checkReview(review *admissionv1.AdmissionReview) string {
+	switch {
+	case review.APIVersion != reviewTypeMeta.APIVersion:
+		return fmt.Sprintf("AdmissionReview apiVersion %.64q: only %s is served", review.APIVersion, reviewTypeMeta.APIVersion)
+	case review.Kind != reviewTypeMeta.Kind:
+		return fmt.Sprintf("kind %.64q: expected AdmissionReview", review.Kind)
+	case review.Request == nil:
+		return "AdmissionReview has no request"
+	case review.Request.UID == "":
+		return "AdmissionReview request.uid is empty: the response must echo it"
+	}
+	return ""
 }
 
 // podAdmissionReview is an AdmissionReview whose object is decoded as a Pod in the
@@ -238,9 +255,15 @@ func (h *Handler) review(ctx context.Context, req *admissionv1.AdmissionRequest,
 			return deny(http.StatusBadRequest, metav1.StatusReasonBadRequest, "decode Pod: "+err.Error()), ResultBadInput
 		}
 	}
-	if pod.Namespace == "" {
-		pod.Namespace = req.Namespace
+	// The API server fills an object's namespace from the request and
+	// refuses a mismatch before admission: a differing one is not its
+	// review. Pull secrets are read in req.Namespace alone.
+	if pod.Namespace != "" && pod.Namespace != req.Namespace {
+		msg := fmt.Sprintf("metadata.namespace %.64q differs from request.namespace %.64q", pod.Namespace, req.Namespace)
+		return deny(http.StatusBadRequest, metav1.StatusReasonBadRequest, msg), ResultBadInput
 	}
+	pod.Namespace = req.Namespace
+	ctx = withPullSecretScope(ctx, req.Namespace, pod)
 	podName := pod.Name
 	if podName == "" {
 		podName = pod.GenerateName + "<generated>"
@@ -253,7 +276,9 @@ func (h *Handler) review(ctx context.Context, req *admissionv1.AdmissionRequest,
 	case NativeAuto:
 		// The annotation carrier is this project's own: a cluster that honours
 		// the native fields still ignores it, so such pods are still injected.
-		if h.NativeState != nil && h.NativeState.Honoured() && pod.Annotations[injector.AnnotationRules] == "" {
+		// A pod is left to the cluster only when it honours every feature
+		// the pod relies on.
+		if h.NativeState != nil && h.NativeState.HonouredFor(podFeature(pod)) && pod.Annotations[injector.AnnotationRules] == "" {
 			return &admissionv1.AdmissionResponse{Allowed: true}, ResultUntouched
 		}
 	}
@@ -305,4 +330,18 @@ func allowNative(pod *corev1.Pod, why string) *admissionv1.AdmissionResponse {
 		resp.Warnings = []string{fmt.Sprintf("annotation %s is ignored (%s): use the containers' restartPolicyRules fields", injector.AnnotationRules, why)}
 	}
 	return resp
+}
+
+// podFeature is the newest native feature pod's restart fields rely on.
+func podFeature(pod *corev1.Pod) NativeFeature {
+	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range cs {
+			for _, r := range c.RestartPolicyRules {
+				if r.Action == corev1.ContainerRestartRuleActionRestartAllContainers {
+					return FeatureRestartAllContainers
+				}
+			}
+		}
+	}
+	return FeatureRestartRules
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/client-go/kubernetes"
@@ -20,6 +21,25 @@ import (
 // MinNativeKubelet is the first kubelet release with ContainerRestartRules on
 // by default (beta in 1.35).
 var MinNativeKubelet = version.MustParseGeneric("1.35.0")
+
+// MinNativeRestartAllKubelet is the first kubelet release with
+// RestartAllContainersOnContainerExits on by default (alpha and off in
+// 1.35, beta and on in 1.36: pkg/features/kube_features.go, v1.36.3).
+var MinNativeRestartAllKubelet = version.MustParseGeneric("1.36.0")
+
+// NativeFeature is one of the upstream features a pod's restart rules may
+// rely on. --native=auto decides for each: a 1.35 cluster honours
+// restartPolicyRules but not, by default, the RestartAllContainers action.
+type NativeFeature int
+
+const (
+	// FeatureRestartRules is KEP-5307: container restartPolicy and
+	// restartPolicyRules with the Restart action.
+	FeatureRestartRules NativeFeature = iota
+	// FeatureRestartAllContainers is KEP-5532: the RestartAllContainers
+	// action.
+	FeatureRestartAllContainers
+)
 
 // NativeProbePodName names the pod the detector creates with dryRun=All; it
 // is never stored.
@@ -39,7 +59,8 @@ type NativeDetector struct {
 	Log       *slog.Logger
 	Metrics   *Metrics
 
-	honoured atomic.Bool
+	honoured    atomic.Bool // FeatureRestartRules
+	honouredAll atomic.Bool // FeatureRestartAllContainers
 	// kept: 0 unknown, 1 dropped, 2 kept.
 	kept atomic.Int32
 	// server is the API server's rules.KubeVersion; 0 until known.
@@ -80,8 +101,16 @@ func (d *NativeDetector) FieldsKept() (kept, known bool) {
 	return k == 2, k != 0
 }
 
-// Honoured reports the latest conclusion.
+// Honoured reports the latest conclusion for FeatureRestartRules.
 func (d *NativeDetector) Honoured() bool { return d.honoured.Load() }
+
+// HonouredFor reports the latest conclusion for feature f.
+func (d *NativeDetector) HonouredFor(f NativeFeature) bool {
+	if f == FeatureRestartAllContainers {
+		return d.honouredAll.Load()
+	}
+	return d.honoured.Load()
+}
 
 // Run checks now and then every Interval until ctx is done.
 func (d *NativeDetector) Run(ctx context.Context) {
@@ -91,7 +120,7 @@ func (d *NativeDetector) Run(ctx context.Context) {
 	}
 	var last string
 	for {
-		ok, why, err := d.Check(ctx)
+		ok, okAll, why, err := d.CheckAll(ctx)
 		if ctx.Err() != nil {
 			return
 		}
@@ -101,6 +130,7 @@ func (d *NativeDetector) Run(ctx context.Context) {
 			d.log().Warn("native restart rules: check failed; keeping previous conclusion", "honoured", d.Honoured(), "err", err)
 		} else {
 			d.honoured.Store(ok)
+			d.honouredAll.Store(okAll)
 			if d.Metrics != nil {
 				d.Metrics.NativeHonoured.Set(map[bool]float64{false: 0, true: 1}[ok])
 			}
@@ -124,51 +154,92 @@ func (d *NativeDetector) log() *slog.Logger {
 	return d.Log
 }
 
-// Check performs both checks once. why explains the conclusion in one line.
+// Check performs the checks once. honoured is about FeatureRestartRules;
+// why also says what was concluded for FeatureRestartAllContainers, which
+// CheckAll returns too.
 func (d *NativeDetector) Check(ctx context.Context) (honoured bool, why string, err error) {
+	honoured, _, why, err = d.CheckAll(ctx)
+	return honoured, why, err
+}
+
+// CheckAll performs the checks once and concludes for both features: the
+// restart fields are honoured when the API server keeps them and every
+// kubelet is MinNativeKubelet or newer; the RestartAllContainers action
+// when the API server also accepts and keeps it (a 1.35 server with its
+// gate off refuses it) and every kubelet is MinNativeRestartAllKubelet or
+// newer. A cluster in the middle of an upgrade is judged by its oldest
+// kubelet, so a pod never lands on a node that would ignore its rules.
+func (d *NativeDetector) CheckAll(ctx context.Context) (rulesOK, allOK bool, why string, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	kept, err := d.apiServerKeepsFields(ctx)
+	kept, err := d.apiServerKeepsFields(ctx, NativeProbePod(d.Namespace))
 	if err != nil {
-		return false, "", err
+		return false, false, "", err
 	}
 	d.readServerVersion()
 	d.kept.Store(map[bool]int32{false: 1, true: 2}[kept])
 	if !kept {
-		return false, "the API server drops restartPolicyRules (ContainerRestartRules gate off or server older than 1.34)", nil
+		return false, false, "the API server drops restartPolicyRules (ContainerRestartRules gate off or server older than 1.34)", nil
+	}
+	keptAll, err := d.apiServerKeepsFields(ctx, NativeProbePodRestartAll(d.Namespace))
+	if err != nil {
+		return false, false, "", err
 	}
 	nodes, err := d.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return false, "", fmt.Errorf("list nodes: %w", err)
+		return false, false, "", fmt.Errorf("list nodes: %w", err)
 	}
 	if len(nodes.Items) == 0 {
-		return false, "the API server keeps restartPolicyRules but there are no nodes to check", nil
+		return false, false, "the API server keeps restartPolicyRules but there are no nodes to check", nil
 	}
+	old := olderKubelets(nodes.Items, MinNativeKubelet)
+	if len(old) > 0 {
+		return false, false, fmt.Sprintf("the API server keeps restartPolicyRules but kubelets older than %s run on %s", MinNativeKubelet, strings.Join(old, ", ")), nil
+	}
+	why = fmt.Sprintf("the API server keeps restartPolicyRules and all %d kubelets are %s or newer", len(nodes.Items), MinNativeKubelet)
+	switch oldAll := olderKubelets(nodes.Items, MinNativeRestartAllKubelet); {
+	case !keptAll:
+		why += "; the API server refuses or drops the RestartAllContainers action (RestartAllContainersOnContainerExits off), so pods using it are injected"
+	case len(oldAll) > 0:
+		why += fmt.Sprintf("; kubelets older than %s run on %s, so pods using RestartAllContainers are injected", MinNativeRestartAllKubelet, strings.Join(oldAll, ", "))
+	default:
+		why += fmt.Sprintf("; RestartAllContainers too (all kubelets %s or newer)", MinNativeRestartAllKubelet)
+		allOK = true
+	}
+	return true, allOK, why, nil
+}
+
+// olderKubelets names the nodes (at most five, then a count) whose kubelet
+// is older than min or does not say its version.
+func olderKubelets(nodes []corev1.Node, min *version.Version) []string {
 	var old []string
-	for _, n := range nodes.Items {
+	for _, n := range nodes {
 		kv := n.Status.NodeInfo.KubeletVersion
 		v, err := version.ParseGeneric(kv)
-		if err != nil || v.LessThan(MinNativeKubelet) {
+		if err != nil || v.LessThan(min) {
 			old = append(old, fmt.Sprintf("%s (%s)", n.Name, kv))
 		}
 	}
-	if len(old) > 0 {
-		if len(old) > 5 {
-			old = append(old[:5], fmt.Sprintf("and %d more", len(old)-5))
-		}
-		return false, fmt.Sprintf("the API server keeps restartPolicyRules but kubelets older than %s run on %s", MinNativeKubelet, strings.Join(old, ", ")), nil
+	if len(old) > 5 {
+		old = append(old[:5], fmt.Sprintf("and %d more", len(old)-5))
 	}
-	return true, fmt.Sprintf("the API server keeps restartPolicyRules and all %d kubelets are %s or newer", len(nodes.Items), MinNativeKubelet), nil
+	return old
 }
 
-func (d *NativeDetector) apiServerKeepsFields(ctx context.Context) (bool, error) {
-	pod := NativeProbePod(d.Namespace)
+// apiServerKeepsFields dry-run creates pod and reports whether the API
+// server kept the restart fields of its first container. A pod refused as
+// invalid (an action that server's validation does not accept) counts as
+// not kept.
+func (d *NativeDetector) apiServerKeepsFields(ctx context.Context, pod *corev1.Pod) (bool, error) {
 	got, err := d.Client.CoreV1().Pods(d.Namespace).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if apierrors.IsInvalid(err) {
+		return false, nil
+	}
 	if err != nil {
 		return false, fmt.Errorf("dry-run create of pod %s/%s: %w", d.Namespace, pod.Name, err)
 	}
 	for _, c := range got.Spec.Containers {
-		if len(c.RestartPolicyRules) > 0 && c.RestartPolicy != nil {
+		if len(c.RestartPolicyRules) > 0 && c.RestartPolicy != nil && c.RestartPolicyRules[0].Action == pod.Spec.Containers[0].RestartPolicyRules[0].Action {
 			return true, nil
 		}
 	}
@@ -208,4 +279,12 @@ func NativeProbePod(namespace string) *corev1.Pod {
 			}},
 		},
 	}
+}
+
+// NativeProbePodRestartAll is NativeProbePod with the RestartAllContainers
+// action.
+func NativeProbePodRestartAll(namespace string) *corev1.Pod {
+	p := NativeProbePod(namespace)
+	p.Spec.Containers[0].RestartPolicyRules[0].Action = corev1.ContainerRestartRuleActionRestartAllContainers
+	return p
 }

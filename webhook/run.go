@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,7 +14,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -97,6 +97,21 @@ type Config struct {
 	// webhook's timeoutSeconds. If LookupTimeout is zero, it is five
 	// seconds.
 	LookupTimeout time.Duration
+	// InsecureRegistries (HOST[:PORT]) are the only registries lookups
+	// reach over plain HTTP; any other is reached over HTTPS only. An
+	// entry that does not parse makes Run fail.
+	InsecureRegistries []string
+	// AllowedRegistries, when not empty, are the only registries (HOST[:PORT])
+	// whose images are looked up; a pod whose image is elsewhere is denied
+	// (or admitted with a warning under EntrypointAllow) without any
+	// request. An entry that does not parse makes Run fail.
+	AllowedRegistries []string
+
+	// ClientCAFile, when set, is a PEM file of CA certificates: /mutate then
+	// requires a TLS client certificate signed by one of them, which the API
+	// server presents when its admission configuration names one for this
+	// webhook (docs/webhook.md). Read once at start.
+	ClientCAFile string
 
 	// SupervisorImage is the image of the install init container. If it
 	// is empty, injector.ImageRepository:contract.Version is used.
@@ -174,7 +189,33 @@ func (c Config) withDefaults() (Config, error) {
 	case c.Namespace == "" && (c.CertMode == CertSelf || c.Native == NativeAuto):
 		return c, errors.New("the webhook's namespace is needed by self-managed certificates and native auto mode, and is unknown outside a pod")
 	}
+	for _, list := range []*[]string{&c.InsecureRegistries, &c.AllowedRegistries} {
+		for i, r := range *list {
+			n, err := injector.NormalizeRegistry(r)
+			if err != nil {
+				return c, err
+			}
+			(*list)[i] = n
+		}
+	}
 	return c, nil
+}
+
+// ClientCAs reads ClientCAFile, the CA bundle /mutate verifies client
+// certificates against (Server.ClientCAs); nil when none is configured.
+func (c Config) ClientCAs() (*x509.CertPool, error) {
+	if c.ClientCAFile == "" {
+		return nil, nil
+	}
+	pem, err := os.ReadFile(c.ClientCAFile)
+	if err != nil {
+		return nil, fmt.Errorf("client CA file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("client CA file %s: no PEM certificate in it", c.ClientCAFile)
+	}
+	return pool, nil
 }
 
 // Run serves admission reviews until ctx is done, then drains as
@@ -199,6 +240,10 @@ func Run(ctx context.Context, c Config) error {
 	}, []string{"cache"})
 	metrics := NewMetrics(registryReqs, lookups)
 
+	clientCAs, err := c.ClientCAs()
+	if err != nil {
+		return err
+	}
 	client, err := c.client()
 	if err != nil {
 		return err
@@ -211,8 +256,10 @@ func Run(ctx context.Context, c Config) error {
 	}
 	if c.RegistryLookup {
 		ropts := injector.ResolverOptions{
-			Timeout:   c.LookupTimeout,
-			Transport: countingTransport{next: http.DefaultTransport, reqs: registryReqs},
+			Timeout:            c.LookupTimeout,
+			Transport:          countingTransport{next: http.DefaultTransport, reqs: registryReqs},
+			InsecureRegistries: c.InsecureRegistries,
+			AllowedRegistries:  c.AllowedRegistries,
 			Observe: func(hit bool) {
 				if hit {
 					lookups.WithLabelValues("hit").Inc()
@@ -222,19 +269,7 @@ func Run(ctx context.Context, c Config) error {
 			},
 		}
 		if client != nil {
-			ropts.PullSecrets = func(ctx context.Context, namespace string, names []string) ([]corev1.Secret, error) {
-				var out []corev1.Secret
-				for _, n := range names {
-					s, err := client.CoreV1().Secrets(namespace).Get(ctx, n, metav1.GetOptions{})
-					if err != nil {
-						// The kubelet also tolerates a missing pull secret.
-						log.Debug("pull secret not readable", "namespace", namespace, "name", n, "err", err)
-						continue
-					}
-					out = append(out, *s)
-				}
-				return out, nil
-			}
+			ropts.PullSecrets = PullSecretReader(client, log)
 		}
 		opts.Resolver = injector.NewResolver(ropts)
 	}
@@ -306,10 +341,11 @@ func Run(ctx context.Context, c Config) error {
 		mutateLn.Close()
 		return fmt.Errorf("health endpoint: %w", err)
 	}
-	srv := &Server{Handler: h, Certs: certs, Metrics: metrics, Log: log,
+	srv := &Server{Handler: h, Certs: certs, Metrics: metrics, Log: log, ClientCAs: clientCAs,
 		ShutdownDelay: c.ShutdownDelay, ShutdownTimeout: c.ShutdownTimeout}
 	log.Info("restart-injector starting", "version", contract.Version, "certMode", c.CertMode,
-		"native", c.Native, "onEntrypointError", c.OnEntrypointError, "registryLookup", c.RegistryLookup)
+		"native", c.Native, "onEntrypointError", c.OnEntrypointError, "registryLookup", c.RegistryLookup,
+		"insecureRegistries", c.InsecureRegistries, "allowedRegistries", c.AllowedRegistries, "clientCA", c.ClientCAFile != "")
 	return srv.Serve(ctx, mutateLn, healthLn)
 }
 

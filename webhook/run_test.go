@@ -102,6 +102,9 @@ func TestRunRejectsConfig(t *testing.T) {
 		{Config{Native: NativeOff, OnEntrypointError: "ignore"}, `entrypoint policy "ignore"`},
 		{Config{Native: NativeOff, CertMode: CertSelf}, "namespace is needed"},
 		{Config{}, "namespace is needed"}, // the zero Native is NativeAuto
+		{Config{Native: NativeOff, InsecureRegistries: []string{"http://r.test"}}, `registry "http://r.test": want HOST or HOST:PORT`},
+		{Config{Native: NativeOff, AllowedRegistries: []string{"r.test", ""}}, `registry "": want HOST or HOST:PORT`},
+		{Config{Native: NativeOff, ClientCAFile: "/nonexistent/ca.crt"}, "client CA file: open /nonexistent/ca.crt"},
 	} {
 		tc.c.Log = testLogger(t)
 		if err := Run(context.Background(), tc.c); err == nil || !strings.Contains(err.Error(), tc.want) {

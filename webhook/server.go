@@ -17,6 +17,7 @@ package webhook
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -42,18 +43,26 @@ type Server struct {
 	ShutdownDelay time.Duration
 	// ShutdownTimeout bounds the drain of in-flight reviews.
 	ShutdownTimeout time.Duration
+	// ClientCAs, when set, make /mutate require a client certificate
+	// signed by one of them (the API server's, see Config.ClientCAFile).
+	ClientCAs *x509.CertPool
 
 	stopping atomic.Bool
 }
 
 // TLSConfig is the serving configuration: TLS 1.2+, the certificate from the
-// watcher at every handshake.
+// watcher at every handshake, and with ClientCAs a verified client
+// certificate required of every connection.
 func (s *Server) TLSConfig() *tls.Config {
-	return &tls.Config{
+	c := &tls.Config{
 		MinVersion:     tls.VersionTLS12,
 		GetCertificate: s.Certs.GetCertificate,
 		NextProtos:     []string{"h2", "http/1.1"},
 	}
+	if s.ClientCAs != nil {
+		c.ClientAuth, c.ClientCAs = tls.RequireAndVerifyClientCert, s.ClientCAs
+	}
+	return c
 }
 
 // MutateMux routes the admission endpoint.

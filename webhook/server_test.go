@@ -66,6 +66,12 @@ func startServer(t testing.TB, h *Handler) *testServer {
 
 func startServerWith(t testing.TB, h http.Handler, m *Metrics, log *slog.Logger) *testServer {
 	t.Helper()
+	return startServerOpts(t, h, m, log, nil)
+}
+
+// startServerOpts is startServerWith with edit applied to the Server first.
+func startServerOpts(t testing.TB, h http.Handler, m *Metrics, log *slog.Logger, edit func(*Server)) *testServer {
+	t.Helper()
 	dir := t.TempDir()
 	ca := issue(t, dir, "localhost")
 	certs := NewCertWatcher(dir, log, func(nt time.Time) { m.CertExpiry.Set(float64(nt.Unix())) })
@@ -81,6 +87,9 @@ func startServerWith(t testing.TB, h http.Handler, m *Metrics, log *slog.Logger)
 		t.Fatal(err)
 	}
 	s := &Server{Handler: h, Certs: certs, Metrics: m, Log: log, ShutdownTimeout: 10 * time.Second}
+	if edit != nil {
+		edit(s)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ts := &testServer{
 		URL:       "https://" + ml.Addr().String() + "/mutate",
@@ -123,15 +132,25 @@ func podReview(t testing.TB, podYAML string) []byte {
 	return reviewOf(t, raw, "Pod", "pods", admissionv1.Create)
 }
 
+// reviewOf wraps an object the way the API server does: request.namespace
+// is the object's namespace, or "apps" when it has none.
 func reviewOf(t testing.TB, raw []byte, kind, resource string, op admissionv1.Operation) []byte {
 	t.Helper()
+	var meta struct {
+		Metadata struct{ Namespace string } `json:"metadata"`
+	}
+	_ = json.Unmarshal(raw, &meta)
+	ns := meta.Metadata.Namespace
+	if ns == "" {
+		ns = "apps"
+	}
 	b, err := json.Marshal(admissionv1.AdmissionReview{
 		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
 		Request: &admissionv1.AdmissionRequest{
 			UID:       types.UID("0f6e2a4c-7b1d-4e1e-9a52-5d0c1c3b9e11"),
 			Kind:      metav1.GroupVersionKind{Version: "v1", Kind: kind},
 			Resource:  metav1.GroupVersionResource{Version: "v1", Resource: resource},
-			Namespace: "apps",
+			Namespace: ns,
 			Operation: op,
 			Object:    runtimeRaw(raw),
 		},
@@ -329,7 +348,28 @@ func TestEntrypointFailurePolicy(t *testing.T) {
 
 type fixedNative bool
 
-func (f fixedNative) Honoured() bool { return bool(f) }
+func (f fixedNative) HonouredFor(NativeFeature) bool { return bool(f) }
+
+// rulesOnlyNative honours restartPolicyRules but not RestartAllContainers,
+// as a 1.35 cluster with default gates does.
+type rulesOnlyNative struct{}
+
+func (rulesOnlyNative) HonouredFor(f NativeFeature) bool { return f == FeatureRestartRules }
+
+const restartAllPod = `
+apiVersion: v1
+kind: Pod
+metadata: {name: gang}
+spec:
+  restartPolicy: Never
+  containers:
+  - name: worker
+    image: registry.test/app:1
+    command: [/app]
+    restartPolicy: Never
+    restartPolicyRules: [{action: RestartAllContainers, exitCodes: {operator: In, values: [88]}}]
+  - {name: loader, image: registry.test/app:1, command: [/load]}
+`
 
 func TestNativeModes(t *testing.T) {
 	annotated := `
@@ -357,6 +397,10 @@ spec:
 		{NativeAuto, fixedNative(true), annotated, true, false}, // the cluster never reads the annotation
 		{NativeOn, fixedNative(false), nativePod, false, false},
 		{NativeOn, fixedNative(false), annotated, false, true},
+		// 1.35 defaults: rules honoured, RestartAllContainers not.
+		{NativeAuto, rulesOnlyNative{}, nativePod, false, false},
+		{NativeAuto, rulesOnlyNative{}, restartAllPod, true, false},
+		{NativeAuto, fixedNative(true), restartAllPod, false, false},
 	} {
 		h := newHandler()
 		h.Native, h.NativeState = tc.mode, tc.state
@@ -384,6 +428,10 @@ func TestBadRequests(t *testing.T) {
 		{"not an object", http.MethodPost, "application/json", []byte(`[1,2]`), http.StatusBadRequest},
 		{"no request", http.MethodPost, "application/json", []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}`), http.StatusBadRequest},
 		{"v1beta1", http.MethodPost, "application/json", []byte(`{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","request":{"uid":"x"}}`), http.StatusBadRequest},
+		{"no uid", http.MethodPost, "application/json", withoutUID(t, podReview(t, nativePod)), http.StatusBadRequest},
+		{"no apiVersion", http.MethodPost, "application/json", []byte(`{"kind":"AdmissionReview","request":{"uid":"x"}}`), http.StatusBadRequest},
+		{"not a review", http.MethodPost, "application/json", []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"Pod","request":{"uid":"x"}}`), http.StatusBadRequest},
+		{"no kind", http.MethodPost, "application/json", []byte(`{"apiVersion":"admission.k8s.io/v1","request":{"uid":"x"}}`), http.StatusBadRequest},
 		{"oversized", http.MethodPost, "application/json", big, http.StatusRequestEntityTooLarge},
 	} {
 		req, _ := http.NewRequest(tc.method, ts.URL, bytes.NewReader(tc.body))
@@ -398,6 +446,9 @@ func TestBadRequests(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != tc.want {
 			t.Errorf("%s: HTTP %d, want %d (%s)", tc.name, resp.StatusCode, tc.want, msg)
+		}
+		if line := strings.TrimSuffix(string(msg), "\n"); line == "" || strings.Contains(line, "\n") {
+			t.Errorf("%s: want a one-line message, got %q", tc.name, msg)
 		}
 	}
 
@@ -417,8 +468,8 @@ func TestBadRequests(t *testing.T) {
 	if resp := admit(t, ts, podReview(t, nativePod)); !resp.Allowed || len(resp.Patch) == 0 {
 		t.Errorf("after bad requests: %+v", resp)
 	}
-	if got := counter(t, ts.Metrics, ResultBadInput); got != 10 {
-		t.Errorf("bad_request counter = %v, want 10", got)
+	if got := counter(t, ts.Metrics, ResultBadInput); got != 14 {
+		t.Errorf("bad_request counter = %v, want 14", got)
 	}
 }
 
@@ -549,5 +600,99 @@ func TestPanicBecomesDenial(t *testing.T) {
 	// And the server goes on.
 	if resp := admit(t, ts, podReview(t, nativePod)); !resp.Allowed || len(resp.Patch) == 0 {
 		t.Fatalf("after a panic: %+v", resp)
+	}
+}
+
+// withoutUID is review with request.uid removed.
+func withoutUID(t testing.TB, review []byte) []byte {
+	return editReview(t, review, func(r *admissionv1.AdmissionRequest) { r.UID = "" })
+}
+
+// editReview is review with edit applied to its request.
+func editReview(t testing.TB, review []byte, edit func(*admissionv1.AdmissionRequest)) []byte {
+	t.Helper()
+	var r admissionv1.AdmissionReview
+	if err := json.Unmarshal(review, &r); err != nil {
+		t.Fatal(err)
+	}
+	edit(r.Request)
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// rerunPod restarts all containers and has a regular init container:
+// with limits on every container (LIMITS) it gets no re-run sidecar.
+const rerunPod = `
+apiVersion: v1
+kind: Pod
+metadata: {name: trainer, namespace: ml}
+spec:
+  restartPolicy: Never
+  initContainers:
+  - name: fetch
+    image: registry.test/app:1
+    command: ["/fetch"]
+    resources: LIMITS
+  containers:
+  - name: trainer
+    image: registry.test/app:1
+    command: ["python", "train.py"]
+    resources: LIMITS
+    restartPolicy: Never
+    restartPolicyRules:
+    - action: RestartAllContainers
+      exitCodes: {operator: In, values: [88]}
+`
+
+// The webhook's patch adds the re-run sidecar of an init container right
+// after it, and passes the injector's warning on when it adds none.
+func TestRerunSidecarThroughWebhook(t *testing.T) {
+	ts := startServer(t, newHandler())
+	raw, _ := yaml.YAMLToJSON([]byte(strings.ReplaceAll(rerunPod, "LIMITS", "{requests: {cpu: 100m}}")))
+	resp := admit(t, ts, reviewOf(t, raw, "Pod", "pods", admissionv1.Create))
+	if !resp.Allowed {
+		t.Fatalf("denied: %+v", resp.Result)
+	}
+	out, pod := applyPatch(t, raw, resp)
+	var names []string
+	for _, c := range pod.Spec.InitContainers {
+		names = append(names, c.Name)
+	}
+	if strings.Join(names, ",") != injector.InstallContainer+",fetch,fetch-rerun" {
+		t.Fatalf("init containers %q", names)
+	}
+	rc := pod.Spec.InitContainers[2]
+	if rc.RestartPolicy == nil || *rc.RestartPolicy != corev1.ContainerRestartPolicyAlways || rc.Command[0] != injector.SupervisorPath ||
+		len(rc.Resources.Requests) != 0 || rc.ReadinessProbe != nil {
+		t.Errorf("re-run sidecar: %+v", rc)
+	}
+	members := ""
+	for _, e := range pod.Spec.Containers[0].Env {
+		if e.Name == injector.EnvPodMembers {
+			members = e.Value
+		}
+	}
+	if members != "fetch-rerun:init,trainer:regular" {
+		t.Errorf("members %q", members)
+	}
+	again := admit(t, ts, reviewOf(t, out, "Pod", "pods", admissionv1.Create))
+	if !again.Allowed || len(again.Patch) != 0 {
+		t.Errorf("second pass: allowed=%v patch=%s", again.Allowed, again.Patch)
+	}
+
+	raw, _ = yaml.YAMLToJSON([]byte(strings.ReplaceAll(rerunPod, "LIMITS", "{limits: {cpu: 100m, memory: 64Mi}}")))
+	resp = admit(t, ts, reviewOf(t, raw, "Pod", "pods", admissionv1.Create))
+	if !resp.Allowed {
+		t.Fatalf("denied: %+v", resp.Result)
+	}
+	if _, pod = applyPatch(t, raw, resp); len(pod.Spec.InitContainers) != 2 {
+		t.Errorf("init containers of a pod whose containers all declare limits: %d, want 2", len(pod.Spec.InitContainers))
+	}
+	want := `pod "ml/trainer": init container "fetch" is not run again on a pod restart`
+	if len(resp.Warnings) != 1 || !strings.HasPrefix(resp.Warnings[0], want) {
+		t.Errorf("warnings %q, want one starting %q", resp.Warnings, want)
 	}
 }

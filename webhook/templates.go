@@ -20,12 +20,15 @@ type FieldState interface {
 	FieldsKept() (kept, known bool)
 }
 
-// isWorkload reports whether kind is one whose pod template the injector
-// knows; those are the workloads the webhook reviews.
+// isWorkload reports whether kind may hold pod templates (a kind the
+// injector knows, or a custom resource the operator registered the
+// webhook for): those are the workloads the webhook reviews.
 func isWorkload(kind metav1.GroupVersionKind) bool {
+	if kind.Group == "" && kind.Kind == "Pod" {
+		return false
+	}
 	gv := schema.GroupVersion{Group: kind.Group, Version: kind.Version}
-	path, ok := injector.TemplatePath(gv.String(), kind.Kind)
-	return ok && path != nil
+	return injector.HasPodTemplates(gv.String(), kind.Kind)
 }
 
 // reviewTemplate handles a workload. An API server that drops

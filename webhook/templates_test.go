@@ -152,3 +152,56 @@ func TestTemplateInvalidRulesDenied(t *testing.T) {
 		t.Fatalf("%+v", resp.Result)
 	}
 }
+
+// TestJobSetTemplatesCarryRules: a custom resource with several pod
+// templates (JobSet's replicated jobs) gets the rules of each template
+// copied into that template's annotation, so the Jobs and pods its
+// controller makes carry them through an API server that drops the fields.
+func TestJobSetTemplatesCarryRules(t *testing.T) {
+	ts := startServer(t, newHandler())
+	jobset := `
+apiVersion: jobset.x-k8s.io/v1alpha2
+kind: JobSet
+metadata: {name: train}
+spec:
+  replicatedJobs:
+  - name: driver
+    template:
+      spec:
+        template:
+          spec:
+            restartPolicy: Never
+            containers:
+            - {name: driver, image: d:1, command: [/d]}
+  - name: workers
+    template:
+      spec:
+        template:
+          spec:
+            restartPolicy: Never
+            containers:
+            - {name: worker, image: w:1, command: [/w], restartPolicy: Never, restartPolicyRules: [{action: Restart, exitCodes: {operator: In, values: [42]}}]}
+`
+	gvk := metav1.GroupVersionKind{Group: "jobset.x-k8s.io", Version: "v1alpha2", Kind: "JobSet"}
+	raw, body := workloadReview(t, jobset, gvk, "jobsets")
+	resp := admit(t, ts, body)
+	if !resp.Allowed || len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "spec.replicatedJobs[1].template.spec.template/worker") {
+		t.Fatalf("%+v", resp)
+	}
+	out, _ := applyPatch(t, raw, resp)
+	var obj map[string]any
+	if err := json.Unmarshal(out, &obj); err != nil {
+		t.Fatal(err)
+	}
+	jobs, _, _ := unstructured.NestedSlice(obj, "spec", "replicatedJobs")
+	if len(jobs) != 2 {
+		t.Fatalf("patched: %s", out)
+	}
+	if _, found, _ := unstructured.NestedFieldNoCopy(jobs[0].(map[string]any), "template", "spec", "template", "metadata"); found {
+		t.Errorf("the driver's template, which has no rules, was changed: %s", out)
+	}
+	s, _, _ := unstructured.NestedString(jobs[1].(map[string]any), "template", "spec", "template", "metadata", "annotations", injector.AnnotationRules)
+	if !strings.HasPrefix(s, `{"worker":{"restartPolicy":"Never"`) {
+		t.Fatalf("patched: %s", out)
+	}
+}

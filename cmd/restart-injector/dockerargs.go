@@ -46,6 +46,8 @@ func dockerArgs(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	fs.StringVar(&r.Source, "source", "auto", "`WHERE` to read the image config: auto (local engine, then registry), local or registry")
 	fs.StringVar(&r.Platform, "platform", "", "`os/arch[/variant]` to take from a multi-platform image in a registry (default: this machine's, "+runtime.GOOS+"/"+runtime.GOARCH+")")
 	fs.DurationVar(&r.Timeout, "timeout", 30*time.Second, "registry lookup timeout")
+	var insecure registryList
+	registryFlags(fs, &insecure, nil)
 	fs.DurationVar(&r.GracePeriod, "grace-period", 0, "pass --grace-period `DURATION` to the supervisor; keep it below docker stop's timeout (10s unless -t or --stop-timeout says otherwise) so the supervisor, not Docker, kills a workload that ignores SIGTERM")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, dockerArgsUsage)
@@ -66,7 +68,7 @@ func dockerArgs(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		fmt.Fprintf(stderr, "restart-injector docker-args: --format: unsupported value %q: supported values: \"shell\", \"json\"\n", *format)
 		return exitUsage
 	}
-	r.Image = images[0]
+	r.Image, r.InsecureRegistries = images[0], insecure
 	argv, err := dockerrun.Build(ctx, r)
 	if err != nil {
 		fmt.Fprintf(stderr, "restart-injector docker-args: %v\n", err)

@@ -169,7 +169,7 @@ func TestDockerArgsFromRegistry(t *testing.T) {
 	sup := fakeSupervisor(t)
 	tail := func(args ...string) string {
 		t.Helper()
-		code, out, errOut := runDockerArgs(t, "", append([]string{"--docker", docker, "--supervisor", sup}, args...)...)
+		code, out, errOut := runDockerArgs(t, "", append([]string{"--docker", docker, "--supervisor", sup, "--insecure-registry", host}, args...)...)
 		if code != exitOK {
 			t.Fatalf("docker-args %q: exit %d: %s", args, code, errOut)
 		}
@@ -185,7 +185,7 @@ func TestDockerArgsFromRegistry(t *testing.T) {
 	if got := tail(host+"/app:multi", "--platform", "linux/arm"); got != "/app-armv7" {
 		t.Errorf("index, linux/arm: command %q", got)
 	}
-	code, _, errOut := runDockerArgs(t, "", "--docker", docker, "--supervisor", sup, host+"/app:multi", "--platform", "linux/s390x")
+	code, _, errOut := runDockerArgs(t, "", "--docker", docker, "--supervisor", sup, "--insecure-registry", host, host+"/app:multi", "--platform", "linux/s390x")
 	if code != exitFailure || !strings.Contains(errOut, "no linux/s390x image in the registry; available platforms: linux/amd64, linux/arm/v7") {
 		t.Errorf("missing platform: exit %d, %s", code, errOut)
 	}

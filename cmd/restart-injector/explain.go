@@ -18,6 +18,8 @@ For every container of every Pod and workload template, prints which exit
 codes (0-255) restart it in place, which are handed to the kubelet and what
 the kubelet then does under the pod's restartPolicy, which are held, and how
 each differs from a cluster where the kubelet implements the rules natively.
+In a pod that restarts all containers it also lists the re-run sidecar the
+injection adds after each init container, and warns of those it leaves out.
 
 flags:
 `
@@ -40,7 +42,7 @@ func runExplain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "restart-injector explain: want -f FILE|DIR|-")
 		return exitUsage
 	}
-	inputs, err := collectInputs(files, stdin)
+	inputs, err := readInputs(files, stdin)
 	if err != nil {
 		fmt.Fprintf(stderr, "restart-injector explain: %v\n", err)
 		return exitFailure
@@ -80,7 +82,11 @@ func writeExplanation(w io.Writer, o injector.ObjectPlan) {
 	fmt.Fprintln(tw, "CONTAINER\tEXIT CODES\tDECIDED BY\tWITH restart-supervisor\tNATIVE KEP-5307\tDIFFERENCE")
 	for _, c := range o.Containers {
 		name := c.Name
-		if c.Kind != injector.KindRegular {
+		switch c.Kind {
+		case injector.KindRegular:
+		case injector.KindRerun:
+			name += " (re-run of " + c.RerunOf + ")"
+		default:
 			name += " (" + string(c.Kind) + ")"
 		}
 		for _, out := range c.Outcomes {
@@ -93,4 +99,7 @@ func writeExplanation(w io.Writer, o injector.ObjectPlan) {
 		}
 	}
 	tw.Flush()
+	for _, warning := range o.Warnings {
+		fmt.Fprintln(w, "warning:", warning)
+	}
 }

@@ -1,21 +1,17 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
-	"github.com/pmezard/go-difflib/difflib"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/restart-supervisor/restart-supervisor/injector"
@@ -52,9 +48,13 @@ func runInject(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	image := fl.String("supervisor-image", "", "image of the install init container (default "+injector.DefaultSupervisorImage()+")")
 	noLookup := fl.Bool("no-lookup", false, "never contact a registry: containers without command need the annotation "+injector.AnnotationEntrypoint+"<container>")
 	timeout := fl.Duration("lookup-timeout", 10*time.Second, "time limit of one image lookup")
+	var insecure, allowed registryList
+	registryFlags(fl, &insecure, &allowed)
 	medium := fl.String("volume-medium", "", `emptyDir medium of the injected volumes: "" (node disk) or Memory`)
 	diff := fl.Bool("diff", false, "print a unified diff of input and output instead of the output")
 	quiet := fl.Bool("q", false, "do not report injected objects on stderr")
+	outFile := fl.String("o", "", "write the output to `FILE` (replaced whole, only on success) instead of stdout")
+	keepGoing := fl.Bool("continue-on-error", false, "write documents that cannot be read or injected back unchanged, report them as warnings and exit 0; without it every such document is reported and nothing is written")
 	var kubeVersion rules.KubeVersion
 	fl.Var(&kubeVersion, "kubernetes-version", kubeVersionUsage)
 	fl.Usage = func() { fmt.Fprint(stderr, injectUsage); fl.PrintDefaults() }
@@ -78,7 +78,8 @@ func runInject(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	}
 	opts := injector.Options{SupervisorImage: *image, VolumeMedium: corev1.StorageMedium(*medium), KubeVersion: kubeVersion}
 	if !*noLookup {
-		opts.Resolver = injector.NewResolver(injector.ResolverOptions{Keychain: authn.DefaultKeychain, Timeout: *timeout})
+		opts.Resolver = injector.NewResolver(injector.ResolverOptions{Keychain: authn.DefaultKeychain, Timeout: *timeout,
+			InsecureRegistries: insecure, AllowedRegistries: allowed})
 	}
 	inj := injector.New(opts)
 	if os.Getenv("GOGC") == "" {
@@ -88,114 +89,21 @@ func runInject(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		debug.SetGCPercent(400)
 	}
 
-	inputs, err := collectInputs(files, stdin)
-	if err != nil {
-		fmt.Fprintf(stderr, "restart-injector inject: %v\n", err)
-		return exitFailure
-	}
-	var out bytes.Buffer
-	for n, in := range inputs {
-		m, err := injector.ReadManifests(in.data)
-		if err != nil {
-			fmt.Fprintf(stderr, "restart-injector inject: %s: %v\n", in.name, err)
-			return exitFailure
+	run := streamRun{name: "inject", files: files, stdin: stdin, stdout: stdout, stderr: stderr,
+		outFile: *outFile, diff: *diff, keepGoing: *keepGoing, diffLabel: "injected"}
+	return run.run(func(r io.Reader, w io.Writer, emit func(*injector.Document, []injector.ObjectReport)) error {
+		return inj.InjectStream(ctx, r, w, emit)
+	}, func(name string, r injector.ObjectReport) {
+		for _, w := range r.Warnings {
+			fmt.Fprintf(stderr, "warning: %s: %s\n", name, w)
 		}
-		reports, err := inj.InjectManifests(ctx, m)
-		if err != nil {
-			fmt.Fprintf(stderr, "restart-injector inject: %s: %v\n", in.name, err)
-			return exitFailure
+		if r.Skipped != "" {
+			// Never silent: the user wrote rules that no pod will
+			// carry.
+			fmt.Fprintf(stderr, "warning: %s: line %d: %s not injected: %s\n", name, r.Line, r.Object, r.Skipped)
 		}
-		var doc bytes.Buffer
-		if _, err := m.WriteTo(&doc); err != nil {
-			fmt.Fprintf(stderr, "restart-injector inject: %s: %v\n", in.name, err)
-			return exitFailure
+		if r.Injected && !*quiet {
+			fmt.Fprintf(stderr, "%s: %s injected (%s)\n", name, r.Object, strings.Join(r.Containers, ", "))
 		}
-		for _, r := range reports {
-			for _, w := range r.Warnings {
-				fmt.Fprintf(stderr, "warning: %s: %s\n", in.name, w)
-			}
-			if r.Injected && !*quiet {
-				fmt.Fprintf(stderr, "%s: %s injected (%s)\n", in.name, r.Object, strings.Join(r.Containers, ", "))
-			}
-		}
-		if *diff {
-			ud := difflib.UnifiedDiff{A: difflib.SplitLines(string(in.data)), B: difflib.SplitLines(doc.String()),
-				FromFile: in.name, ToFile: in.name + " (injected)", Context: 3}
-			if err := difflib.WriteUnifiedDiff(&out, ud); err != nil {
-				fmt.Fprintf(stderr, "restart-injector inject: %v\n", err)
-				return exitFailure
-			}
-			continue
-		}
-		if n > 0 {
-			// Separate the files' streams; JSON is valid YAML, so "---"
-			// works between any two.
-			if b := out.Bytes(); len(b) > 0 && b[len(b)-1] != '\n' {
-				out.WriteByte('\n')
-			}
-			out.WriteString("---\n")
-		}
-		out.Write(doc.Bytes())
-	}
-	if _, err := out.WriteTo(stdout); err != nil {
-		fmt.Fprintf(stderr, "restart-injector inject: writing output: %v\n", err)
-		return exitFailure
-	}
-	return exitOK
-}
-
-type input struct {
-	name string
-	data []byte
-}
-
-// collectInputs reads the -f arguments in order; directories contribute
-// their .yaml, .yml and .json files, recursively, in lexical order.
-func collectInputs(files []string, stdin io.Reader) ([]input, error) {
-	var out []input
-	for _, f := range files {
-		if f == "-" {
-			b, err := io.ReadAll(stdin)
-			if err != nil {
-				return nil, fmt.Errorf("reading stdin: %v", err)
-			}
-			out = append(out, input{"<stdin>", b})
-			continue
-		}
-		st, err := os.Stat(f)
-		if err != nil {
-			return nil, err
-		}
-		if !st.IsDir() {
-			b, err := os.ReadFile(f)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, input{f, b})
-			continue
-		}
-		err = filepath.WalkDir(f, func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			switch strings.ToLower(filepath.Ext(p)) {
-			case ".yaml", ".yml", ".json":
-			default:
-				return nil
-			}
-			if d.IsDir() {
-				return nil
-			}
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			out = append(out, input{p, b})
-			return nil
-		})
-		if err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
+	})
 }

@@ -8,6 +8,8 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -127,7 +129,9 @@ func TestInjectFileKeepsOtherDocuments(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
-	if strings.Contains(out, "restartPolicyRules:\n") || strings.Contains(out, "restartPolicy: Never") {
+	// The undo record keeps them as text; the containers must not.
+	withoutRecord := regexp.MustCompile(`(?m)^ *`+regexp.QuoteMeta(injector.AnnotationUndo)+`: .*\n`).ReplaceAllString(out, "")
+	if strings.Contains(withoutRecord, "restartPolicyRules:\n") || strings.Contains(withoutRecord, "restartPolicy: Never") {
 		t.Errorf("translated fields left in the output:\n%s", out)
 	}
 	if !strings.Contains(errOut, `Deployment "worker" injected (worker)`) {
@@ -189,8 +193,8 @@ func TestInjectDiff(t *testing.T) {
 }
 
 // TestInjectLooksUpTheRegistry runs the CLI against go-containerregistry's
-// in-process registry on loopback (plain HTTP, as for any localhost
-// registry).
+// in-process registry on loopback over plain HTTP, which needs
+// --insecure-registry.
 func TestInjectLooksUpTheRegistry(t *testing.T) {
 	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
 	defer srv.Close()
@@ -206,9 +210,21 @@ func TestInjectLooksUpTheRegistry(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := writeFile(t, filepath.Join(t.TempDir(), "d.yaml"), strings.ReplaceAll(strings.ReplaceAll(deployYAML, "IMAGE", ref), `command: ["/work"]`, ""))
-	code, out, errOut := runCmd(t, "", "inject", "-f", f)
+	host := strings.TrimPrefix(srv.URL, "http://")
+	code, _, errOut := runCmd(t, "", "inject", "-f", f)
+	if code != exitFailure || !strings.Contains(errOut, "registry "+host+": plain HTTP is used only for registries the operator lists with --insecure-registry") {
+		t.Errorf("without --insecure-registry: exit %d, stderr %q", code, errOut)
+	}
+	code, _, errOut = runCmd(t, "", "inject", "-f", f, "--insecure-registry", host, "--allowed-registries", "registry.test,other.test:5000")
+	if code != exitFailure || !strings.Contains(errOut, "registry "+host+": the operator restricts image lookups to other registries (--allowed-registries)") {
+		t.Errorf("registry not allowed: exit %d, stderr %q", code, errOut)
+	}
+	code, out, errOut := runCmd(t, "", "inject", "-f", f, "--insecure-registry", host, "--allowed-registries", host)
 	if code != exitOK || !strings.Contains(out, "        - --\n        - /entry\n        - --from-image\n") {
 		t.Errorf("exit %d, stderr %q\n%s", code, errOut, out)
+	}
+	if code, _, errOut := runCmd(t, "", "inject", "-f", f, "--insecure-registry", "http://"+host); code != exitUsage || !strings.Contains(errOut, `registry "http://`+host+`": want HOST or HOST:PORT`) {
+		t.Errorf("bad --insecure-registry: exit %d, stderr %q", code, errOut)
 	}
 }
 
@@ -285,5 +301,145 @@ func TestInjectAndExplainKubernetesVersion(t *testing.T) {
 		if code, _, errOut := runCmd(t, "", "inject", "--no-lookup", "--kubernetes-version", v, "-f", many); code != exitFailure || !strings.Contains(errOut, want) {
 			t.Errorf("inject %s: exit %d, %q lacks %q", v, code, errOut, want)
 		}
+	}
+}
+
+// TestInjectReportsCustomResources: a custom resource's templates are
+// injected and named in the report; rules no pod template holds are
+// reported, not passed over in silence.
+func TestInjectReportsCustomResources(t *testing.T) {
+	f := filepath.Join("..", "..", "injector", "testdata", "in", "crds.yaml")
+	code, out, errOut := runCmd(t, "", "inject", "--no-lookup", "--supervisor-image", "example.test/sup:1", "-f", f)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{
+		`JobSet "trainer" injected (spec.replicatedJobs[1].template.spec.template/worker)`,
+		`PyTorchJob "ml/pytorch" injected (spec.pytorchReplicaSpecs.Master.template/pytorch, spec.pytorchReplicaSpecs.Worker.template/pytorch)`,
+		`Trainer "custom" injected (chief)`,
+		`line 218: Workflow "argo" not injected: it carries restart rules but no pod template was found in it`,
+	} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+	if n := strings.Count(out, "name: restart-supervisor-install"); n != 9 {
+		t.Errorf("%d install containers, want one per ruled template (9):\n%s", n, out)
+	}
+}
+
+// TestInjectNamesEveryBadDocument: two bad documents in one stream are
+// both named; with --continue-on-error the good ones are injected and the
+// bad ones written back as they were.
+func TestInjectNamesEveryBadDocument(t *testing.T) {
+	good := strings.ReplaceAll(deployYAML, "IMAGE", "x")
+	badRules := strings.ReplaceAll(good, "operator: In", "operator: Maybe")
+	badYAML := "a: [1\n"
+	stream := badRules + "---\n" + good + "---\n" + badYAML
+	f := writeFile(t, filepath.Join(t.TempDir(), "mixed.yaml"), stream)
+	code, out, errOut := runCmd(t, "", "inject", "--no-lookup", "-q", "-f", f)
+	if code != exitFailure || out != "" {
+		t.Fatalf("exit %d, stdout %q", code, out)
+	}
+	if !strings.Contains(errOut, `Unsupported value: "Maybe"`) || !strings.Contains(errOut, "document at line ") || strings.Count(errOut, "\n") != 2 {
+		t.Errorf("want both bad documents named, one line each:\n%s", errOut)
+	}
+	code, out, errOut = runCmd(t, "", "inject", "--no-lookup", "-q", "--continue-on-error", "-f", f)
+	if code != exitOK || strings.Count(errOut, "warning: left unchanged: ") != 2 {
+		t.Fatalf("exit %d, stderr:\n%s", code, errOut)
+	}
+	docs := strings.Split(out, "---\n")
+	if len(docs) != 3 || docs[0] != badRules || !strings.Contains(docs[1], injector.SupervisorPath) || docs[2] != badYAML {
+		t.Errorf("output:\n%s", out)
+	}
+}
+
+// TestInjectOutputFile: -o writes the injected stream to a file, also over
+// the input itself; a failed run leaves the file as it was.
+func TestInjectOutputFile(t *testing.T) {
+	dir := t.TempDir()
+	f := writeFile(t, filepath.Join(dir, "app.yaml"), strings.ReplaceAll(deployYAML, "IMAGE", "x"))
+	code, out, errOut := runCmd(t, "", "inject", "--no-lookup", "-q", "-f", f, "-o", f)
+	if code != exitOK || out != "" {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	got, err := os.ReadFile(f)
+	if err != nil || !strings.Contains(string(got), injector.SupervisorPath) {
+		t.Fatalf("the file was not replaced by the injected stream: %v\n%s", err, got)
+	}
+	bad := writeFile(t, filepath.Join(dir, "bad.yaml"), "a: [1\n")
+	target := writeFile(t, filepath.Join(dir, "out.yaml"), "kept\n")
+	if code, _, _ := runCmd(t, "", "inject", "--no-lookup", "-f", bad, "-o", target); code != exitFailure {
+		t.Fatalf("bad input: exit %d", code)
+	}
+	if b, _ := os.ReadFile(target); string(b) != "kept\n" {
+		t.Errorf("a failed run changed the output file: %q", b)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 3 {
+		t.Errorf("temporary files left behind: %v", entries)
+	}
+}
+
+// explain lists each re-run sidecar right after its init container, and
+// the warning of a pod that gets none.
+func TestExplainRerun(t *testing.T) {
+	pod := `apiVersion: v1
+kind: Pod
+metadata: {name: NAME}
+spec:
+  restartPolicy: Never
+  initContainers:
+  - name: fetch
+    image: registry.test/app:1
+    command: ["/fetch"]
+    resources: {limits: {cpu: "1", memory: 1Gi}}
+  containers:
+  - name: trainer
+    image: registry.test/app:1
+    command: ["/train"]
+    resources: {limits: {cpu: "1", memory: LIMIT}}
+    restartPolicy: Never
+    restartPolicyRules:
+    - action: RestartAllContainers
+      exitCodes: {operator: In, values: [88]}
+`
+	burstable := strings.NewReplacer("NAME", "burstable", "    resources: {limits: {cpu: \"1\", memory: LIMIT}}\n", "").Replace(pod)
+	guaranteed := strings.NewReplacer("NAME", "guaranteed", "LIMIT", "1Gi").Replace(pod)
+	f := writeFile(t, filepath.Join(t.TempDir(), "p.yaml"), burstable+"---\n"+guaranteed)
+	code, out, errOut := runCmd(t, "", "explain", "-f", f)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	objects := strings.Split(out, "\n\n")
+	if len(objects) < 2 {
+		t.Fatalf("output:\n%s", out)
+	}
+	lines := strings.Split(objects[0], "\n")
+	var rows []string
+	for _, l := range lines[2:] {
+		if f := strings.Fields(l); len(f) > 0 && !strings.HasPrefix(l, " ") {
+			rows = append(rows, strings.Join(f[:2], " "))
+		}
+	}
+	if want := []string{"fetch (init)", "fetch-rerun (re-run", "trainer 0-87,"}; !slices.Equal(rows, want) {
+		t.Errorf("containers %q, want %q:\n%s", rows, want, objects[0])
+	}
+	for _, want := range []string{
+		"re-run done: the containers after it start",
+		"the containers after it end: the pod fails",
+	} {
+		if !strings.Contains(objects[0], want) {
+			t.Errorf("no %q:\n%s", want, objects[0])
+		}
+	}
+	if strings.Contains(objects[0], "warning:") {
+		t.Errorf("warning for the burstable pod:\n%s", objects[0])
+	}
+	warning := `warning: Pod "guaranteed": init container "fetch" is not run again on a pod restart: a re-run sidecar would change the pod's QoS class or limits, since every container declares cpu and memory limits; see docs/pod-level.md`
+	if !strings.Contains(objects[1], warning) || strings.Contains(objects[1], "fetch-rerun") {
+		t.Errorf("guaranteed pod: want no re-run and %q:\n%s", warning, objects[1])
+	}
+	if !strings.Contains(out, "re-run: a sidecar the injector adds") {
+		t.Errorf("no legend for re-runs:\n%s", out)
 	}
 }

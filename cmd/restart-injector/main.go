@@ -1,7 +1,8 @@
 // Command restart-injector rewrites Kubernetes pods and workload templates so
 // that containers carrying restart rules run under restart-supervisor. The
-// offline tools (inject, explain, docker-args) and the admission webhook
-// (serve) share one binary; the subcommands table below lists them all, and
+// offline tools (inject, uninject, explain, docker-args, compose), the admission
+// webhook (serve), the node agent (node-agent) and its kubectl view (status)
+// share one binary; the subcommands table below lists them all, and
 // each lives in its own file.
 //
 // Exit codes: 0 success; 1 failure (invalid rules, unresolvable image,
@@ -14,6 +15,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 )
 
@@ -33,6 +35,10 @@ type subcommand struct {
 // subcommands is every command of the binary, in the order the usage text
 // lists them.
 var subcommands = []subcommand{
+	{"compose", "rewrite a Docker Compose file so services with restart rules run under restart-supervisor",
+		func(ctx context.Context, args []string) int {
+			return runCompose(ctx, args, os.Stdin, os.Stdout, os.Stderr)
+		}},
 	{"docker-args", "print the docker run arguments that run an image under restart-supervisor",
 		func(ctx context.Context, args []string) int {
 			return dockerArgs(ctx, args, os.Stdin, os.Stdout, os.Stderr)
@@ -43,7 +49,14 @@ var subcommands = []subcommand{
 		func(ctx context.Context, args []string) int {
 			return runInject(ctx, args, os.Stdin, os.Stdout, os.Stderr)
 		}},
+	{"node-agent", "record Events and serve metrics of the in-place restarts on this node (DaemonSet)", runNodeAgent},
 	{"serve", "run the mutating admission webhook (HTTPS)", runServe},
+	{"status", "print the in-place restarts of supervised containers from the node agent's Events",
+		func(ctx context.Context, args []string) int { return runStatus(ctx, args, os.Stdout, os.Stderr) }},
+	{"uninject", "revert what inject did, from the record it left on each object",
+		func(ctx context.Context, args []string) int {
+			return runUninject(ctx, args, os.Stdin, os.Stdout, os.Stderr)
+		}},
 	{"version", "print the version, Go version and platform", runVersion},
 }
 
@@ -59,7 +72,13 @@ func usage(w io.Writer) {
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := dispatch(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	args := os.Args[1:]
+	// Installed as the kubectl plugin `kubectl restarts`: a link named
+	// kubectl-restarts runs the status command.
+	if filepath.Base(os.Args[0]) == "kubectl-restarts" {
+		args = append([]string{"status"}, args...)
+	}
+	code := dispatch(ctx, args, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }

@@ -39,6 +39,9 @@ func runServe(ctx context.Context, args []string) int {
 	onEntrypointError := fs.String("on-entrypoint-error", "deny", "`POLICY` when an image entrypoint cannot be resolved: deny, or allow (admit without the supervisor, with a warning)")
 	fs.BoolVar(&c.RegistryLookup, "registry-lookup", true, "look up the entrypoint of images for containers without command")
 	fs.DurationVar(&c.LookupTimeout, "lookup-timeout", 5*time.Second, "bound of one registry lookup (keep it below the webhook's timeoutSeconds)")
+	var insecure, allowed registryList
+	registryFlags(fs, &insecure, &allowed)
+	fs.StringVar(&c.ClientCAFile, "client-ca-file", "", "PEM `FILE` of CAs: /mutate then requires a client certificate signed by one of them (the API server's, see docs/webhook.md)")
 	fs.StringVar(&c.SupervisorImage, "supervisor-image", "", "`IMAGE` of the install init container (default "+injector.DefaultSupervisorImage()+")")
 	pullPolicy := fs.String("image-pull-policy", "", "imagePullPolicy of the install init container (default: the API server's)")
 	volumeMedium := fs.String("volume-medium", "", "`MEDIUM` of the injected emptyDirs: \"\" (node disk) or Memory")
@@ -82,6 +85,7 @@ func runServe(ctx context.Context, args []string) int {
 		return exitUsage
 	}
 	c.CertMode, c.Native = webhook.CertMode(*certMode), webhook.NativeMode(*native)
+	c.InsecureRegistries, c.AllowedRegistries = insecure, allowed
 	c.OnEntrypointError = webhook.EntrypointPolicy(*onEntrypointError)
 	c.ImagePullPolicy, c.VolumeMedium = corev1.PullPolicy(*pullPolicy), corev1.StorageMedium(*volumeMedium)
 	if *extraSANs != "" {

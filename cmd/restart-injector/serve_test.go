@@ -22,6 +22,8 @@ func TestServeUsageErrors(t *testing.T) {
 		{"--volume-medium=HugePages", `--volume-medium: "HugePages" is not one of "", Memory`},
 		{"--log-format=xml", `--log-format: "xml" is not one of json, text`},
 		{"--self-signed --native=off --registry-lookup=false", "--namespace is required outside a pod"},
+		{"--insecure-registry=https://r.test", `invalid value "https://r.test" for flag -insecure-registry: registry "https://r.test": want HOST or HOST:PORT`},
+		{"--allowed-registries=r.test,r.test/team", `invalid value "r.test,r.test/team" for flag -allowed-registries: registry "r.test/team": want HOST or HOST:PORT`},
 		{"extra", `unexpected argument "extra"`},
 		{"--no-such-flag", "flag provided but not defined: -no-such-flag"},
 	} {
