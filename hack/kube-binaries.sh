@@ -168,6 +168,17 @@ build_kube() { # component...
 	for c in "$@"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
 	mkdir -p "$dir"
 	log "$*: building k8s.io/kubernetes@$KUBE_VERSION (staging $STAGING_VERSION)"
+	# Each release may add staging modules (1.36: cri-streaming); take the
+	# list from the release's own go.mod, the fixed one above if it cannot
+	# be read.
+	local gomod listed
+	gomod="$(go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" 2>/dev/null | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",*$/\1/p')"
+	if [[ -n $gomod && -r $gomod ]]; then
+		listed="$(sed -n 's#^[[:space:]]*k8s\.io/\([a-z0-9-]*\) => \./staging/src/k8s\.io/.*#\1#p' "$gomod" | sort -u)"
+		if [[ -n $listed ]]; then
+			mapfile -t STAGING_MODULES <<<"$listed"
+		fi
+	fi
 	{
 		echo 'module kube-binaries/kubernetes'
 		echo

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of the project on this machine. The setup scripts of the
 # end-to-end suites install what they need (Debian packages through
-# hack/apt-install.sh, Kubernetes binaries built from the Go module proxy into
-# ~/.cache) and start the Docker engine; then come the Go tests, including the
+# hack/apt-install.sh, Kubernetes binaries, Helm and cert-manager built from
+# the Go module proxy into ~/.cache) and start the Docker engine; then come the Go tests, including the
 # suites against real Docker, a real kube-apiserver and a real kubelet, and
 # short fuzz runs. Needs root (PID namespaces, Docker, kubelet).
 set -euo pipefail
@@ -16,6 +16,12 @@ bash test/docker/setup.sh
 log "installing the end-to-end cluster's packages and building Kubernetes binaries (cached)"
 test/e2e/setup.sh >/dev/null
 
+log "building Helm from the Go module proxy for the chart's tests (cached)"
+hack/helm.sh >/dev/null
+
+log "building cert-manager's controller and cainjector from the Go module proxy for the cert-manager install test (cached)"
+hack/cert-manager.sh >/dev/null
+
 log "gofmt and go vet"
 unformatted=$(gofmt -l $(git ls-files '*.go'))
 if [ -n "$unformatted" ]; then
@@ -24,8 +30,10 @@ if [ -n "$unformatted" ]; then
 fi
 go vet ./...
 
-log "the supervisor binary stays free of Kubernetes and network packages"
-if go list -deps ./cmd/restart-supervisor | grep -E '^(k8s\.io|net/http|net$)'; then
+log "the supervisor binary stays free of Kubernetes and network packages, and of log/slog"
+# log/slog: cmd/restart-supervisor writes slog's formats itself (log.go);
+# slog would add about 100 kB to a binary whose pages are its resident set.
+if go list -deps ./cmd/restart-supervisor | grep -E '^(k8s\.io|net/http|net$|crypto/tls$|google\.golang\.org/grpc|log/slog)'; then
 	echo "cmd/restart-supervisor must not depend on the packages above" >&2
 	exit 1
 fi
@@ -35,10 +43,12 @@ log "go test"
 # running them one at a time keeps a 2-core machine from timing them out.
 go test -count=1 -p 1 -timeout 45m ./...
 
-log "fuzzing the config parser, the manifest reader, the rules annotation and the state-volume readers"
+log "fuzzing the config parser, the manifest reader, the rules annotation, the state-volume readers, the admission review and the Compose generator"
 # A short -fuzzminimizetime leaves the time to fuzzing: by default each input
 # that adds coverage is minimized for up to 60 s (see the Makefile's fuzz).
 go test -run='^$' -fuzz='^FuzzParse$' -fuzztime=20s -fuzzminimizetime=2s ./rules
 go test -run='^$' -fuzz='^FuzzReadManifests$' -fuzztime=20s -fuzzminimizetime=2s ./injector
 go test -run='^$' -fuzz='^FuzzRulesAnnotation$' -fuzztime=10s -fuzzminimizetime=2s ./injector
 go test -run='^$' -fuzz='^FuzzStateFiles$' -fuzztime=10s -fuzzminimizetime=2s ./podstate
+go test -run='^$' -fuzz='^FuzzAdmissionReview$' -fuzztime=10s -fuzzminimizetime=2s ./webhook
+go test -run='^$' -fuzz='^FuzzGenerate$' -fuzztime=10s -fuzzminimizetime=2s ./compose
