@@ -72,6 +72,12 @@ func kubeAssetsFor(t testing.TB, version string) string {
 // ContainerRestartRules gate set as asked.
 func startAPIServer(t *testing.T, assets string, gate bool) (*envtest.Environment, kubernetes.Interface) {
 	t.Helper()
+	return startAPIServerWith(t, assets, gate, nil)
+}
+
+// startAPIServerWith is startAPIServer with extra kube-apiserver flags.
+func startAPIServerWith(t *testing.T, assets string, gate bool, flags map[string]string) (*envtest.Environment, kubernetes.Interface) {
+	t.Helper()
 	ctrllog.SetLogger(logr.Discard())
 	env := &envtest.Environment{BinaryAssetsDirectory: assets, ControlPlaneStartTimeout: 2 * time.Minute, ControlPlaneStopTimeout: time.Minute}
 	gateArg := "ContainerRestartRules=false"
@@ -79,6 +85,9 @@ func startAPIServer(t *testing.T, assets string, gate bool) (*envtest.Environmen
 		gateArg = "ContainerRestartRules=true"
 	}
 	env.ControlPlane.GetAPIServer().Configure().Append("feature-gates", gateArg)
+	for k, v := range flags {
+		env.ControlPlane.GetAPIServer().Configure().Append(k, v)
+	}
 	cfg, err := env.Start()
 	if err != nil {
 		t.Fatalf("start etcd + kube-apiserver: %v", err)

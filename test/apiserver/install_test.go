@@ -20,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
@@ -49,16 +50,30 @@ func TestKustomizeRenders(t *testing.T) {
 			}
 		}
 	}
-	// The opt-in component on top of the self-managed variant.
+	// Each component on top of a variant: what it must add.
 	tmp := t.TempDir()
 	rel, _ := filepath.Rel(tmp, filepath.Join(root, "deploy"))
-	k := fmt.Sprintf("resources: [%s/self-managed]\ncomponents: [%s/components/namespace-opt-in]\n", rel, rel)
-	if err := os.WriteFile(filepath.Join(tmp, "kustomization.yaml"), []byte(k), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command(kubectl, "kustomize", tmp).CombinedOutput()
-	if err != nil || !bytes.Contains(out, []byte("key: restart-supervisor.dev/inject")) {
-		t.Fatalf("namespace-opt-in component: %v\n%s", err, out)
+	for _, c := range []struct {
+		variant, component string
+		want               []string
+	}{
+		{"/self-managed", "namespace-opt-in", []string{"key: restart-supervisor.dev/inject"}},
+		{"/self-managed", "webhook-ingress", []string{"kind: NetworkPolicy", "port: 8443"}},
+		{"", "custom-workloads", []string{"name: custom-templates.restart-supervisor.dev", "- jobsets"}},
+	} {
+		k := fmt.Sprintf("resources: [%s%s]\ncomponents: [%s/components/%s]\n", rel, c.variant, rel, c.component)
+		if err := os.WriteFile(filepath.Join(tmp, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(kubectl, "kustomize", tmp).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s component: %v\n%s", c.component, err, out)
+		}
+		for _, w := range c.want {
+			if !bytes.Contains(out, []byte(w)) {
+				t.Errorf("%s component renders without %q:\n%s", c.component, w, out)
+			}
+		}
 	}
 }
 
@@ -69,7 +84,6 @@ func TestKustomizeRenders(t *testing.T) {
 func TestInstalledBinaryAsServiceAccount(t *testing.T) {
 	assets := kubeAssets(t)
 	env, client := startAPIServer(t, assets, true)
-	ctx := context.Background()
 	kubectl := filepath.Join(assets, "kubectl")
 	dir := t.TempDir()
 
@@ -82,7 +96,18 @@ func TestInstalledBinaryAsServiceAccount(t *testing.T) {
 	if bytes.Contains(out, []byte("PodSecurity")) {
 		t.Errorf("the webhook's own Deployment violates its namespace's Pod Security level:\n%s", out)
 	}
+	serveAsInstalled(t, env, client, dir)
+}
 
+// serveAsInstalled runs the built restart-injector binary as the installed
+// webhook would run (--cert-mode=self, --native=auto), with the identity of
+// its ServiceAccount, after pointing the installed MutatingWebhookConfiguration
+// restart-injector at it; then a ruled pod must be injected through that
+// configuration, and SIGTERM must drain. The installed RBAC is what
+// authorizes the CA Secret, the caBundle patch and the native checks.
+func serveAsInstalled(t *testing.T, env *envtest.Environment, client kubernetes.Interface, dir string) {
+	t.Helper()
+	ctx := context.Background()
 	port, healthPort := freePort(t), freePort(t)
 	patch := fmt.Sprintf(`[{"op":"remove","path":"/webhooks/0/clientConfig/service"},{"op":"add","path":"/webhooks/0/clientConfig/url","value":"https://127.0.0.1:%d/mutate"}]`, port)
 	if _, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Patch(ctx, "restart-injector", types.JSONPatchType, []byte(patch), metav1.PatchOptions{}); err != nil {

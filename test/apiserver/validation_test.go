@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/restart-supervisor/restart-supervisor/rules"
+	"github.com/restart-supervisor/restart-supervisor/webhook"
 )
 
 // envValidationVersions lists more Kubernetes releases (such as
@@ -29,6 +30,16 @@ const envValidationVersions = "KUBE_VALIDATION_VERSIONS"
 // ValidateInit for that server's version: the same errors, byte for byte,
 // and the same pods accepted.
 func TestValidationMatchesAPIServer(t *testing.T) {
+	forEachAPIServer(t, func(t *testing.T, client kubernetes.Interface, gitVersion string, kv rules.KubeVersion) {
+		t.Logf("kube-apiserver %s, validated like %s", gitVersion, kv)
+		compareValidation(t, client, kv)
+	})
+}
+
+// forEachAPIServer runs f against a real API server (gate
+// ContainerRestartRules on) of the default release and of each release
+// listed in KUBE_VALIDATION_VERSIONS.
+func forEachAPIServer(t *testing.T, f func(t *testing.T, client kubernetes.Interface, gitVersion string, kv rules.KubeVersion)) {
 	versions := []string{""}
 	for _, v := range strings.Split(os.Getenv(envValidationVersions), ",") {
 		if v = strings.TrimSpace(v); v != "" {
@@ -56,8 +67,7 @@ func TestValidationMatchesAPIServer(t *testing.T) {
 			if version != "" && !strings.HasPrefix(info.GitVersion, version) {
 				t.Fatalf("asked for %s, the API server is %s", version, info.GitVersion)
 			}
-			t.Logf("kube-apiserver %s, validated like %s", info.GitVersion, kv)
-			compareValidation(t, client, kv)
+			f(t, client, info.GitVersion, kv)
 		})
 	}
 }
@@ -205,4 +215,42 @@ func lines(errs []fieldError) string {
 	}
 	slices.Sort(s)
 	return strings.Join(s, "\n  ")
+}
+
+// TestNativeDetectionPerFeature runs --native=auto's detector against the
+// real API server of each release (the default one, and those listed in
+// KUBE_VALIDATION_VERSIONS) with nodes whose kubelets are of one release or
+// two (a cluster in the middle of an upgrade): restartPolicyRules are left
+// to the cluster from 1.35 kubelets on, RestartAllContainers only where the
+// API server accepts the action and every kubelet is 1.36 or newer.
+func TestNativeDetectionPerFeature(t *testing.T) {
+	forEachAPIServer(t, func(t *testing.T, client kubernetes.Interface, gitVersion string, kv rules.KubeVersion) {
+		// The RestartAllContainers action is accepted from 1.36 on with
+		// default gates (alpha, off, in 1.35; unknown in 1.34).
+		serverAll := kv >= rules.Kube136
+		ctx := context.Background()
+		if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "rs"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		d := &webhook.NativeDetector{Client: client, Namespace: "rs"}
+		for _, step := range []struct {
+			node, kubelet string
+			rules, all    bool
+		}{
+			{"node-136", "v1.36.3", true, serverAll},
+			{"node-135", "v1.35.4", true, false}, // upgrade in progress: the oldest kubelet decides
+			{"node-134", "v1.34.4", false, false},
+		} {
+			addNode(t, client, step.node, step.kubelet)
+			rulesOK, allOK, why, err := d.CheckAll(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rulesOK != step.rules || allOK != step.all {
+				t.Errorf("API server %s, kubelets down to %s: rules %v, RestartAllContainers %v; want %v, %v (%s)",
+					gitVersion, step.kubelet, rulesOK, allOK, step.rules, step.all, why)
+			}
+			t.Logf("API server %s, kubelets down to %s: %s", gitVersion, step.kubelet, why)
+		}
+	})
 }

@@ -8,6 +8,7 @@ package apiserver_test
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -59,6 +60,13 @@ func (w *runningWebhook) reviews(t testing.TB) float64 {
 
 func startWebhook(t *testing.T, certDir string, ln net.Listener, log *slog.Logger, fields webhook.FieldState) *runningWebhook {
 	t.Helper()
+	return startWebhookWith(t, certDir, ln, log, fields, nil)
+}
+
+// startWebhookWith is startWebhook requiring client certificates signed by
+// clientCAs when it is not nil.
+func startWebhookWith(t *testing.T, certDir string, ln net.Listener, log *slog.Logger, fields webhook.FieldState, clientCAs *x509.CertPool) *runningWebhook {
+	t.Helper()
 	m := webhook.NewMetrics()
 	certs := webhook.NewCertWatcher(certDir, log, nil)
 	if err := certs.Load(); err != nil {
@@ -76,7 +84,7 @@ func startWebhook(t *testing.T, certDir string, ln net.Listener, log *slog.Logge
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &webhook.Server{Handler: h, Certs: certs, Metrics: m, Log: log, ShutdownTimeout: 10 * time.Second}
+	srv := &webhook.Server{Handler: h, Certs: certs, Metrics: m, Log: log, ShutdownTimeout: 10 * time.Second, ClientCAs: clientCAs}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, ln, hl) }()

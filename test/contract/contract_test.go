@@ -371,3 +371,103 @@ func TestBuildsStampOneVersion(t *testing.T) {
 		}
 	}
 }
+
+// TestInjectedPodRestartsTogether injects the golden restart-all.yaml (a
+// sidecar, the watcher with a RestartAllContainers rule and two regular
+// containers without rules) and runs every wrapped container at once, as
+// the kubelet would, with what the injector wrote: the member list it
+// passes must be read by every supervisor, so that the watcher's exit 88
+// restarts each container once, and the sidecar before the regular
+// containers.
+func TestInjectedPodRestartsTogether(t *testing.T) {
+	supervisor := build(t, t.TempDir(), "github.com/restart-supervisor/restart-supervisor/cmd/restart-supervisor",
+		"-X "+versionVar+"="+testVersion)
+	pod := goldenPod(t, "restart-all.yaml")
+	work := t.TempDir()
+	wait := `exec sleep 60`
+	findContainer(t, pod.Spec.InitContainers, "proxy").Command = []string{"sh", "-c", wait}
+	for _, name := range []string{"worker", "helper"} {
+		findContainer(t, pod.Spec.Containers, name).Command = []string{"sh", "-c", wait}
+	}
+	findContainer(t, pod.Spec.Containers, "watcher").Command = []string{"sh", "-c",
+		`[ -e ` + work + `/fired ] && exec sleep 60; while [ ! -e ` + work + `/go ]; do sleep 0.02; done; : > ` + work + `/fired; exit 88`}
+	res, err := injector.New(injector.Options{SupervisorImage: "registry.test/restart-supervisor:contract"}).
+		MutatePod(context.Background(), pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := res.Pod
+	n := newNode(t, out, supervisor)
+	argv, env, _ := n.process(findContainer(t, out.Spec.InitContainers, injector.InstallContainer))
+	if code, log := run(t, argv, env); code != 0 {
+		t.Fatalf("install container exited %d:\n%s", code, log)
+	}
+	members := []*corev1.Container{findContainer(t, out.Spec.InitContainers, "proxy")}
+	for _, name := range []string{"watcher", "worker", "helper"} {
+		members = append(members, findContainer(t, out.Spec.Containers, name))
+	}
+	var host string
+	for _, c := range members {
+		// fetch-rerun, the re-run sidecar of the init container, is
+		// listed but not run here: a member without a status document is
+		// not waited for.
+		if envValue(t, c, contract.EnvPodMembers) != "fetch-rerun:init,proxy:sidecar,watcher:regular,worker:regular,helper:regular" {
+			t.Errorf("container %q: %s=%q", c.Name, contract.EnvPodMembers, envValue(t, c, contract.EnvPodMembers))
+		}
+		argv, env, mounts := n.process(c)
+		host = hostPath(mounts, envValue(t, c, contract.EnvStateDir))
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Env = env
+		var log bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &log, &log
+		// A workload left by a supervisor killed on a failure must not
+		// hold the test on the output pipe.
+		cmd.WaitDelay = time.Second
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			cmd.Process.Signal(os.Interrupt)
+			cmd.Wait()
+			if t.Failed() {
+				t.Logf("%s:\n%s", c.Name, log.String())
+			}
+		})
+	}
+	status := func(name string) podstate.Status {
+		var st podstate.Status
+		data, _ := os.ReadFile(filepath.Join(host, contract.StatusDir, name+contract.StatusExt))
+		json.Unmarshal(data, &st)
+		return st
+	}
+	settled := func(restarts int) bool {
+		for _, c := range members {
+			if st := status(c.Name); st.State != supervise.Running || st.PodRestarts != restarts || st.StartedAt.IsZero() {
+				return false
+			}
+		}
+		return true
+	}
+	waitUntil := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+		}
+	}
+	waitUntil("every container running", func() bool { return settled(0) })
+	os.WriteFile(filepath.Join(work, "go"), nil, 0o644)
+	waitUntil("every container restarted once", func() bool { return settled(1) })
+	time.Sleep(300 * time.Millisecond)
+	proxy := status("proxy")
+	for _, c := range members[1:] {
+		st := status(c.Name)
+		if st.Restarts != 1 || st.Generation != 1 {
+			t.Errorf("%s: %d restarts, generation %d; want 1, 1", c.Name, st.Restarts, st.Generation)
+		}
+		if st.StartedAt.Before(proxy.StartedAt) {
+			t.Errorf("%s started at %s, before the sidecar at %s", c.Name, st.StartedAt, proxy.StartedAt)
+		}
+	}
+}

@@ -345,10 +345,14 @@ func TestSupervisorImage(t *testing.T) {
 		t.Errorf("image config: User %q Entrypoint %q", cfg.User, cfg.Entrypoint)
 	}
 	if n := len(img[0].RootFS.Layers); n != 1 {
-		t.Errorf("image has %d layers, want the binary alone", n)
+		t.Errorf("image has %d layers, want one: the two binaries", n)
 	}
 	if out := run(t, "run", "--rm", supervisorImage, "version"); out == "" {
 		t.Error("version printed nothing")
+	}
+	// restart-probe sits next to the supervisor: usage on stderr, exit 2.
+	if out, err := exec.Command("docker", "run", "--rm", "--entrypoint", "/restart-probe", supervisorImage).CombinedOutput(); !strings.Contains(string(out), "usage: restart-probe") {
+		t.Errorf("/restart-probe in the image: %v %s", err, out)
 	}
 
 	// The image's install subcommand fills a volume that other containers

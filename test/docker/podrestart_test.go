@@ -158,7 +158,15 @@ func (p *dockerPod) status(via string) map[string]containerStatus {
 // generations lists the pod restart generations in the state volume.
 func (p *dockerPod) generations(via string) []string {
 	p.t.Helper()
-	return strings.Fields(dockerExec(p.t, p.containers[via], "ls", podStateMount+"/pod-restarts"))
+	var out []string
+	for _, name := range strings.Fields(dockerExec(p.t, p.containers[via], "ls", podStateMount+"/pod-restarts")) {
+		// Round markers (<generation>.stopped.<container>) are not
+		// generations.
+		if !strings.Contains(name, ".") {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // want is what a member should show once the pod has settled.
@@ -286,15 +294,16 @@ func (p *dockerPod) checkFinal(wants map[string]want) map[string]containerStatus
 }
 
 // checkPodRestartKill asserts what the status shows for a workload that a
-// pod restart killed: SIGKILL, not judged by the rules.
+// pod restart stopped: SIGTERM (the stop signal; these workloads do not
+// handle it), not judged by the rules.
 func checkPodRestartKill(t *testing.T, name string, e *statusExit) {
 	t.Helper()
 	if e == nil {
 		t.Errorf("%s: no lastRestart in its status", name)
 		return
 	}
-	if e.Code != 137 || e.Signal != "SIGKILL" || e.Rule != nil || e.Action != "" || e.PodRestart == 0 {
-		t.Errorf("%s: lastRestart %+v, want 137 SIGKILL marked with its pod restart and no rule (a pod restart's kill is not judged by the rules)", name, *e)
+	if e.Code != 143 || e.Signal != "SIGTERM" || e.Rule != nil || e.Action != "" || e.PodRestart == 0 {
+		t.Errorf("%s: lastRestart %+v, want 143 SIGTERM marked with its pod restart and no rule (a pod restart's stop is not judged by the rules)", name, *e)
 	}
 }
 
@@ -343,8 +352,8 @@ func TestPodRestartFromRegularContainer(t *testing.T) {
 	if l := logs(t, p.containers["a"]); strings.Count(l, "pod restart announced") != 1 || !strings.Contains(l, "announcedHere=true") {
 		t.Errorf("a must announce generation 1 once; log:\n%s", l)
 	}
-	if l := logs(t, p.containers["b"]); strings.Count(l, "workload killed for a pod restart") != 1 {
-		t.Errorf("b must be killed for the pod restart once; log:\n%s", l)
+	if l := logs(t, p.containers["b"]); strings.Count(l, "workload stopped for a pod restart") != 1 {
+		t.Errorf("b must be stopped for the pod restart once; log:\n%s", l)
 	}
 
 	// Stop a first: b keeps running, and a's final document and
@@ -371,15 +380,15 @@ func TestPodRestartFromRegularContainer(t *testing.T) {
 		"b": {runs: 2, restarts: 1, podRestarts: 1, generation: 1},
 	})
 	termB := readVolume(t, p.data, "termination-b")
-	if !strings.HasPrefix(termB, "restart-supervisor: 1 in-place restart (1 pod restart); last exit 137 (SIGKILL, pod restart 1)") ||
+	if !strings.HasPrefix(termB, "restart-supervisor: 1 in-place restart (1 pod restart); last exit 143 (SIGTERM, pod restart 1)") ||
 		!strings.HasSuffix(termB, "; final exit 143 (SIGTERM)") {
 		t.Errorf("termination message of b = %q", termB)
 	}
 }
 
 // Two containers carry RestartAllContainers; the source exits 42 once. The
-// other one's rule also matches 137, the code its workload gets from the
-// pod restart's SIGKILL: a supervisor that judged that kill by the rules
+// other one's rule also matches 143, the code its workload gets from the
+// pod restart's SIGTERM: a supervisor that judged that stop by the rules
 // would announce again and loop. A third container has no rules.
 func TestPodRestartTwoContainersWithTheRule(t *testing.T) {
 	need(t)
@@ -388,7 +397,7 @@ func TestPodRestartTwoContainersWithTheRule(t *testing.T) {
 	p.start("b", `restartPolicy: Never
 restartPolicyRules:
 - action: RestartAllContainers
-  exitCodes: {operator: In, values: [42, 137]}
+  exitCodes: {operator: In, values: [42, 143]}
 podRestartPolicy: Never
 `, counted("b", "exec sleep 1000"))
 	p.start("c", podNever, counted("c", "exec sleep 1000"))

@@ -3,7 +3,7 @@
 # (go test ./test/docker) and bench/docker/restart.sh.
 #
 # Idempotent: installs Debian's docker.io (engine, containerd, runc, tini as
-# docker-init) and busybox-static only when missing, and starts dockerd in the
+# docker-init), docker-compose and busybox-static only when missing, and starts dockerd in the
 # background only when `docker info` gets no answer. No registry is reachable
 # here, so nothing is pulled: the tests import their images from a rootfs.
 #
@@ -19,6 +19,8 @@ command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
 [ -x /bin/busybox ] || missing+=(busybox-static)
 # The benchmark compares against Docker's --init, which is tini shipped as docker-init.
 command -v docker-init >/dev/null 2>&1 || [ -x /usr/sbin/docker-init ] || [ -x /usr/bin/docker-init ] || missing+=(tini)
+# restart-injector compose is tested with Debian's docker-compose (1.29.2 in bookworm).
+command -v docker-compose >/dev/null 2>&1 || missing+=(docker-compose)
 "$(dirname "$0")/../../hack/apt-install.sh" "${missing[@]}"
 
 if engine_answers; then

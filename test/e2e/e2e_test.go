@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -73,12 +74,16 @@ func unavailable(t *testing.T, format string, a ...any) {
 	t.Skip(msg + " (skipped outside CI)")
 }
 
-func TestConformance(t *testing.T) {
+// prepareNode checks for root, installs what the cluster needs (or takes
+// KUBE_BIN_DIR) and takes the host's node lock for the rest of the test:
+// the kubelet's ports and the kubepods cgroups are global, so concurrent
+// runs (go test ./... from two shells) take turns.
+func prepareNode(t *testing.T) (repo, binDir string) {
 	if os.Geteuid() != 0 {
 		unavailable(t, "the end-to-end cluster needs root (containerd, kubelet, mounts, cgroups)")
 	}
-	repo := repoRoot(t)
-	binDir := os.Getenv("KUBE_BIN_DIR")
+	repo = repoRoot(t)
+	binDir = os.Getenv("KUBE_BIN_DIR")
 	if binDir == "" {
 		out, err := exec.Command(filepath.Join(repo, "test", "e2e", "setup.sh")).Output()
 		if err != nil {
@@ -87,6 +92,37 @@ func TestConformance(t *testing.T) {
 		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 		binDir = lines[len(lines)-1]
 	}
+	lock, err := os.OpenFile(cluster.DefaultDir+".lock", os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lock.Close() })
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	return repo, binDir
+}
+
+// tearDownAtEnd takes the cluster down when t ends (left up for a failed
+// test with E2E_KEEP=1) and reports what it left behind.
+func tearDownAtEnd(t *testing.T, c *cluster.Cluster) {
+	t.Cleanup(func() {
+		if t.Failed() && os.Getenv("E2E_KEEP") == "1" {
+			t.Logf("E2E_KEEP=1: cluster left running; KUBECONFIG=%s; hack/e2e-down.sh removes it", c.Kubeconfig)
+			return
+		}
+		saved := cluster.SavedSysctls(c.Dir)
+		if err := cluster.Down(c.Dir, testWriter{t}); err != nil {
+			t.Errorf("cluster down: %v", err)
+		}
+		if left := cluster.Leftovers(c.State, saved); len(left) > 0 {
+			t.Errorf("cluster down left behind: %s", strings.Join(left, "; "))
+		}
+	})
+}
+
+func TestConformance(t *testing.T) {
+	repo, binDir := prepareNode(t)
 	modes := []mode{native, supervised}
 	if m := os.Getenv("E2E_MODES"); m != "" {
 		modes = nil
@@ -94,22 +130,17 @@ func TestConformance(t *testing.T) {
 			modes = append(modes, mode(strings.TrimSpace(s)))
 		}
 	}
-	// One node per host: the kubelet's ports and the kubepods cgroups are
-	// global, so concurrent runs (go test ./... from two shells) take turns.
-	lock, err := os.OpenFile(cluster.DefaultDir+".lock", os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		t.Fatal(err)
-	}
 	rep := &report{results: map[string]map[mode]result{}, started: time.Now()}
 	for _, m := range modes {
 		t.Run(string(m), func(t *testing.T) { runMode(t, m, repo, binDir, rep) })
 	}
 	if len(modes) == 2 && !t.Failed() || os.Getenv("E2E_WRITE_REPORT") == "1" {
+		// The release setup.sh builds writes docs/conformance.md; another
+		// one (KUBE_BIN_DIR) its own file beside it.
 		path := filepath.Join(repo, "docs", "conformance.md")
+		if os.Getenv("KUBE_BIN_DIR") != "" {
+			path = filepath.Join(repo, "docs", "conformance-"+rep.version+".md")
+		}
 		if err := rep.write(path, scenarios()); err != nil {
 			t.Fatal(err)
 		}
@@ -119,6 +150,21 @@ func TestConformance(t *testing.T) {
 }
 
 func runMode(t *testing.T, m mode, repo, binDir string, rep *report) {
+	if m == native {
+		version, err := cluster.KubeVersion(binDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !cluster.RestartRulesNative(version) {
+			// Nothing to compare with: every row's native cell is n/a.
+			rep.setVersion(version)
+			for _, s := range selected() {
+				rep.set(s.name, m, result{outcome: "n/a", notes: []string{"restart rules are not in Kubernetes " + version}})
+			}
+			t.Logf("Kubernetes %s has no restart rules (ContainerRestartRules is new in 1.34): no native run", version)
+			return
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 	start := time.Now()
@@ -133,20 +179,9 @@ func runMode(t *testing.T, m mode, repo, binDir string, rep *report) {
 	if err != nil {
 		t.Fatalf("cluster up (%s): %v", m, err)
 	}
-	t.Cleanup(func() {
-		if t.Failed() && os.Getenv("E2E_KEEP") == "1" {
-			t.Logf("E2E_KEEP=1: cluster left running; KUBECONFIG=%s; hack/e2e-down.sh removes it", c.Kubeconfig)
-			return
-		}
-		saved := cluster.SavedSysctls(c.Dir)
-		if err := cluster.Down(c.Dir, testWriter{t}); err != nil {
-			t.Errorf("cluster down: %v", err)
-		}
-		if left := cluster.Leftovers(c.State, saved); len(left) > 0 {
-			t.Errorf("cluster down left behind: %s", strings.Join(left, "; "))
-		}
-	})
+	tearDownAtEnd(t, c)
 	rep.setUp(m, time.Since(start))
+	rep.setVersion(c.KubeVersion)
 	e := &env{mode: m, c: c, ns: "default"}
 	if m == supervised {
 		if os.Getenv("E2E_SUPERVISE") == "injector" {
@@ -167,18 +202,9 @@ func runMode(t *testing.T, m mode, repo, binDir string, rep *report) {
 	var runs []pending
 	scenariosStart := time.Now()
 	defer func() { rep.setRun(m, time.Since(scenariosStart)) }()
-	only := map[string]bool{}
-	for _, n := range strings.Split(os.Getenv("E2E_SCENARIOS"), ",") {
-		if n = strings.TrimSpace(n); n != "" {
-			only[n] = true
-		}
-	}
-	for _, s := range scenarios() {
-		if len(only) > 0 && !only[s.name] {
-			continue
-		}
-		if s.supervisedOnly && m != supervised {
-			rep.set(s.name, m, result{outcome: "n/a", notes: []string{"RestartAllContainers is not in Kubernetes 1.34"}})
+	for _, s := range selected() {
+		if s.needsRestartAll && m == native && !cluster.RestartAllContainersNative(c.KubeVersion) {
+			rep.set(s.name, m, result{outcome: "n/a", notes: []string{"RestartAllContainers is not in Kubernetes " + c.KubeVersion}})
 			continue
 		}
 		p := pending{s, make(chan result, 1)}
@@ -201,6 +227,57 @@ func runMode(t *testing.T, m mode, repo, binDir string, rep *report) {
 		})
 	}
 	rep.setHow(m, e.how)
+	if m == supervised && os.Getenv("E2E_SUPERVISE") != "injector" {
+		rep.setAuto(webhookConclusion(c.LogPath("restart-injector")))
+	}
+}
+
+// selected are the scenarios E2E_SCENARIOS names, all when it is empty.
+func selected() []scenario {
+	only := map[string]bool{}
+	for _, n := range strings.Split(os.Getenv("E2E_SCENARIOS"), ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			only[n] = true
+		}
+	}
+	var out []scenario
+	for _, s := range scenarios() {
+		if len(only) == 0 || only[s.name] {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+var (
+	nativeHonoured = regexp.MustCompile(`\bhonoured=(\w+)`)
+	nativeReason   = regexp.MustCompile(`\breason="((?:[^"\\]|\\.)*)"`)
+)
+
+// webhookConclusion is what the webhook's --native=auto last concluded,
+// from its "native restart rules" log line: whether the cluster honours
+// the rules itself (pods then admitted untouched) and why; "" when the
+// log has no such line.
+func webhookConclusion(logPath string) string {
+	b, err := os.ReadFile(logPath)
+	if err != nil {
+		return ""
+	}
+	var last string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, `msg="native restart rules"`) {
+			last = l
+		}
+	}
+	h, r := nativeHonoured.FindStringSubmatch(last), nativeReason.FindStringSubmatch(last)
+	if h == nil || r == nil {
+		return ""
+	}
+	reason := strings.ReplaceAll(r[1], `\"`, `"`)
+	if h[1] == "true" {
+		return "native for the restart rules (such pods admitted untouched): " + reason
+	}
+	return "inject (pods with rules wrapped): " + reason
 }
 
 // superviseWithInjector mutates every pod and Job with the project's
@@ -260,6 +337,20 @@ type report struct {
 	runTime map[mode]time.Duration
 	how     map[mode]string
 	started time.Time
+	version string // of the cluster's binaries, "v1.34.4"
+	auto    string // what the webhook's --native=auto concluded (webhookConclusion)
+}
+
+func (r *report) setAuto(s string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.auto = s
+}
+
+func (r *report) setVersion(v string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.version = v
 }
 
 func (r *report) set(name string, m mode, res result) {

@@ -32,7 +32,7 @@ func initScenario(ctx context.Context, e *env, name string) result {
 	}
 	// A wrongly restarted init container never lets c start: the wait
 	// times out and the outcome says what happened instead.
-	pod, _, err := e.waitPod(ctx, name, "c", 45*time.Second, func(p *corev1.Pod, o observation) bool {
+	pod, _, err := e.waitPod(ctx, name, "c", scenarioTimeout, func(p *corev1.Pod, o observation) bool {
 		return o.starts >= 1 && p.Status.Phase == corev1.PodRunning
 	})
 	if pod == nil || ctx.Err() != nil {
@@ -168,13 +168,13 @@ func graceScenario(ctx context.Context, e *env, name string) result {
 	} else {
 		parts = append(parts, "exit code not seen")
 	}
-	if took > grace*time.Second+3*time.Second {
-		parts = append(parts, "gone after the grace period")
-	} else {
-		parts = append(parts, "gone within the grace period")
+	d := deletion{took: took, exit: exit}
+	if exit != nil {
+		d.stopped = exit.FinishedAt.Sub(start)
 	}
+	parts = append(parts, d.graceOutcome())
 	r.outcome = strings.Join(parts, ", ")
-	r.notes = append(r.notes, fmt.Sprintf("delete → gone %.1fs", took.Seconds()))
+	r.notes = append(r.notes, d.notes()...)
 	if sawLogLine {
 		r.notes = append(r.notes, `log line "checkpoint done" read`)
 	}

@@ -14,8 +14,9 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/restart-supervisor/restart-supervisor/test/e2e/cluster"
 )
@@ -93,6 +94,16 @@ func (e *env) withVolumes(spec corev1.PodSpec, key string) corev1.PodSpec {
 			corev1.VolumeMount{Name: "events", MountPath: "/events"})
 	}
 	return spec
+}
+
+// emptyDirFile reads a file of a pod's emptyDir volume where the kubelet
+// keeps it on the node; "" when it cannot.
+func (e *env) emptyDirFile(pod *corev1.Pod, volume, file string) string {
+	b, err := os.ReadFile(filepath.Join(e.c.KubeletRoot(), "pods", string(pod.UID), "volumes", "kubernetes.io~empty-dir", volume, file))
+	if err != nil {
+		return ""
+	}
+	return string(b)
 }
 
 func (e *env) eventsDir(key string) string { return filepath.Join(e.c.Dir, "events", key) }
@@ -281,10 +292,24 @@ func (e *env) waitPod(ctx context.Context, name, container string, timeout time.
 	}
 }
 
+// annotationCarrier reports whether pods must carry their restart rules
+// in the restart-supervisor.dev/rules annotation: supervised, on a release
+// without the fields (cluster.RestartRulesNative), as a user of it writes
+// them.
+func (e *env) annotationCarrier() bool {
+	return e.mode == supervised && !cluster.RestartRulesNative(e.c.KubeVersion)
+}
+
 // createPod creates a pod, through the supervised mode's mutation when
 // there is one.
 func (e *env) createPod(ctx context.Context, name string, spec corev1.PodSpec) error {
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns}, Spec: spec}
+	// The label lets a scenario's Service select the pod.
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns, Labels: map[string]string{"e2e-pod": name}}, Spec: spec}
+	if e.annotationCarrier() {
+		if err := cluster.RulesToAnnotation(&pod.ObjectMeta, &pod.Spec); err != nil {
+			return fmt.Errorf("pod %s: %w", name, err)
+		}
+	}
 	if e.mutatePod != nil {
 		var err error
 		if pod, err = e.mutatePod(ctx, pod); err != nil {
@@ -296,6 +321,12 @@ func (e *env) createPod(ctx context.Context, name string, spec corev1.PodSpec) e
 }
 
 func (e *env) createJob(ctx context.Context, job *batchv1.Job) error {
+	if e.annotationCarrier() {
+		job = job.DeepCopy()
+		if err := cluster.RulesToAnnotation(&job.Spec.Template.ObjectMeta, &job.Spec.Template.Spec); err != nil {
+			return fmt.Errorf("job %s: %w", job.Name, err)
+		}
+	}
 	if e.mutateJob != nil {
 		var err error
 		if job, err = e.mutateJob(ctx, job); err != nil {
@@ -306,28 +337,106 @@ func (e *env) createJob(ctx context.Context, job *batchv1.Job) error {
 	return err
 }
 
-// deleteAndWait deletes a pod with the given grace period and polls until
-// it is gone, returning how long that took and whether the workload started
-// again after the delete call.
-func (e *env) deleteAndWait(ctx context.Context, name, container string, grace int64, timeout time.Duration) (time.Duration, bool, error) {
+// deletion is what deleteAndWait saw of a pod's end.
+type deletion struct {
+	// took is from the delete call until the pod object was gone. It
+	// includes the kubelet's cleanup and status sync after the container
+	// ended (measured 6 to 15 s for a container that exits at once under
+	// a 10 s grace), so it says little about the container itself.
+	took time.Duration
+	// exit is the container's last terminated state the kubelet wrote
+	// before the pod object went; nil when none was seen.
+	exit *corev1.ContainerStateTerminated
+	// stopped is from the delete call until the container finished, by
+	// the kubelet's own finishedAt (whole seconds, so up to 1 s early).
+	stopped time.Duration
+	// restartedAfter: the workload started again after the delete call.
+	restartedAfter bool
+}
+
+// withinGrace tells whether the container ended by itself within the grace
+// period: it exited before the runtime's SIGKILL at the grace period's end
+// (an exit code of 137 then).
+//
+// The exit code decides, not the time: the kubelet may send the stop
+// signal seconds after the delete call on a loaded node (10 s measured),
+// and the runtime's grace period starts with that signal, so an exit of
+// the workload's own is within it however late it comes.
+func (d deletion) withinGrace() bool {
+	return d.exit != nil && d.exit.ExitCode != 137
+}
+
+// graceOutcome names how the container ended for a scenario's outcome.
+func (d deletion) graceOutcome() string {
+	switch {
+	case d.exit == nil:
+		return "exit not seen"
+	case d.withinGrace():
+		return "stopped within the grace period"
+	default:
+		return fmt.Sprintf("killed at the end of the grace period (exit %d)", d.exit.ExitCode)
+	}
+}
+
+// notes are the figures a scenario's row shows.
+func (d deletion) notes() []string {
+	n := []string{fmt.Sprintf("delete → gone %.1fs", d.took.Seconds())}
+	if d.exit != nil {
+		n = append(n, fmt.Sprintf("delete → exit %d at %.0fs", d.exit.ExitCode, d.stopped.Seconds()))
+	}
+	return n
+}
+
+// deleteAndWait deletes a pod with the given grace period and watches it
+// until it is gone. Every status the kubelet writes while the pod
+// terminates comes through the watch, including the terminated state it
+// writes just before it deletes the pod object.
+func (e *env) deleteAndWait(ctx context.Context, name, container string, grace int64, timeout time.Duration) (deletion, error) {
+	var d deletion
+	pod, err := e.c.Client.CoreV1().Pods(e.ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return d, err
+	}
+	w, err := e.c.Client.CoreV1().Pods(e.ns).Watch(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String(), ResourceVersion: pod.ResourceVersion,
+	})
+	if err != nil {
+		return d, err
+	}
+	defer w.Stop()
 	start, startUp := time.Now(), uptime()
 	if err := e.c.Client.CoreV1().Pods(e.ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &grace}); err != nil {
-		return 0, false, err
+		return d, err
 	}
-	restartedAfter := false
-	for time.Since(start) < timeout {
-		pod, err := e.c.Client.CoreV1().Pods(e.ns).Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return time.Since(start), restartedAfter, nil
-		}
-		if err == nil {
-			for _, ev := range e.events(pod.Name, container) {
-				if ev.kind == markStart && ev.at > startUp {
-					restartedAfter = true
+	deadline := time.After(timeout)
+	poll := time.NewTicker(200 * time.Millisecond)
+	defer poll.Stop()
+	for {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return d, fmt.Errorf("pod %s: watch closed before the pod was gone", name)
+			}
+			if p, isPod := ev.Object.(*corev1.Pod); isPod {
+				if cs := containerStatus(p, container); cs != nil && cs.State.Terminated != nil {
+					d.exit = cs.State.Terminated
+					d.stopped = d.exit.FinishedAt.Sub(start)
 				}
 			}
+			if ev.Type == watch.Deleted {
+				d.took = time.Since(start)
+				return d, nil
+			}
+		case <-poll.C:
+			for _, ev := range e.events(name, container) {
+				if ev.kind == markStart && ev.at > startUp {
+					d.restartedAfter = true
+				}
+			}
+		case <-deadline:
+			return d, fmt.Errorf("pod %s still present %s after delete", name, timeout)
+		case <-ctx.Done():
+			return d, ctx.Err()
 		}
-		time.Sleep(200 * time.Millisecond)
 	}
-	return time.Since(start), restartedAfter, fmt.Errorf("pod %s still present %s after delete", name, timeout)
 }

@@ -47,11 +47,13 @@ type Options struct {
 	Dir    string // state directory (DefaultDir when empty)
 	BinDir string // etcd, kube-apiserver, kubelet, kube-controller-manager
 	Repo   string // repository root, for building the local images
-	// RestartRules turns the ContainerRestartRules feature gate on in the
-	// API server and the kubelet (native KEP-5307 behaviour).
+	// RestartRules turns the restart-rules feature gates of the release
+	// on in the API server and the kubelet (native KEP-5307, and KEP-5532
+	// from 1.35); false turns them off (see FeatureGates).
 	RestartRules bool
 	// ControllerManager starts kube-controller-manager with only the job
-	// controller (pods carry spec.nodeName, so no scheduler is needed).
+	// and endpointslice controllers (pods carry spec.nodeName, so no
+	// scheduler is needed).
 	ControllerManager bool
 	// SupervisorImage builds the supervisor image from ./cmd/restart-supervisor
 	// and imports it as SupervisorImage.
@@ -68,7 +70,9 @@ type State struct {
 	NodeName     string `json:"nodeName"`
 	NodeIP       string `json:"nodeIP"`
 	RestartRules bool   `json:"restartRules"`
-	Containerd   string `json:"containerdSocket"`
+	// KubeVersion is the release of the binaries, "v1.36.3".
+	KubeVersion string `json:"kubeVersion"`
+	Containerd  string `json:"containerdSocket"`
 	// Processes in start order: name → pid.
 	Processes []Proc `json:"processes"`
 }
@@ -129,7 +133,11 @@ func Up(ctx context.Context, opts Options) (c *Cluster, err error) {
 			return nil, fmt.Errorf("e2e cluster: %s not found (run test/e2e/setup.sh)", tool)
 		}
 	}
-	c = &Cluster{State: State{Dir: opts.Dir, NodeName: NodeName, RestartRules: opts.RestartRules},
+	version, err := KubeVersion(opts.BinDir)
+	if err != nil {
+		return nil, err
+	}
+	c = &Cluster{State: State{Dir: opts.Dir, NodeName: NodeName, RestartRules: opts.RestartRules, KubeVersion: version},
 		log: opts.Log, exited: map[string]chan struct{}{}}
 	defer func() {
 		if err != nil {
@@ -190,8 +198,108 @@ func Up(ctx context.Context, opts Options) (c *Cluster, err error) {
 			return c, err
 		}
 	}
-	c.logf("cluster up in %s (ContainerRestartRules=%v); KUBECONFIG=%s", time.Since(start).Round(100*time.Millisecond), opts.RestartRules, c.Kubeconfig)
+	gates := GateFlag(FeatureGates(version, opts.RestartRules))
+	if gates == "" {
+		gates = "no restart-rules gates"
+	}
+	c.logf("cluster up in %s (Kubernetes %s, %s); KUBECONFIG=%s", time.Since(start).Round(100*time.Millisecond), version,
+		gates, c.Kubeconfig)
 	return c, nil
+}
+
+// KubeVersion is the release of the kubelet in binDir, as `kubelet
+// --version` prints it ("v1.36.3").
+func KubeVersion(binDir string) (string, error) {
+	out, err := exec.Command(filepath.Join(binDir, "kubelet"), "--version").Output()
+	if err != nil {
+		return "", fmt.Errorf("e2e cluster: kubelet --version: %w", err)
+	}
+	f := strings.Fields(string(out)) // "Kubernetes v1.36.3"
+	if len(f) != 2 || Minor(f[1]) < 0 {
+		return "", fmt.Errorf("e2e cluster: kubelet --version printed %q", out)
+	}
+	return f[1], nil
+}
+
+// Minor is the minor release of a version "v1.N.M"; -1 when it is not one.
+func Minor(version string) int {
+	var major, minor, patch int
+	if n, _ := fmt.Sscanf(version, "v%d.%d.%d", &major, &minor, &patch); n != 3 || major != 1 {
+		return -1
+	}
+	return minor
+}
+
+// A FeatureGate is one gate and the value the cluster sets.
+type FeatureGate struct {
+	Name string
+	On   bool
+}
+
+// FeatureGates are the gates a cluster of the given release sets on the API
+// server and the kubelet: each gate of the restart-rules features the
+// release has, all on or all off; none before 1.34, whose binaries refuse
+// to start with a gate they do not know. pkg/features/kube_features.go:
+//   - ContainerRestartRules: alpha 1.34, beta and on by default from 1.35.
+//   - RestartAllContainersOnContainerExits: alpha 1.35, beta and on by
+//     default from 1.36; it depends on ContainerRestartRules and
+//     NodeDeclaredFeatures (alpha 1.35, beta 1.36), so off it must be when
+//     ContainerRestartRules is off, and on it needs NodeDeclaredFeatures
+//     on in 1.35. NodeDeclaredFeatures is otherwise left at its default.
+func FeatureGates(version string, on bool) []FeatureGate {
+	minor := Minor(version)
+	if !RestartRulesNative(version) {
+		return nil
+	}
+	gates := []FeatureGate{{"ContainerRestartRules", on}}
+	if minor >= 35 {
+		gates = append(gates, FeatureGate{"RestartAllContainersOnContainerExits", on})
+		if on && minor == 35 {
+			gates = append(gates, FeatureGate{"NodeDeclaredFeatures", true})
+		}
+	}
+	return gates
+}
+
+// RestartRulesNative reports whether the release has the restart rules at
+// all (KEP-5307, ContainerRestartRules: 1.34). An older API server does not
+// know the restartPolicyRules field and drops it when it decodes a pod, so
+// there the rules reach the webhook only in the restart-supervisor.dev/rules
+// annotation, and a native run has nothing to run.
+func RestartRulesNative(version string) bool { return Minor(version) >= 34 }
+
+// RestartAllContainersNative reports whether a cluster of the release with
+// its gates on (FeatureGates) honours RestartAllContainers itself.
+func RestartAllContainersNative(version string) bool { return Minor(version) >= 35 }
+
+// GateFlag is the value of --feature-gates for gates, "" for none.
+func GateFlag(gates []FeatureGate) string {
+	parts := make([]string, len(gates))
+	for i, g := range gates {
+		parts[i] = fmt.Sprintf("%s=%v", g.Name, g.On)
+	}
+	return strings.Join(parts, ",")
+}
+
+// gateArgs is the --feature-gates argument, none for no gates.
+func gateArgs(gates []FeatureGate) []string {
+	if len(gates) == 0 {
+		return nil
+	}
+	return []string{"--feature-gates=" + GateFlag(gates)}
+}
+
+// gateYAML is the kubelet configuration's featureGates, "" for none.
+func gateYAML(gates []FeatureGate) string {
+	if len(gates) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("featureGates:\n")
+	for _, g := range gates {
+		fmt.Fprintf(&b, "  %s: %v\n", g.Name, g.On)
+	}
+	return b.String()
 }
 
 // Load attaches to a cluster started earlier (for example by hack/e2e-up.sh).
@@ -425,7 +533,7 @@ current-context: e2e
 	if err := c.writeState(); err != nil {
 		return err
 	}
-	err = c.Start("kube-apiserver", []string{filepath.Join(opts.BinDir, "kube-apiserver"),
+	err = c.Start("kube-apiserver", append([]string{filepath.Join(opts.BinDir, "kube-apiserver"),
 		"--etcd-servers", etcdClient,
 		"--bind-address", "127.0.0.1", fmt.Sprintf("--secure-port=%d", ports[2]),
 		"--cert-dir", c.path("pki", "apiserver"),
@@ -437,8 +545,7 @@ current-context: e2e
 		"--service-cluster-ip-range", "10.0.0.0/24",
 		"--allow-privileged=true",
 		"--kubelet-preferred-address-types", "InternalIP",
-		fmt.Sprintf("--feature-gates=ContainerRestartRules=%v", opts.RestartRules),
-	}, nil)
+	}, gateArgs(FeatureGates(c.KubeVersion, opts.RestartRules))...), nil)
 	if err != nil {
 		return err
 	}
@@ -530,9 +637,7 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
 podLogsDir: %[3]s
-featureGates:
-  ContainerRestartRules: %[4]v
-`, sock, c.NodeIP, c.path("pod-logs"), opts.RestartRules)
+%[4]s`, sock, c.NodeIP, c.path("pod-logs"), gateYAML(FeatureGates(c.KubeVersion, opts.RestartRules)))
 	if err := os.WriteFile(c.path("kubelet", "config.yaml"), []byte(cfg), 0o644); err != nil {
 		return err
 	}
@@ -573,7 +678,9 @@ func (c *Cluster) startControllerManager(ctx context.Context, opts Options) erro
 		"--kubeconfig", c.Kubeconfig,
 		"--authentication-kubeconfig", c.Kubeconfig,
 		"--authorization-kubeconfig", c.Kubeconfig,
-		"--controllers", "job",
+		// job for the Job rows, endpointslice for the readiness row (a
+		// Service's EndpointSlice follows its pods' Ready condition).
+		"--controllers", "job,endpointslice",
 		"--leader-elect=false",
 		"--bind-address", "127.0.0.1", fmt.Sprintf("--secure-port=%d", port),
 		"--cert-dir", c.path("pki", "kcm"),

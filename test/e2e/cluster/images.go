@@ -167,17 +167,21 @@ func buildBusybox(dir, ref, file, stopSignal string) (string, error) {
 }
 
 // buildSupervisorImage mirrors Dockerfile.supervisor: FROM scratch, the
-// static binary at /restart-supervisor, USER 65532.
+// static binaries /restart-supervisor and /restart-probe, USER 65532.
 func buildSupervisorImage(repo, dir string) (string, error) {
-	bin := filepath.Join(dir, "restart-supervisor")
-	if err := goBuildStatic(repo, "./cmd/restart-supervisor", bin); err != nil {
-		return "", err
-	}
-	body, err := os.ReadFile(bin)
-	if err != nil {
-		return "", err
+	var files []tarFile
+	for _, name := range []string{"restart-supervisor", "restart-probe"} {
+		bin := filepath.Join(dir, name)
+		if err := goBuildStatic(repo, "./cmd/"+name, bin); err != nil {
+			return "", err
+		}
+		body, err := os.ReadFile(bin)
+		if err != nil {
+			return "", err
+		}
+		files = append(files, tarFile{name: name, mode: 0o755, body: body})
 	}
 	out := filepath.Join(dir, "restart-supervisor.tar")
-	return out, writeImage(out, SupervisorImage, []tarFile{{name: "restart-supervisor", mode: 0o755, body: body}},
+	return out, writeImage(out, SupervisorImage, files,
 		v1.Config{Entrypoint: []string{"/restart-supervisor"}, User: "65532"})
 }

@@ -100,6 +100,11 @@ func (c *Cluster) StartWebhook(ctx context.Context, repo string) error {
 				ExitCodes: &corev1.ContainerRestartRuleOnExitCodes{Operator: corev1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{42}}}},
 		}}},
 	}
+	if !RestartRulesNative(c.KubeVersion) {
+		if err := RulesToAnnotation(&probe.ObjectMeta, &probe.Spec); err != nil {
+			return err
+		}
+	}
 	return c.waitFor(ctx, "restart-injector", 30*time.Second, func() error {
 		got, err := c.Client.CoreV1().Pods("default").Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err != nil {

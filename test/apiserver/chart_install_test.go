@@ -1,0 +1,194 @@
+package apiserver_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// TestHelmInstall installs the chart with the real helm onto a real etcd +
+// kube-apiserver (self-managed certificates, and every optional component
+// whose API that server has: custom workloads, the NetworkPolicy, the node
+// agent with --annotate), runs the built webhook as the installed
+// ServiceAccount with the checks of the kustomize install, and uninstalls:
+// afterwards nothing of the webhook may be left to refuse pods.
+func TestHelmInstall(t *testing.T) {
+	h := newHelm(t)
+	assets := kubeAssets(t)
+	env, client := startAPIServer(t, assets, true)
+	ctx := context.Background()
+	dir := t.TempDir()
+	admin := kubeconfigFor(t, env, dir, "admin", envtest.User{Name: "e2e-admin", Groups: []string{"system:masters"}})
+
+	stdout, stderr, err := h.run2("install", "restart-injector", chartDir(t), "--kubeconfig", admin, "--namespace", "default",
+		"--set", "certificates.source=self", "--set", "customWorkloads.enabled=true", "--set", "webhookIngress.enabled=true",
+		"--set", "nodeAgent.enabled=true", "--set", "nodeAgent.annotate=true")
+	t.Logf("helm install:\n%s%s", stdout, stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(stdout, []byte("STATUS: deployed")) || !bytes.Contains(stdout, []byte("(self-managed certificates)")) {
+		t.Errorf("helm install did not report the release deployed with its notes:\n%s", stdout)
+	}
+	// helm passes on the API server's warnings: the node agent's namespace
+	// warns at baseline, for its one hostPath. The webhook's enforces
+	// restricted, which its pods must pass without a warning.
+	if !bytes.Contains(stderr, []byte("baseline:latest")) || !bytes.Contains(stderr, []byte("kubelet-pods")) {
+		t.Errorf("no Pod Security warning for the node agent's hostPath in helm's output:\n%s", stderr)
+	}
+	if bytes.Contains(stderr, []byte("restricted:latest")) {
+		t.Errorf("the webhook's own Deployment violates its namespace's Pod Security level:\n%s", stderr)
+	}
+
+	out, err := h.run("status", "restart-injector", "--kubeconfig", admin, "--namespace", "default", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var status struct {
+		Info struct{ Status string } `json:"info"`
+	}
+	if err := json.Unmarshal(out, &status); err != nil || status.Info.Status != "deployed" {
+		t.Errorf("helm status: %v %q\n%s", err, status.Info.Status, out)
+	}
+
+	// Every field helm applied is what the API server holds (which only adds
+	// its defaults): nothing dropped as unknown, nothing rewritten.
+	manifest, err := h.run("get", "manifest", "restart-injector", "--kubeconfig", admin, "--namespace", "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	applied := parseObjects(t, "helm get manifest", manifest)
+	mf := filepath.Join(dir, "manifest.yaml")
+	must(t, os.WriteFile(mf, manifest, 0o644))
+	out, err = exec.Command(filepath.Join(assets, "kubectl"), "--kubeconfig", admin, "get", "-f", mf, "-o", "json").Output()
+	if err != nil {
+		t.Fatalf("kubectl get -f (helm's manifest): %v", err)
+	}
+	var list struct{ Items []map[string]any }
+	must(t, json.Unmarshal(out, &list))
+	if len(list.Items) != len(applied) || len(applied) < 20 {
+		t.Errorf("helm applied %d objects, the API server returns %d", len(applied), len(list.Items))
+	}
+	for _, stored := range list.Items {
+		meta, _ := stored["metadata"].(map[string]any)
+		key := strings.Replace(fmt.Sprintf("%v %v %v/%v", stored["apiVersion"], stored["kind"], meta["namespace"], meta["name"]), " <nil>/", " /", 1)
+		want, ok := applied[key]
+		if !ok {
+			t.Errorf("the API server returns %s, which helm did not apply", key)
+			continue
+		}
+		for _, d := range notIn("", want, stored) {
+			t.Errorf("%s %s", key, d)
+		}
+	}
+
+	// What the API server holds, read back through its API.
+	ns, err := client.CoreV1().Namespaces().Get(ctx, "restart-supervisor", metav1.GetOptions{})
+	if err != nil || ns.Labels["pod-security.kubernetes.io/enforce"] != "restricted" {
+		t.Errorf("namespace restart-supervisor: %v %v", err, ns.Labels)
+	}
+	mwc, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "restart-injector", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var entries []string
+	for _, w := range mwc.Webhooks {
+		entries = append(entries, w.Name)
+	}
+	if got := strings.Join(entries, ","); got != "inject.restart-supervisor.dev,templates.restart-supervisor.dev,custom-templates.restart-supervisor.dev" ||
+		len(mwc.Webhooks[0].MatchConditions) != 1 || len(mwc.Webhooks[1].MatchConditions) != 1 {
+		t.Errorf("installed webhook entries %s, matchConditions %d and %d", got, len(mwc.Webhooks[0].MatchConditions), len(mwc.Webhooks[1].MatchConditions))
+	}
+	if mwc.Labels["app.kubernetes.io/managed-by"] != "Helm" || mwc.Annotations["meta.helm.sh/release-name"] != "restart-injector" {
+		t.Errorf("the MutatingWebhookConfiguration is not the release's: %v %v", mwc.Labels, mwc.Annotations)
+	}
+	if d, err := client.AppsV1().Deployments("restart-supervisor").Get(ctx, "restart-injector", metav1.GetOptions{}); err != nil ||
+		*d.Spec.Replicas != 2 || !strings.Contains(strings.Join(d.Spec.Template.Spec.Containers[0].Args, " "), "--cert-mode=self") {
+		t.Errorf("Deployment restart-injector: %v", err)
+	}
+	if ds, err := client.AppsV1().DaemonSets("restart-supervisor-node-agent").Get(ctx, "restart-supervisor-node-agent", metav1.GetOptions{}); err != nil ||
+		!strings.Contains(strings.Join(ds.Spec.Template.Spec.Containers[0].Args, " "), "--annotate") {
+		t.Errorf("DaemonSet restart-supervisor-node-agent: %v", err)
+	}
+	if _, err := client.NetworkingV1().NetworkPolicies("restart-supervisor").Get(ctx, "restart-injector", metav1.GetOptions{}); err != nil {
+		t.Errorf("NetworkPolicy: %v", err)
+	}
+
+	// The installed configuration and RBAC at work, then the webhook stops.
+	serveAsInstalled(t, env, client, dir)
+
+	// failurePolicy: Fail with the webhook down: a ruled pod is refused.
+	_, err = client.CoreV1().Pods("apps").Create(ctx, nativeRulesPod("while-down"), metav1.CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), "inject.restart-supervisor.dev") {
+		t.Fatalf("a ruled pod with the installed webhook down: %v, want refused by inject.restart-supervisor.dev", err)
+	}
+
+	stdout, stderr, err = h.run2("uninstall", "restart-injector", "--kubeconfig", admin, "--namespace", "default")
+	t.Logf("helm uninstall:\n%s%s", stdout, stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "restart-injector", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("MutatingWebhookConfiguration after helm uninstall: %v", err)
+	}
+	for _, name := range []string{"restart-injector", "restart-injector-webhook-config", "restart-supervisor-node-agent"} {
+		if _, err := client.RbacV1().ClusterRoles().Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("ClusterRole %s after helm uninstall: %v", name, err)
+		}
+	}
+	p, err := client.CoreV1().Pods("apps").Create(ctx, nativeRulesPod("after-uninstall"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("a ruled pod after helm uninstall: %v", err)
+	}
+	if injected(p) {
+		t.Error("a pod was injected after helm uninstall")
+	}
+}
+
+// notIn lists every field of want that has another value, or none, in got:
+// got may add fields (the API server's defaults), never drop or change one.
+// A zero value (false, 0, "") and no field are the same: the API omits
+// zero values of optional fields (readOnly: false).
+func notIn(path string, want, got any) []string {
+	if got == nil && (want == false || want == float64(0) || want == "") {
+		return nil
+	}
+	switch w := want.(type) {
+	case map[string]any:
+		g, ok := got.(map[string]any)
+		if !ok {
+			return []string{fmt.Sprintf("%s: applied a map, stored %v", path, got)}
+		}
+		var diffs []string
+		for _, k := range sortedKeys(w) {
+			diffs = append(diffs, notIn(path+"."+k, w[k], g[k])...)
+		}
+		return diffs
+	case []any:
+		g, ok := got.([]any)
+		if !ok || len(g) != len(w) {
+			return []string{fmt.Sprintf("%s: applied %v, stored %v", path, w, got)}
+		}
+		var diffs []string
+		for i := range w {
+			diffs = append(diffs, notIn(fmt.Sprintf("%s[%d]", path, i), w[i], g[i])...)
+		}
+		return diffs
+	default:
+		if !reflect.DeepEqual(want, got) {
+			return []string{fmt.Sprintf("%s: applied %v, stored %v", path, want, got)}
+		}
+		return nil
+	}
+}

@@ -1,0 +1,453 @@
+package apiserver_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	sigsyaml "sigs.k8s.io/yaml"
+)
+
+// helmBinary returns a real helm, built from the Go module proxy by
+// hack/helm.sh into ~/.cache/restart-supervisor (a cold build takes minutes
+// on 2 cores, a warm one is a `helm version`). Outside CI a machine that
+// cannot build it skips; in CI that is a failure.
+func helmBinary(t testing.TB) string {
+	t.Helper()
+	cmd := exec.Command("bash", filepath.Join(repoRoot(t), "hack", "helm.sh"))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	bin := filepath.Join(lines[len(lines)-1], "helm")
+	if err == nil {
+		_, err = os.Stat(bin)
+	}
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("helm is required in CI: hack/helm.sh: %v", err)
+		}
+		t.Skipf("no helm (hack/helm.sh: %v)", err)
+	}
+	return bin
+}
+
+// helmRunner runs helm with its configuration, cache and data in a
+// directory of the test's own, so nothing of the machine's helm setup (or
+// of another test) takes part.
+type helmRunner struct {
+	bin  string
+	home string
+}
+
+func newHelm(t *testing.T) helmRunner {
+	return helmRunner{bin: helmBinary(t), home: t.TempDir()}
+}
+
+// run returns helm's standard output; a failure carries both outputs.
+func (h helmRunner) run(args ...string) ([]byte, error) {
+	stdout, stderr, err := h.run2(args...)
+	if err != nil {
+		return stdout, fmt.Errorf("%v\n%s%s", err, stdout, stderr)
+	}
+	return stdout, nil
+}
+
+// run2 returns helm's standard output and standard error apart. Without
+// --kubeconfig, helm has no cluster to reach.
+func (h helmRunner) run2(args ...string) (stdout, stderr []byte, err error) {
+	cmd := exec.Command(h.bin, args...)
+	cmd.Env = append(os.Environ(),
+		"HELM_CONFIG_HOME="+filepath.Join(h.home, "config"),
+		"HELM_CACHE_HOME="+filepath.Join(h.home, "cache"),
+		"HELM_DATA_HOME="+filepath.Join(h.home, "data"),
+		"KUBECONFIG="+filepath.Join(h.home, "no-kubeconfig"))
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	if err := cmd.Run(); err != nil {
+		return o.Bytes(), e.Bytes(), fmt.Errorf("helm %s: %v", strings.Join(args, " "), err)
+	}
+	return o.Bytes(), e.Bytes(), nil
+}
+
+func chartDir(t testing.TB) string {
+	return filepath.Join(repoRoot(t), "charts", "restart-injector")
+}
+
+// installVariant is one way deploy/ can be installed, and the values that
+// make the chart install the same objects.
+type installVariant struct {
+	name string
+	// selfManaged: deploy/self-managed instead of deploy/ (cert-manager).
+	selfManaged bool
+	components  []string
+	// patches is appended to the kustomization: the edits deploy/'s
+	// comments ask for by hand.
+	patches string
+	set     []string
+}
+
+// optInCustomPatch is what deploy/components/custom-workloads asks for
+// with namespace-opt-in: the opt-in expression on its entry, /webhooks/2.
+const optInCustomPatch = `patches:
+- target: {kind: MutatingWebhookConfiguration, name: restart-injector}
+  patch: |-
+    - op: add
+      path: /webhooks/2/namespaceSelector/matchExpressions/-
+      value: {key: restart-supervisor.dev/inject, operator: In, values: [enabled]}
+`
+
+// installVariants is every variant and component deploy/ offers, alone on
+// the variant they are documented with, and all together.
+var installVariants = []installVariant{
+	{name: "cert-manager"},
+	{name: "self-managed", selfManaged: true, set: []string{"certificates.source=self"}},
+	{name: "namespace-opt-in", components: []string{"namespace-opt-in"}, set: []string{"namespaceSelector.optIn=true"}},
+	{name: "self-managed+namespace-opt-in", selfManaged: true, components: []string{"namespace-opt-in"},
+		set: []string{"certificates.source=self", "namespaceSelector.optIn=true"}},
+	{name: "webhook-ingress", selfManaged: true, components: []string{"webhook-ingress"},
+		set: []string{"certificates.source=self", "webhookIngress.enabled=true"}},
+	{name: "custom-workloads", components: []string{"custom-workloads"}, set: []string{"customWorkloads.enabled=true"}},
+	{name: "custom-workloads+namespace-opt-in", components: []string{"namespace-opt-in", "custom-workloads"}, patches: optInCustomPatch,
+		set: []string{"customWorkloads.enabled=true", "namespaceSelector.optIn=true"}},
+	{name: "node-agent", components: []string{"node-agent"}, set: []string{"nodeAgent.enabled=true"}},
+	{name: "node-agent-servicemonitor", components: []string{"node-agent", "node-agent-servicemonitor"},
+		set: []string{"nodeAgent.enabled=true", "nodeAgent.serviceMonitor.enabled=true"}},
+	{name: "node-agent-annotate", components: []string{"node-agent", "node-agent-annotate"},
+		set: []string{"nodeAgent.enabled=true", "nodeAgent.annotate=true"}},
+	{name: "everything", selfManaged: true,
+		components: []string{"namespace-opt-in", "custom-workloads", "webhook-ingress", "node-agent", "node-agent-servicemonitor", "node-agent-annotate"},
+		patches:    optInCustomPatch,
+		set: []string{"certificates.source=self", "namespaceSelector.optIn=true", "customWorkloads.enabled=true", "webhookIngress.enabled=true",
+			"nodeAgent.enabled=true", "nodeAgent.serviceMonitor.enabled=true", "nodeAgent.annotate=true"}},
+}
+
+// kustomize renders the variant from deploy/ with the kustomize built into
+// the real kubectl.
+func (v installVariant) kustomize(t *testing.T, kubectl string) []byte {
+	t.Helper()
+	dir := t.TempDir()
+	rel, err := filepath.Rel(dir, filepath.Join(repoRoot(t), "deploy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := rel
+	if v.selfManaged {
+		base += "/self-managed"
+	}
+	k := fmt.Sprintf("resources: [%s]\n", base)
+	if len(v.components) > 0 {
+		k += "components:\n"
+		for _, c := range v.components {
+			k += fmt.Sprintf("- %s/components/%s\n", rel, c)
+		}
+	}
+	k += v.patches
+	must(t, os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644))
+	out, err := exec.Command(kubectl, "kustomize", dir).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl kustomize (%s):\n%s\n%v\n%s", v.name, k, err, out)
+	}
+	return out
+}
+
+func (v installVariant) helmArgs() []string {
+	var args []string
+	for _, s := range v.set {
+		args = append(args, "--set", s)
+	}
+	return args
+}
+
+// TestChartMatchesKustomize renders the chart with the real helm and
+// deploy/ with the real kubectl kustomize, for every variant and component
+// deploy/ offers, and compares the objects field by field: the chart and
+// deploy/ are one installation written twice, and an edit of either alone
+// fails here.
+func TestChartMatchesKustomize(t *testing.T) {
+	kubectl := filepath.Join(kubeAssets(t), "kubectl")
+	h := newHelm(t)
+	for _, v := range installVariants {
+		t.Run(v.name, func(t *testing.T) {
+			want := parseObjects(t, "kubectl kustomize", v.kustomize(t, kubectl))
+			out, err := h.run(append([]string{"template", "restart-injector", chartDir(t)}, v.helmArgs()...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := parseObjects(t, "helm template", out)
+			// Both sides empty, or only a part of them, must not pass: every
+			// variant has the base's 10 objects and a certificate source's 4.
+			if len(want) < 14 {
+				t.Fatalf("kubectl kustomize renders only %d objects: %v", len(want), sortedKeys(want))
+			}
+			for _, d := range diffObjects(want, got) {
+				t.Error(d)
+			}
+		})
+	}
+}
+
+// TestChartLint runs the real `helm lint --strict` on the chart with the
+// values of every variant.
+func TestChartLint(t *testing.T) {
+	h := newHelm(t)
+	for _, v := range installVariants {
+		args := append([]string{"lint", "--strict", chartDir(t)}, v.helmArgs()...)
+		out, err := h.run(args...)
+		if err != nil {
+			t.Errorf("%s: %v", v.name, err)
+			continue
+		}
+		if !bytes.Contains(out, []byte("1 chart(s) linted, 0 chart(s) failed")) {
+			t.Errorf("%s: helm lint: %s", v.name, out)
+		}
+	}
+}
+
+// TestChartValues renders the chart with every documented value changed
+// from its default and checks where each one lands; invalid values are
+// refused by the chart's schema before anything is rendered.
+func TestChartValues(t *testing.T) {
+	h := newHelm(t)
+	values := filepath.Join(t.TempDir(), "values.yaml")
+	must(t, os.WriteFile(values, []byte(`
+namespace: {name: rs-system}
+image: {repository: registry.example.com/ri, tag: v9.9.9, pullPolicy: IfNotPresent}
+supervisorImage: {repository: registry.example.com/rs, tag: v9.9.8, pullPolicy: Always}
+webhook:
+  replicas: 3
+  native: "off"
+  onEntrypointError: allow
+  extraArgs: [--allowed-registries=registry.example.com]
+  resources: {requests: {cpu: 100m, memory: 128Mi}, limits: {memory: 1Gi}}
+  podDisruptionBudget: {minAvailable: null, maxUnavailable: 1}
+  nodeSelector: {kubernetes.io/os: linux}
+  tolerations: [{key: dedicated, operator: Exists}]
+certificates: {source: self}
+namespaceSelector:
+  excluded: [kube-system]
+  optIn: true
+  matchExpressions: [{key: team, operator: Exists}]
+customWorkloads:
+  enabled: true
+  rules: [{operations: [CREATE], apiGroups: [example.com], apiVersions: [v1], resources: [trainings]}]
+nodeAgent: {enabled: true, namespace: rs-agent, interval: 5s, image: {tag: v9.9.7}}
+`), 0o644))
+	out, err := h.run("template", "restart-injector", chartDir(t), "-f", values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := parseObjects(t, "helm template", out)
+	at := func(key string, path ...any) any {
+		t.Helper()
+		o, ok := objs[key]
+		if !ok {
+			t.Fatalf("no object %s in %v", key, sortedKeys(objs))
+		}
+		var v any = o
+		for _, p := range path {
+			switch p := p.(type) {
+			case string:
+				m, _ := v.(map[string]any)
+				v = m[p]
+			case int:
+				l, _ := v.([]any)
+				if p >= len(l) {
+					return nil
+				}
+				v = l[p]
+			}
+		}
+		return v
+	}
+	js := func(v any) string { b, _ := json.Marshal(v); return string(b) }
+	check := func(what string, got any, want string) {
+		t.Helper()
+		if js(got) != want {
+			t.Errorf("%s = %s, want %s", what, js(got), want)
+		}
+	}
+	deploy := "apps/v1 Deployment rs-system/restart-injector"
+	pod := []any{"spec", "template", "spec"}
+	ctr := append(append([]any{}, pod...), "containers", 0)
+	check("namespace", at("v1 Namespace /rs-system", "metadata", "labels", "pod-security.kubernetes.io/enforce"), `"restricted"`)
+	check("replicas", at(deploy, "spec", "replicas"), `3`)
+	check("image", at(deploy, append(ctr, "image")...), `"registry.example.com/ri:v9.9.9"`)
+	check("imagePullPolicy", at(deploy, append(ctr, "imagePullPolicy")...), `"IfNotPresent"`)
+	check("args", at(deploy, append(ctr, "args")...), `["serve","--cert-dir=/etc/restart-injector/tls","--native=off","--on-entrypoint-error=allow",`+
+		`"--supervisor-image=registry.example.com/rs:v9.9.8","--image-pull-policy=Always","--cert-mode=self","--allowed-registries=registry.example.com"]`)
+	check("resources", at(deploy, append(ctr, "resources")...), `{"limits":{"memory":"1Gi"},"requests":{"cpu":"100m","memory":"128Mi"}}`)
+	check("nodeSelector", at(deploy, append(pod, "nodeSelector")...), `{"kubernetes.io/os":"linux"}`)
+	check("tolerations", at(deploy, append(pod, "tolerations")...), `[{"key":"dedicated","operator":"Exists"}]`)
+	check("PDB", at("policy/v1 PodDisruptionBudget rs-system/restart-injector", "spec", "maxUnavailable"), `1`)
+	check("PDB minAvailable", at("policy/v1 PodDisruptionBudget rs-system/restart-injector", "spec", "minAvailable"), `null`)
+	mwc := "admissionregistration.k8s.io/v1 MutatingWebhookConfiguration /restart-injector"
+	check("annotations without cert-manager", at(mwc, "metadata", "annotations"), `null`)
+	for i := 0; i < 3; i++ {
+		check(fmt.Sprintf("webhook %d service", i), at(mwc, "webhooks", i, "clientConfig", "service"),
+			`{"name":"restart-injector","namespace":"rs-system","path":"/mutate","port":443}`)
+		check(fmt.Sprintf("webhook %d namespaceSelector", i), at(mwc, "webhooks", i, "namespaceSelector"),
+			`{"matchExpressions":[{"key":"kubernetes.io/metadata.name","operator":"NotIn","values":["kube-system","rs-system"]},`+
+				`{"key":"restart-supervisor.dev/inject","operator":"In","values":["enabled"]},{"key":"team","operator":"Exists"}]}`)
+	}
+	check("custom rules", at(mwc, "webhooks", 2, "rules"), `[{"apiGroups":["example.com"],"apiVersions":["v1"],"operations":["CREATE"],"resources":["trainings"]}]`)
+	check("self-managed RoleBinding", at("rbac.authorization.k8s.io/v1 RoleBinding rs-system/restart-injector-certs", "subjects", 0, "namespace"), `"rs-system"`)
+	ds := "apps/v1 DaemonSet rs-agent/restart-supervisor-node-agent"
+	check("node agent image", at(ds, append(ctr, "image")...), `"registry.example.com/ri:v9.9.7"`)
+	check("node agent interval", at(ds, append(ctr, "args", 3)...), `"--interval=5s"`)
+	check("node agent binding", at("rbac.authorization.k8s.io/v1 ClusterRoleBinding /restart-supervisor-node-agent", "subjects", 0, "namespace"), `"rs-agent"`)
+
+	// cert-manager with another namespace: the names the certificate and
+	// the CA injection carry follow it.
+	out, err = h.run("template", "restart-injector", chartDir(t), "--set", "namespace.name=rs-system")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs = parseObjects(t, "helm template", out)
+	check("inject-ca-from", at(mwc, "metadata", "annotations", "cert-manager.io/inject-ca-from"), `"rs-system/restart-injector"`)
+	check("dnsNames", at("cert-manager.io/v1 Certificate rs-system/restart-injector", "spec", "dnsNames"),
+		`["restart-injector.rs-system.svc","restart-injector.rs-system.svc.cluster.local"]`)
+	check("secret volume", at("apps/v1 Deployment rs-system/restart-injector", append(pod, "volumes", 0, "secret", "secretName")...), `"restart-injector-tls"`)
+	if _, ok := objs["v1 Namespace /restart-supervisor-node-agent"]; ok {
+		t.Error("the node agent is rendered without nodeAgent.enabled")
+	}
+
+	for _, bad := range []struct{ set, want string }{
+		{"certificates.source=vault", "certificates/source"},
+		{"webhook.native=maybe", "webhook/native"},
+		{"webhook.replica=3", "replica"},
+		{"webhook.extraArgs={serve}", "extraArgs"},
+		{"nodeAgent.interval=often", "interval"},
+	} {
+		out, err := h.run("template", "restart-injector", chartDir(t), "--set", bad.set)
+		if err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("--set %s: want a schema error naming %q, got %v\n%s", bad.set, bad.want, err, out)
+		}
+	}
+}
+
+// parseObjects reads a stream of YAML documents as kubectl and helm read
+// them (apimachinery's document reader, sigs.k8s.io/yaml), into objects keyed
+// by "apiVersion kind namespace/name" in their JSON form, failing on a
+// duplicate.
+func parseObjects(t testing.TB, what string, stream []byte) map[string]map[string]any {
+	t.Helper()
+	objs := map[string]map[string]any{}
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(stream)))
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", what, err, stream)
+		}
+		var obj map[string]any
+		if err := sigsyaml.Unmarshal(doc, &obj); err != nil {
+			t.Fatalf("%s: %v\n%s", what, err, doc)
+		}
+		if obj == nil {
+			continue
+		}
+		meta, _ := obj["metadata"].(map[string]any)
+		key := fmt.Sprintf("%v %v %v/%v", obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
+		key = strings.Replace(key, " <nil>/", " /", 1)
+		if _, dup := objs[key]; dup {
+			t.Fatalf("%s: %s twice", what, key)
+		}
+		objs[key] = obj
+	}
+	return objs
+}
+
+// diffObjects lists every object one side lacks and every field whose
+// value differs, by its path.
+func diffObjects(want, got map[string]map[string]any) []string {
+	var diffs []string
+	for _, k := range sortedKeys(want) {
+		if _, ok := got[k]; !ok {
+			diffs = append(diffs, "the chart does not render "+k)
+		}
+	}
+	for _, k := range sortedKeys(got) {
+		w, ok := want[k]
+		if !ok {
+			diffs = append(diffs, "the chart renders "+k+", which deploy/ does not")
+			continue
+		}
+		fw, fg := map[string]string{}, map[string]string{}
+		flatten("", w, fw)
+		flatten("", got[k], fg)
+		paths := map[string]bool{}
+		for p := range fw {
+			paths[p] = true
+		}
+		for p := range fg {
+			paths[p] = true
+		}
+		var ps []string
+		for p := range paths {
+			if fw[p] != fg[p] {
+				ps = append(ps, p)
+			}
+		}
+		sort.Strings(ps)
+		for _, p := range ps {
+			diffs = append(diffs, fmt.Sprintf("%s %s: deploy/ %s, chart %s", k, p, orAbsent(fw[p]), orAbsent(fg[p])))
+		}
+		if len(ps) == 0 && !reflect.DeepEqual(w, got[k]) {
+			diffs = append(diffs, k+": differs")
+		}
+	}
+	return diffs
+}
+
+func orAbsent(s string) string {
+	if s == "" {
+		return "(absent)"
+	}
+	return s
+}
+
+// flatten writes every leaf of v (and every empty map or list) as path →
+// its JSON.
+func flatten(path string, v any, out map[string]string) {
+	switch v := v.(type) {
+	case map[string]any:
+		if len(v) == 0 {
+			out[path] = "{}"
+		}
+		for k, e := range v {
+			flatten(path+"."+k, e, out)
+		}
+	case []any:
+		if len(v) == 0 {
+			out[path] = "[]"
+		}
+		for i, e := range v {
+			flatten(fmt.Sprintf("%s[%d]", path, i), e, out)
+		}
+	default:
+		b, _ := json.Marshal(v)
+		out[path] = string(b)
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
