@@ -24,6 +24,7 @@ GOLANGCI_LINT := bin/golangci-lint-$(GOLANGCI_LINT_VERSION)
 
 build:
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o bin/restart-supervisor ./cmd/restart-supervisor
+	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o bin/restart-probe ./cmd/restart-probe
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o bin/restart-injector ./cmd/restart-injector
 
 example:
@@ -48,6 +49,8 @@ fuzz:
 	go test -run='^$$' -fuzz='^FuzzReadManifests$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=$(FUZZMINIMIZETIME) ./injector
 	go test -run='^$$' -fuzz='^FuzzRulesAnnotation$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=$(FUZZMINIMIZETIME) ./injector
 	go test -run='^$$' -fuzz='^FuzzStateFiles$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=$(FUZZMINIMIZETIME) ./podstate
+	go test -run='^$$' -fuzz='^FuzzAdmissionReview$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=$(FUZZMINIMIZETIME) ./webhook
+	go test -run='^$$' -fuzz='^FuzzGenerate$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=$(FUZZMINIMIZETIME) ./compose
 
 test:
 	hack/test.sh

@@ -1,0 +1,199 @@
+// Command injector measures `restart-injector inject` as a process on
+// generated streams: wall time, pods per second, CPU time and peak RSS
+// (the child's getrusage), for each binary given, interleaved run by run
+// so that the load of a shared machine hits them alike. It prints medians
+// and, with -baseline, each figure's ratio to the baseline binary's in
+// the same run.
+//
+//	go build -o /tmp/new ./cmd/restart-injector
+//	go run ./bench/injector -bin /tmp/new -baseline /tmp/old -docs 1000,10000 -runs 5
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	bin := flag.String("bin", "", "restart-injector binary to measure")
+	baseline := flag.String("baseline", "", "restart-injector binary to compare with (optional)")
+	docsFlag := flag.String("docs", "1000,10000", "comma-separated stream sizes, in documents")
+	runs := flag.Int("runs", 5, "runs per binary and size")
+	flag.Parse()
+	if *bin == "" {
+		fmt.Fprintln(os.Stderr, "usage: injector -bin BIN [-baseline BIN] [-docs N,N] [-runs N]")
+		os.Exit(2)
+	}
+	dir, err := os.MkdirTemp("", "bench-injector-")
+	if err != nil {
+		fail(err)
+	}
+	defer os.RemoveAll(dir)
+	bins := []string{*bin}
+	if *baseline != "" {
+		bins = append(bins, *baseline)
+	}
+	fmt.Printf("%-8s %-9s %-10s %10s %10s %10s %10s %9s\n", "docs", "input", "binary", "wall", "pods/s", "cpu", "maxRSS", "RSS/in")
+	for _, f := range strings.Split(*docsFlag, ",") {
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			fail(err)
+		}
+		stream, pods := Stream(n)
+		path := filepath.Join(dir, "stream"+f+".yaml")
+		if err := os.WriteFile(path, stream, 0o644); err != nil {
+			fail(err)
+		}
+		res := make([][]sample, len(bins))
+		for r := 0; r < *runs; r++ {
+			for k, b := range bins {
+				s, err := run(b, path)
+				if err != nil {
+					fail(err)
+				}
+				res[k] = append(res[k], s)
+			}
+		}
+		var base sample
+		for k := len(bins) - 1; k >= 0; k-- {
+			m := median(res[k])
+			if k == len(bins)-1 {
+				base = m
+			}
+			name := "bin"
+			if k == 1 {
+				name = "baseline"
+			}
+			fmt.Printf("%-8d %-9s %-10s %10s %10.0f %10s %8.1fMB %8.1fx\n", n, mb(len(stream)), name,
+				m.wall.Round(time.Millisecond), float64(pods)/m.wall.Seconds(), m.cpu.Round(time.Millisecond),
+				float64(m.rss)/(1<<20), float64(m.rss)/float64(len(stream)))
+			if k == 0 && len(bins) > 1 {
+				fmt.Printf("%-8s %-9s %-10s %9.2fx %10s %9.2fx %9.2fx\n", "", "", "÷baseline",
+					m.wall.Seconds()/base.wall.Seconds(), "", m.cpu.Seconds()/base.cpu.Seconds(), float64(m.rss)/float64(base.rss))
+			}
+		}
+	}
+}
+
+type sample struct {
+	wall, cpu time.Duration
+	rss       int64 // bytes
+}
+
+func run(bin, path string) (sample, error) {
+	cmd := exec.Command(bin, "inject", "--no-lookup", "-q", "-f", path)
+	cmd.Stdout = io.Discard
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	start := time.Now()
+	if err := cmd.Run(); err != nil {
+		return sample{}, fmt.Errorf("%s: %v: %s", bin, err, errb.String())
+	}
+	wall := time.Since(start)
+	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	return sample{wall: wall, cpu: cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime(), rss: ru.Maxrss << 10}, nil
+}
+
+func median(s []sample) sample {
+	pick := func(less func(a, b sample) bool) sample {
+		c := append([]sample(nil), s...)
+		sort.Slice(c, func(i, j int) bool { return less(c[i], c[j]) })
+		return c[len(c)/2]
+	}
+	return sample{
+		wall: pick(func(a, b sample) bool { return a.wall < b.wall }).wall,
+		cpu:  pick(func(a, b sample) bool { return a.cpu < b.cpu }).cpu,
+		rss:  pick(func(a, b sample) bool { return a.rss < b.rss }).rss,
+	}
+}
+
+func mb(n int) string { return fmt.Sprintf("%.1fMB", float64(n)/(1<<20)) }
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, err)
+	os.Exit(1)
+}
+
+// Stream is n documents, three in four carrying a pod (Deployments with
+// two containers, one of them ruled; Pods), the rest ConfigMaps, all
+// injectable without a registry. It returns the stream and its number of
+// pod-bearing documents.
+func Stream(n int) ([]byte, int) {
+	var b bytes.Buffer
+	pods := 0
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			b.WriteString("---\n")
+		}
+		switch i % 4 {
+		case 0, 1:
+			pods++
+			fmt.Fprintf(&b, `apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: api-%d
+  namespace: shop
+spec:
+  replicas: 3
+  selector:
+    matchLabels: {app: api-%d}
+  template:
+    metadata:
+      labels: {app: api-%d}
+    spec:
+      containers:
+      - name: api
+        image: registry.test/app:1
+        command: ["/api", "--port=8080"]
+        env:
+        - {name: MODE, value: prod}
+        resources:
+          requests: {cpu: 100m, memory: 64Mi}
+          limits: {cpu: 100m, memory: 64Mi}
+        restartPolicy: Never
+        restartPolicyRules:
+        - action: Restart
+          exitCodes: {operator: In, values: [42]}
+      - name: sidecar
+        image: registry.test/app:1
+        command: ["/metrics"]
+`, i, i, i)
+		case 2:
+			pods++
+			fmt.Fprintf(&b, `apiVersion: v1
+kind: Pod
+metadata:
+  name: worker-%d
+spec:
+  containers:
+  - name: worker
+    image: registry.test/app:1
+    command: ["/worker"]
+    args: ["--queue", "q%d"]
+    restartPolicy: OnFailure
+    restartPolicyRules:
+    - action: Restart
+      exitCodes: {operator: NotIn, values: [0, 1]}
+`, i, i)
+		case 3:
+			fmt.Fprintf(&b, `apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: cfg-%d
+data:
+  key: value
+`, i)
+		}
+	}
+	return b.Bytes(), pods
+}
