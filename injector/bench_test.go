@@ -3,81 +3,20 @@ package injector
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	kubeyaml "sigs.k8s.io/yaml"
+
+	"github.com/restart-supervisor/restart-supervisor/internal/benchstream"
 )
 
-// benchStream is a 1000-document stream: Deployments with a command and
-// native rules, Pods without command (image lookups answered from the
-// cache after the first), and a few documents that pass through.
+// benchStream is a stream of docs documents whose Pods leave the entrypoint
+// to the image (looked up once, then answered from the cache).
 func benchStream(docs int) []byte {
-	var b bytes.Buffer
-	for i := 0; i < docs; i++ {
-		if i > 0 {
-			b.WriteString("---\n")
-		}
-		switch i % 4 {
-		case 0, 1:
-			fmt.Fprintf(&b, `apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: api-%d
-  namespace: shop
-spec:
-  replicas: 3
-  selector:
-    matchLabels: {app: api-%d}
-  template:
-    metadata:
-      labels: {app: api-%d}
-    spec:
-      containers:
-      - name: api
-        image: registry.test/app:1
-        command: ["/api", "--port=8080"]
-        env:
-        - {name: MODE, value: prod}
-        resources:
-          requests: {cpu: 100m, memory: 64Mi}
-          limits: {cpu: 100m, memory: 64Mi}
-        restartPolicy: Never
-        restartPolicyRules:
-        - action: Restart
-          exitCodes: {operator: In, values: [42]}
-      - name: sidecar
-        image: registry.test/app:1
-        command: ["/metrics"]
-`, i, i, i)
-		case 2:
-			fmt.Fprintf(&b, `apiVersion: v1
-kind: Pod
-metadata:
-  name: worker-%d
-spec:
-  containers:
-  - name: worker
-    image: registry.test/app:1
-    args: ["--queue", "q%d"]
-    restartPolicy: OnFailure
-    restartPolicyRules:
-    - action: Restart
-      exitCodes: {operator: NotIn, values: [0, 1]}
-`, i, i)
-		case 3:
-			fmt.Fprintf(&b, `apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: cfg-%d
-data:
-  key: value
-`, i)
-		}
-	}
-	return b.Bytes()
+	b, _ := benchstream.Stream(docs, false)
+	return b
 }
 
 // BenchmarkInjectStream measures the offline path end to end (read, mutate,

@@ -22,6 +22,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/restart-supervisor/restart-supervisor/internal/benchstream"
 )
 
 func main() {
@@ -49,7 +51,7 @@ func main() {
 		if err != nil {
 			fail(err)
 		}
-		stream, pods := Stream(n)
+		stream, pods := benchstream.Stream(n, true)
 		path := filepath.Join(dir, "stream"+f+".yaml")
 		if err := os.WriteFile(path, stream, 0o644); err != nil {
 			fail(err)
@@ -122,78 +124,4 @@ func mb(n int) string { return fmt.Sprintf("%.1fMB", float64(n)/(1<<20)) }
 func fail(err error) {
 	fmt.Fprintln(os.Stderr, err)
 	os.Exit(1)
-}
-
-// Stream is n documents, three in four carrying a pod (Deployments with
-// two containers, one of them ruled; Pods), the rest ConfigMaps, all
-// injectable without a registry. It returns the stream and its number of
-// pod-bearing documents.
-func Stream(n int) ([]byte, int) {
-	var b bytes.Buffer
-	pods := 0
-	for i := 0; i < n; i++ {
-		if i > 0 {
-			b.WriteString("---\n")
-		}
-		switch i % 4 {
-		case 0, 1:
-			pods++
-			fmt.Fprintf(&b, `apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: api-%d
-  namespace: shop
-spec:
-  replicas: 3
-  selector:
-    matchLabels: {app: api-%d}
-  template:
-    metadata:
-      labels: {app: api-%d}
-    spec:
-      containers:
-      - name: api
-        image: registry.test/app:1
-        command: ["/api", "--port=8080"]
-        env:
-        - {name: MODE, value: prod}
-        resources:
-          requests: {cpu: 100m, memory: 64Mi}
-          limits: {cpu: 100m, memory: 64Mi}
-        restartPolicy: Never
-        restartPolicyRules:
-        - action: Restart
-          exitCodes: {operator: In, values: [42]}
-      - name: sidecar
-        image: registry.test/app:1
-        command: ["/metrics"]
-`, i, i, i)
-		case 2:
-			pods++
-			fmt.Fprintf(&b, `apiVersion: v1
-kind: Pod
-metadata:
-  name: worker-%d
-spec:
-  containers:
-  - name: worker
-    image: registry.test/app:1
-    command: ["/worker"]
-    args: ["--queue", "q%d"]
-    restartPolicy: OnFailure
-    restartPolicyRules:
-    - action: Restart
-      exitCodes: {operator: NotIn, values: [0, 1]}
-`, i, i)
-		case 3:
-			fmt.Fprintf(&b, `apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: cfg-%d
-data:
-  key: value
-`, i)
-		}
-	}
-	return b.Bytes(), pods
 }

@@ -24,45 +24,75 @@ import (
 func initScenario(ctx context.Context, e *env, name string) result {
 	ini := shell("init", exitScript(0), policy(corev1.ContainerRestartPolicyNever), restartNotIn(1))
 	app := shell("c", "mark "+markStart+"; sleep 3600", nil)
-	spec := e.withVolumes(podSpec(corev1.RestartPolicyNever, 5, app), name)
+	// A wrongly restarted init container never lets c start: the wait
+	// times out and the outcome says what happened instead.
+	run, err := runInitPod(ctx, e, name, ini, app)
+	if err != nil {
+		return result{err: err}
+	}
+	term := "not terminated"
+	if run.status != nil && run.status.State.Terminated != nil {
+		term = fmt.Sprintf("exit %d (%s)", run.status.State.Terminated.ExitCode, run.status.State.Terminated.Reason)
+	}
+	mainWord := "c not started"
+	if run.c.starts > 0 {
+		mainWord = "c started"
+	}
+	r := run.result()
+	r.outcome = fmt.Sprintf("%s, init ran %d×, %s, %s", run.pod.Status.Phase, run.init.starts, term, mainWord)
+	return r
+}
+
+// initPodRun is what a pod of one init container ("init") and one regular
+// container ("c") showed once c ran.
+type initPodRun struct {
+	pod     *corev1.Pod
+	init, c observation
+	status  *corev1.ContainerStatus // the init container's; nil until the kubelet reports it
+}
+
+// runInitPod creates a pod of restartPolicy Never whose init container ini
+// runs before c, both on the scenario's volumes, and waits until c has
+// started and the pod is Running, then 3 s more, in which another run of
+// either would show. A wait that times out with the pod present is not an
+// error: the observation then says what happened instead.
+func runInitPod(ctx context.Context, e *env, name string, ini, c corev1.Container) (initPodRun, error) {
+	spec := e.withVolumes(podSpec(corev1.RestartPolicyNever, 5, c), name)
 	ini.VolumeMounts = append(ini.VolumeMounts, spec.Containers[0].VolumeMounts...)
 	spec.InitContainers = []corev1.Container{ini}
 	if err := e.createPod(ctx, name, spec); err != nil {
-		return result{err: err}
+		return initPodRun{}, err
 	}
-	// A wrongly restarted init container never lets c start: the wait
-	// times out and the outcome says what happened instead.
 	pod, _, err := e.waitPod(ctx, name, "c", scenarioTimeout, func(p *corev1.Pod, o observation) bool {
 		return o.starts >= 1 && p.Status.Phase == corev1.PodRunning
 	})
 	if pod == nil || ctx.Err() != nil {
-		return result{err: err}
+		return initPodRun{}, err
 	}
-	time.Sleep(3 * time.Second) // a restart of the init container would show by now
+	time.Sleep(3 * time.Second)
 	if p, _, err := e.waitPod(ctx, name, "c", time.Second, func(*corev1.Pod, observation) bool { return true }); err == nil {
 		pod = p
 	}
-	oi := observe(pod, "init", e.logs(ctx, name, "init", false), e.events(name, "init"))
-	oc := observe(pod, "c", nil, e.events(name, "c"))
-	var st *corev1.ContainerStatus
+	run := initPodRun{
+		pod:  pod,
+		init: observe(pod, "init", e.logs(ctx, name, "init", false), e.events(name, "init")),
+		c:    observe(pod, "c", nil, e.events(name, "c")),
+	}
 	for i := range pod.Status.InitContainerStatuses {
 		if pod.Status.InitContainerStatuses[i].Name == "init" {
-			st = &pod.Status.InitContainerStatuses[i]
+			run.status = &pod.Status.InitContainerStatuses[i]
 		}
 	}
-	term := "not terminated"
-	if st != nil && st.State.Terminated != nil {
-		term = fmt.Sprintf("exit %d (%s)", st.State.Terminated.ExitCode, st.State.Terminated.Reason)
+	return run, nil
+}
+
+// result fills the columns every scenario has from the init container's
+// observation and status; the caller writes the outcome.
+func (run initPodRun) result() result {
+	r := result{phase: string(run.pod.Status.Phase), supRestarts: run.init.supervisorRestarts, restarted: run.init.restarted, latency: run.init.latency}
+	if run.status != nil {
+		r.kubeletRestarts = run.status.RestartCount
 	}
-	r := result{phase: string(pod.Status.Phase), supRestarts: oi.supervisorRestarts, restarted: oi.restarted, latency: oi.latency}
-	if st != nil {
-		r.kubeletRestarts = st.RestartCount
-	}
-	mainWord := "c not started"
-	if oc.starts > 0 {
-		mainWord = "c started"
-	}
-	r.outcome = fmt.Sprintf("%s, init ran %d×, %s, %s", pod.Status.Phase, oi.starts, term, mainWord)
 	return r
 }
 

@@ -566,31 +566,12 @@ func restartAllFromInitScenario(ctx context.Context, e *env, name string) result
 	ini := shell("init", onceScript("exit 42", "mark "+markExit+"; exit 0"), policy(corev1.ContainerRestartPolicyNever),
 		rule(corev1.ContainerRestartRuleActionRestartAllContainers, corev1.ContainerRestartRuleOnExitCodesOpIn, 42))
 	c := shell("c", "mark "+markStart+"; sleep 3600", nil)
-	spec := e.withVolumes(podSpec(corev1.RestartPolicyNever, 5, c), name)
-	ini.VolumeMounts = append(ini.VolumeMounts, spec.Containers[0].VolumeMounts...)
-	spec.InitContainers = []corev1.Container{ini}
-	if err := e.createPod(ctx, name, spec); err != nil {
+	run, err := runInitPod(ctx, e, name, ini, c)
+	if err != nil {
 		return result{err: err}
 	}
-	pod, _, err := e.waitPod(ctx, name, "c", scenarioTimeout, func(p *corev1.Pod, o observation) bool {
-		return o.starts >= 1 && p.Status.Phase == corev1.PodRunning
-	})
-	if pod == nil || ctx.Err() != nil {
-		return result{err: err}
-	}
-	time.Sleep(3 * time.Second) // another run of either would show by now
-	if p, _, err := e.waitPod(ctx, name, "c", time.Second, func(*corev1.Pod, observation) bool { return true }); err == nil {
-		pod = p
-	}
-	oi := observe(pod, "init", e.logs(ctx, name, "init", false), e.events(name, "init"))
-	oc := observe(pod, "c", nil, e.events(name, "c"))
-	r := result{phase: string(pod.Status.Phase), supRestarts: oi.supervisorRestarts, restarted: oi.restarted, latency: oi.latency}
-	for _, st := range pod.Status.InitContainerStatuses {
-		if st.Name == "init" {
-			r.kubeletRestarts = st.RestartCount
-		}
-	}
-	r.outcome = fmt.Sprintf("%s, init ran %d×, c started %d×", pod.Status.Phase, oi.starts, oc.starts)
+	r := run.result()
+	r.outcome = fmt.Sprintf("%s, init ran %d×, c started %d×", run.pod.Status.Phase, run.init.starts, run.c.starts)
 	return r
 }
 
