@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of the project on this machine. The setup scripts of the
 # end-to-end suites install what they need (Debian packages through
-# hack/apt-install.sh, Kubernetes binaries, Helm and cert-manager built from
+# hack/apt-install.sh, Kubernetes binaries, Helm, cert-manager and JobSet built from
 # the Go module proxy into ~/.cache) and start the Docker engine; then come the Go tests, including the
 # suites against real Docker, a real kube-apiserver and a real kubelet, and
 # short fuzz runs. Needs root (PID namespaces, Docker, kubelet).
@@ -21,6 +21,9 @@ hack/helm.sh >/dev/null
 
 log "building cert-manager's controller and cainjector from the Go module proxy for the cert-manager install test (cached)"
 hack/cert-manager.sh >/dev/null
+
+log "building the JobSet controller from the Go module proxy for the JobSet row of the conformance table (cached)"
+hack/jobset.sh >/dev/null
 
 log "gofmt and go vet"
 unformatted=$(gofmt -l $(git ls-files '*.go'))

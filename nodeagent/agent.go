@@ -267,7 +267,7 @@ func (a *Agent) update(docs []Doc, errs []error) []annotation {
 			// were reported by the agent that saw them, and only a restart
 			// after this agent started is new.
 			switch {
-			case pod.CreationTimestamp.After(a.started) && d.Restarts > 0:
+			case a.createdSinceStart(pod) && d.Restarts > 0:
 				a.restartEvents(pod, d, d.Restarts, total)
 			case d.LastRestart != nil && d.LastRestart.At.After(a.started) && d.Restarts > 0:
 				a.restartEvents(pod, d, 1, total)
@@ -289,7 +289,7 @@ func (a *Agent) update(docs []Doc, errs []error) []annotation {
 		// baseline: the documents do not date a generation.
 		g, seen := a.podGens[uid]
 		pod := a.pod(uid)
-		if pg := podGen[uid]; seen && pg > g || !seen && pg > 0 && pod.CreationTimestamp.After(a.started) {
+		if pg := podGen[uid]; seen && pg > g || !seen && pg > 0 && a.createdSinceStart(pod) {
 			// (A pod created after this agent started: every
 			// generation is new, as for container restarts above.)
 			a.podEvent(pod, pg-g, pg)
@@ -384,6 +384,17 @@ func (a *Agent) podEvent(pod *corev1.Pod, n, gen uint64) {
 	for i := uint64(0); i < min(n, maxEventsPerScan); i++ {
 		a.recorder.Event(pod, corev1.EventTypeWarning, ReasonPodRestarted, msg)
 	}
+}
+
+// createdSinceStart reports whether pod was created after this agent
+// started. The API server stores creationTimestamp in whole seconds, so a
+// pod created in the second the agent started counts as created after it:
+// taking it for older would drop its first restarts (they come within a
+// second at back-off 0, before a scan sees the pod), where the other error,
+// a pod created in that same second just before a restarted agent came up,
+// at worst repeats Events its previous agent recorded.
+func (a *Agent) createdSinceStart(pod *corev1.Pod) bool {
+	return !pod.CreationTimestamp.Time.Before(a.started.Truncate(time.Second))
 }
 
 func containerRef(pod *corev1.Pod, container string) *corev1.ObjectReference {

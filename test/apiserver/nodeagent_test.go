@@ -261,6 +261,10 @@ func TestNodeAgent(t *testing.T) {
 	// cannot tell whether its predecessor saw it).
 	agent.stop(t)
 	writeStatus(t, webDir, "app", 4, 0, false)
+	// As on a node, the pod is older than the restarted agent by more than
+	// the second creationTimestamp resolves (a pod created in the agent's
+	// own start second counts as new: its restarts are all reported).
+	time.Sleep(time.Until(web.CreationTimestamp.Add(time.Second)))
 	agent = startAgent(t, env.Config, podsDir, &writes)
 	waitMetric(t, agent.addr, appSeries, "4")
 	writeStatus(t, webDir, "app", 5, 0, false)

@@ -168,12 +168,19 @@ func runMode(t *testing.T, m mode, repo, binDir string, rep *report) {
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 	start := time.Now()
+	var jobSet string
+	for _, s := range selected() {
+		if s.needsJobSet && jobSet == "" {
+			jobSet = jobSetDir(t, repo)
+		}
+	}
 	c, err := cluster.Up(ctx, cluster.Options{
 		BinDir:            binDir,
 		Repo:              repo,
 		RestartRules:      m == native,
 		ControllerManager: true,
 		SupervisorImage:   m == supervised,
+		JobSetDir:         jobSet,
 		Log:               testWriter{t},
 	})
 	if err != nil {

@@ -37,9 +37,11 @@ type scenario struct {
 	// release has natively only from 1.35 (cluster.RestartAllContainersNative);
 	// on an older one only the supervised outcome is checked.
 	needsRestartAll bool
-	want            map[mode]string
-	limitation      string
-	run             func(ctx context.Context, e *env, name string) result
+	// needsJobSet: the cluster runs the JobSet controller (hack/jobset.sh).
+	needsJobSet bool
+	want        map[mode]string
+	limitation  string
+	run         func(ctx context.Context, e *env, name string) result
 }
 
 // scenarioTimeout bounds the wait for a scenario's outcome. A passing row
@@ -175,6 +177,11 @@ func scenarios() []scenario {
 		want: same("Complete, pod Succeeded, restarted"),
 		run:  jobScenario,
 	}, {
+		name: "JobSet", desc: "JobSet (controller v0.12.0), 2 workers, failurePolicy maxRestarts 0; the trainer (container Never + Restart In [42]) exits 42 once, then 0",
+		needsJobSet: true,
+		want:        same("JobSet Completed, restarts 0, 2 pods Succeeded, each restarted once in place"),
+		run:         jobSetScenario,
+	}, {
 		name: "DeleteInBackoff", desc: "delete (grace 10 s) while the workload waits in back-off after its third exit 42 (Restart In [42]; back-off 20 s)",
 		want: same("stopped within the grace period, no restart after delete"),
 		run:  deleteScenario(true),
@@ -260,6 +267,16 @@ func scenarios() []scenario {
 		needsRestartAll: true,
 		want:            same("Running, a ran 3×, b started 2×"),
 		run:             restartAllAfterRestartScenario,
+	}, {
+		name: "RestartAllContainersKubeletRestartCleanup", desc: "pod Never; source exits 42 under RestartAllContainers In [42] once 3 containers without rules run (each takes 1 s to stop on SIGTERM); the kubelet is restarted as soon as source has exited",
+		needsRestartAll: true,
+		want:            same("Running, every container started twice and running"),
+		run:             restartAllKubeletRestartScenario(duringCleanup),
+	}, {
+		name: "RestartAllContainersKubeletRestartStartup", desc: "as KubeletRestartCleanup, with an init container that takes 8 s; the kubelet is restarted as soon as the init container runs again",
+		needsRestartAll: true,
+		want:            same("Running, every container started twice and running"),
+		run:             restartAllKubeletRestartScenario(duringStartup),
 	}}
 }
 

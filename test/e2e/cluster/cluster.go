@@ -58,7 +58,11 @@ type Options struct {
 	// SupervisorImage builds the supervisor image from ./cmd/restart-supervisor
 	// and imports it as SupervisorImage.
 	SupervisorImage bool
-	Log             io.Writer
+	// JobSetDir, when set, installs JobSet from this directory
+	// (hack/jobset.sh): its CRD, its controller on the host and its
+	// webhooks.
+	JobSetDir string
+	Log       io.Writer
 }
 
 // State is what a running cluster records in Dir/state.json.
@@ -91,6 +95,8 @@ type Cluster struct {
 	Client kubernetes.Interface
 	log    io.Writer
 	exited map[string]chan struct{}
+	// kubeletArgv is the kubelet's command line, for RestartKubelet.
+	kubeletArgv []string
 }
 
 func (c *Cluster) logf(format string, a ...any) {
@@ -196,6 +202,11 @@ func Up(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if opts.ControllerManager {
 		if err := c.startControllerManager(ctx, opts); err != nil {
 			return c, err
+		}
+	}
+	if opts.JobSetDir != "" {
+		if err := c.startJobSet(ctx, opts.JobSetDir); err != nil {
+			return c, fmt.Errorf("jobset: %w", err)
 		}
 	}
 	gates := GateFlag(FeatureGates(version, opts.RestartRules))
@@ -641,15 +652,15 @@ podLogsDir: %[3]s
 	if err := os.WriteFile(c.path("kubelet", "config.yaml"), []byte(cfg), 0o644); err != nil {
 		return err
 	}
-	err := c.Start("kubelet", []string{filepath.Join(opts.BinDir, "kubelet"),
+	c.kubeletArgv = []string{filepath.Join(opts.BinDir, "kubelet"),
 		"--config", c.path("kubelet", "config.yaml"),
 		"--kubeconfig", c.Kubeconfig,
 		"--root-dir", c.KubeletRoot(),
 		"--hostname-override", c.NodeName,
 		"--node-ip", c.NodeIP,
 		"--v=2",
-	}, nil)
-	if err != nil {
+	}
+	if err := c.Start("kubelet", c.kubeletArgv, nil); err != nil {
 		return err
 	}
 	return c.waitFor(ctx, "kubelet", 90*time.Second, func() error {
@@ -666,6 +677,67 @@ podLogsDir: %[3]s
 			}
 		}
 		return errors.New("node has no Ready condition yet")
+	})
+}
+
+// RestartKubelet stops the kubelet as a service manager does (SIGTERM, then
+// wait for it to exit) and starts it again with the same command line,
+// returning once its health endpoint answers and it has posted a fresh node
+// status. The pods' containers keep running meanwhile: containerd owns them.
+// Upstream's e2e_node tests restart the kubelet in the middle of a pod
+// restart the same way (test/e2e_node/restart_all_containers_test.go,
+// v1.36.3).
+func (c *Cluster) RestartKubelet(ctx context.Context) error {
+	if c.kubeletArgv == nil {
+		return errors.New("restart kubelet: this cluster was not started by Up")
+	}
+	var pid int
+	kept := c.Processes[:0]
+	for _, p := range c.Processes {
+		if p.Name == "kubelet" {
+			pid = p.PID
+			continue
+		}
+		kept = append(kept, p)
+	}
+	if pid == 0 {
+		return errors.New("restart kubelet: no kubelet process recorded")
+	}
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		return fmt.Errorf("restart kubelet: stop pid %d: %w", pid, err)
+	}
+	select {
+	case <-c.exited["kubelet"]:
+	case <-time.After(30 * time.Second):
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		<-c.exited["kubelet"]
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	c.Processes = kept
+	stopped := time.Now()
+	if err := c.Start("kubelet", c.kubeletArgv, nil); err != nil {
+		return err
+	}
+	hc := &http.Client{Timeout: 2 * time.Second}
+	return c.waitFor(ctx, "kubelet", 90*time.Second, func() error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:10248/healthz", nil)
+		if err != nil {
+			return err
+		}
+		if err := expectOK(hc, req); err != nil {
+			return err
+		}
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, c.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue && !cond.LastHeartbeatTime.Time.Before(stopped.Truncate(time.Second)) {
+				return nil
+			}
+		}
+		return errors.New("no Ready heartbeat from the restarted kubelet yet")
 	})
 }
 
