@@ -39,9 +39,12 @@ type scenario struct {
 	needsRestartAll bool
 	// needsJobSet: the cluster runs the JobSet controller (hack/jobset.sh).
 	needsJobSet bool
-	want        map[mode]string
-	limitation  string
-	run         func(ctx context.Context, e *env, name string) result
+	// disruptive: the scenario restarts the kubelet, so it runs alone,
+	// after the others (see runMode).
+	disruptive bool
+	want       map[mode]string
+	limitation string
+	run        func(ctx context.Context, e *env, name string) result
 }
 
 // scenarioTimeout bounds the wait for a scenario's outcome. A passing row
@@ -271,11 +274,13 @@ func scenarios() []scenario {
 		name: "RestartAllContainersKubeletRestartCleanup", desc: "pod Never; source exits 42 under RestartAllContainers In [42] once 3 containers without rules run (each takes 1 s to stop on SIGTERM); the kubelet is restarted as soon as source has exited",
 		needsRestartAll: true,
 		want:            same("Running, every container started twice and running"),
+		disruptive:      true,
 		run:             restartAllKubeletRestartScenario(duringCleanup),
 	}, {
 		name: "RestartAllContainersKubeletRestartStartup", desc: "as KubeletRestartCleanup, with an init container that takes 8 s; the kubelet is restarted as soon as the init container runs again",
 		needsRestartAll: true,
 		want:            same("Running, every container started twice and running"),
+		disruptive:      true,
 		run:             restartAllKubeletRestartScenario(duringStartup),
 	}}
 }
