@@ -19,8 +19,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
-
-	"github.com/restart-supervisor/restart-supervisor/webhook"
 )
 
 // jobSetPodLabel is on every pod a JobSet makes; the release's kustomize
@@ -63,27 +61,11 @@ func (c *Cluster) startJobSet(ctx context.Context, dir string) error {
 		return err
 	}
 
-	now := time.Now()
-	ca, err := webhook.NewCA("jobset-e2e-ca", now)
+	srv, err := c.newLocalServer("jobset")
 	if err != nil {
 		return err
 	}
-	serving, err := webhook.NewServingCert(ca, []string{"localhost"}, []string{"127.0.0.1"}, now)
-	if err != nil {
-		return err
-	}
-	certDir := c.path("pki", "jobset")
-	if err := webhook.WriteKeyPair(certDir, serving, ca.CertPEM); err != nil {
-		return err
-	}
-	port, err := freePort()
-	if err != nil {
-		return err
-	}
-	health, err := freePort()
-	if err != nil {
-		return err
-	}
+	certDir, port, health := srv.certDir, srv.port, srv.healthPort
 	config := fmt.Sprintf(`apiVersion: config.jobset.x-k8s.io/v1alpha1
 kind: Configuration
 leaderElection:
@@ -113,7 +95,7 @@ health:
 	if err != nil {
 		return err
 	}
-	return c.registerJobSetWebhooks(ctx, filepath.Join(dir, "webhooks.yaml"), fmt.Sprintf("https://127.0.0.1:%d", port), ca.CertPEM)
+	return c.registerJobSetWebhooks(ctx, filepath.Join(dir, "webhooks.yaml"), fmt.Sprintf("https://127.0.0.1:%d", port), srv.caPEM)
 }
 
 func readCRD(path string) (*apiextv1.CustomResourceDefinition, error) {

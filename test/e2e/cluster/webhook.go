@@ -18,6 +18,39 @@ import (
 	"github.com/restart-supervisor/restart-supervisor/webhook"
 )
 
+// localServer is what a webhook server on the host needs: a serving
+// certificate for 127.0.0.1 and localhost from a CA made here, and two free
+// loopback ports (serving and health).
+type localServer struct {
+	caPEM            []byte
+	certDir          string // tls.crt, tls.key, ca.crt
+	port, healthPort int
+}
+
+// newLocalServer makes a localServer whose files live in Dir/pki/name.
+func (c *Cluster) newLocalServer(name string) (localServer, error) {
+	now := time.Now()
+	ca, err := webhook.NewCA(name+"-e2e-ca", now)
+	if err != nil {
+		return localServer{}, err
+	}
+	serving, err := webhook.NewServingCert(ca, []string{"localhost"}, []string{"127.0.0.1"}, now)
+	if err != nil {
+		return localServer{}, err
+	}
+	srv := localServer{caPEM: ca.CertPEM, certDir: c.path("pki", name)}
+	if err := webhook.WriteKeyPair(srv.certDir, serving, ca.CertPEM); err != nil {
+		return localServer{}, err
+	}
+	if srv.port, err = freePort(); err != nil {
+		return localServer{}, err
+	}
+	if srv.healthPort, err = freePort(); err != nil {
+		return localServer{}, err
+	}
+	return srv, nil
+}
+
 // StartWebhook runs `restart-injector serve` on the host and registers the
 // MutatingWebhookConfiguration from deploy/base/webhook.yaml, with its
 // clientConfig pointed at the host process (https://127.0.0.1:PORT/mutate)
@@ -31,27 +64,11 @@ func (c *Cluster) StartWebhook(ctx context.Context, repo string) error {
 	if err := goBuildStatic(repo, "./cmd/restart-injector", bin); err != nil {
 		return err
 	}
-	now := time.Now()
-	ca, err := webhook.NewCA("restart-supervisor-e2e-ca", now)
+	srv, err := c.newLocalServer("webhook")
 	if err != nil {
 		return err
 	}
-	serving, err := webhook.NewServingCert(ca, []string{"localhost"}, []string{"127.0.0.1"}, now)
-	if err != nil {
-		return err
-	}
-	certDir := c.path("pki", "webhook")
-	if err := webhook.WriteKeyPair(certDir, serving, ca.CertPEM); err != nil {
-		return err
-	}
-	port, err := freePort()
-	if err != nil {
-		return err
-	}
-	health, err := freePort()
-	if err != nil {
-		return err
-	}
+	certDir, port, health := srv.certDir, srv.port, srv.healthPort
 	err = c.Start("restart-injector", []string{bin, "serve",
 		fmt.Sprintf("--listen=127.0.0.1:%d", port),
 		fmt.Sprintf("--health-listen=127.0.0.1:%d", health),
@@ -85,7 +102,7 @@ func (c *Cluster) StartWebhook(ctx context.Context, repo string) error {
 	}
 	url := fmt.Sprintf("https://127.0.0.1:%d/mutate", port)
 	for i := range cfg.Webhooks {
-		cfg.Webhooks[i].ClientConfig = admissionv1.WebhookClientConfig{URL: &url, CABundle: ca.CertPEM}
+		cfg.Webhooks[i].ClientConfig = admissionv1.WebhookClientConfig{URL: &url, CABundle: srv.caPEM}
 	}
 	if _, err := c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, &cfg, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create MutatingWebhookConfiguration %s: %w", cfg.Name, err)
