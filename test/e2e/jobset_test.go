@@ -57,28 +57,19 @@ func jobSetScenario(ctx context.Context, e *env, name string) result {
 		policy(corev1.ContainerRestartPolicyNever), restartIn(42))
 	trainer.Env = append(trainer.Env, corev1.EnvVar{Name: "POD_NAME",
 		ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}})
-	spec := e.withVolumes(podSpec(corev1.RestartPolicyNever, 5, trainer), name)
-	podSpecMap, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&spec)
-	if err != nil {
-		return result{err: err}
-	}
-	template := map[string]any{
-		"metadata": map[string]any{"labels": map[string]any{"e2e-pod": name}},
-		"spec":     podSpecMap,
+	tmpl := corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"e2e-pod": name}},
+		Spec:       e.withVolumes(podSpec(corev1.RestartPolicyNever, 5, trainer), name),
 	}
 	if e.annotationCarrier() {
 		// A release without the fields: the user writes the annotation.
-		meta := metav1.ObjectMeta{}
-		if err := cluster.RulesToAnnotation(&meta, &spec); err != nil {
+		if err := cluster.RulesToAnnotation(&tmpl.ObjectMeta, &tmpl.Spec); err != nil {
 			return result{err: err}
 		}
-		template["metadata"].(map[string]any)["annotations"] = map[string]any{}
-		for k, v := range meta.Annotations {
-			template["metadata"].(map[string]any)["annotations"].(map[string]any)[k] = v
-		}
-		if template["spec"], err = runtime.DefaultUnstructuredConverter.ToUnstructured(&spec); err != nil {
-			return result{err: err}
-		}
+	}
+	template, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&tmpl)
+	if err != nil {
+		return result{err: err}
 	}
 	js := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "jobset.x-k8s.io/v1alpha2",

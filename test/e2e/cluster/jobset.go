@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
@@ -118,23 +119,19 @@ func (c *Cluster) registerJobSetWebhooks(ctx context.Context, path, base string,
 		return err
 	}
 	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(raw)))
-	point := func(cc *admissionv1.WebhookClientConfig) {
+	// adapt points a webhook at base + the release's path and scopes the
+	// pod webhooks to JobSet's pods, as the release's kustomize patches do.
+	adapt := func(cc *admissionv1.WebhookClientConfig, rules []admissionv1.RuleWithOperations, sel **metav1.LabelSelector) {
 		url := base
 		if cc.Service != nil && cc.Service.Path != nil {
 			url += *cc.Service.Path
 		}
 		*cc = admissionv1.WebhookClientConfig{URL: &url, CABundle: caPEM}
-	}
-	podSelector := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: jobSetPodLabel, Operator: metav1.LabelSelectorOpExists}}}
-	forPods := func(rules []admissionv1.RuleWithOperations) bool {
 		for _, r := range rules {
-			for _, res := range r.Resources {
-				if res == "pods" {
-					return true
-				}
+			if slices.Contains(r.Resources, "pods") {
+				*sel = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: jobSetPodLabel, Operator: metav1.LabelSelectorOpExists}}}
 			}
 		}
-		return false
 	}
 	for {
 		doc, err := reader.Read()
@@ -156,10 +153,7 @@ func (c *Cluster) registerJobSetWebhooks(ctx context.Context, path, base string,
 			}
 			cfg.Name = "jobset-" + cfg.Name
 			for i := range cfg.Webhooks {
-				point(&cfg.Webhooks[i].ClientConfig)
-				if forPods(cfg.Webhooks[i].Rules) {
-					cfg.Webhooks[i].ObjectSelector = podSelector
-				}
+				adapt(&cfg.Webhooks[i].ClientConfig, cfg.Webhooks[i].Rules, &cfg.Webhooks[i].ObjectSelector)
 			}
 			if _, err := c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, &cfg, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 				return fmt.Errorf("create MutatingWebhookConfiguration %s: %w", cfg.Name, err)
@@ -171,10 +165,7 @@ func (c *Cluster) registerJobSetWebhooks(ctx context.Context, path, base string,
 			}
 			cfg.Name = "jobset-" + cfg.Name
 			for i := range cfg.Webhooks {
-				point(&cfg.Webhooks[i].ClientConfig)
-				if forPods(cfg.Webhooks[i].Rules) {
-					cfg.Webhooks[i].ObjectSelector = podSelector
-				}
+				adapt(&cfg.Webhooks[i].ClientConfig, cfg.Webhooks[i].Rules, &cfg.Webhooks[i].ObjectSelector)
 			}
 			if _, err := c.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, &cfg, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 				return fmt.Errorf("create ValidatingWebhookConfiguration %s: %w", cfg.Name, err)
