@@ -56,9 +56,9 @@ test:
 	hack/test.sh
 
 # The conformance table on every release of the matrix (docs/conformance-matrix.md):
-# v1.34.4 (test/e2e/setup.sh's, writing docs/conformance.md), then each release of
-# CONFORMANCE_VERSIONS built (cached) by hack/kube-binaries.sh, writing
-# docs/conformance-<version>.md even where rows fail. About 7 minutes a release
+# v1.34.4 (test/e2e/setup.sh's), then each release of CONFORMANCE_VERSIONS built
+# (cached) by hack/kube-binaries.sh, each writing docs/conformance-<version>.md even
+# where rows fail, and the matrix of all of them, docs/conformance.md. About 7 minutes a release
 # once built; root. Fails if any release had a failing row.
 CONFORMANCE_VERSIONS ?= v1.33.13 v1.35.4 v1.36.3 v1.37.2
 conformance:

@@ -2,7 +2,8 @@
 // real single-node cluster (see test/e2e/cluster) twice: natively, with the
 // ContainerRestartRules feature gate on, and supervised, with the gate off
 // and the pods mutated by the project's injector so that restart-supervisor
-// does the work. It compares the outcomes and writes docs/conformance.md.
+// does the work. It compares the outcomes and writes docs/conformance-<version>.md
+// and the matrix of every release's file, docs/conformance.md.
 //
 //	go test ./test/e2e/ -run TestConformance -v -timeout 20m
 //
@@ -138,16 +139,16 @@ func TestConformance(t *testing.T) {
 	// with its few rows: only a full run writes it, unless asked to.
 	full := strings.TrimSpace(os.Getenv("E2E_SCENARIOS")) == ""
 	if len(modes) == 2 && full && !t.Failed() || os.Getenv("E2E_WRITE_REPORT") == "1" {
-		// The release setup.sh builds writes docs/conformance.md; another
-		// one (KUBE_BIN_DIR) its own file beside it.
-		path := filepath.Join(repo, "docs", "conformance.md")
-		if os.Getenv("KUBE_BIN_DIR") != "" {
-			path = filepath.Join(repo, "docs", "conformance-"+rep.version+".md")
-		}
+		// Each release writes its own file, and the matrix of all of them
+		// (docs/conformance.md) is made again.
+		path := filepath.Join(repo, "docs", "conformance-"+rep.version+".md")
 		if err := rep.write(path, scenarios()); err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("wrote %s", path)
+		if err := writeMatrix(filepath.Join(repo, "docs")); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("wrote %s and docs/conformance.md", path)
 	}
 	t.Log("\n" + rep.table(scenarios()))
 }
