@@ -61,25 +61,19 @@ type undoRecorder struct {
 
 func (r *undoRecorder) rel(path string) string { return strings.TrimPrefix(path, r.prefix) }
 
-func (r *undoRecorder) added(op PatchOp, path string) error {
+// added records an edit that wrote the value of digest sum at path.
+func (r *undoRecorder) added(path, sum string) error {
 	if r == nil {
 		return nil
-	}
-	sum, err := valueDigest(op.Value)
-	if err != nil {
-		return err
 	}
 	r.ops = append(r.ops, undoOp{Op: "remove", Path: r.rel(path), Sum: sum})
 	return nil
 }
 
-func (r *undoRecorder) replaced(op PatchOp, key, old *textyaml.Node) error {
+// replaced records an edit that wrote the value of digest sum over old.
+func (r *undoRecorder) replaced(op PatchOp, sum string, key, old *textyaml.Node) error {
 	if r == nil {
 		return nil
-	}
-	sum, err := valueDigest(op.Value)
-	if err != nil {
-		return err
 	}
 	was, err := r.member(key, old)
 	if err != nil {
@@ -136,17 +130,8 @@ func encodeYAML(doc *textyaml.Node, compact bool) (string, error) {
 	return buf.String(), nil
 }
 
-// valueDigest is the digest of a patch value in its canonical JSON form.
-func valueDigest(v any) (string, error) {
-	c, err := convertValue(v)
-	if err != nil {
-		return "", err
-	}
-	return c.digest, nil
-}
-
 // nodeDigest is the digest of what a document holds at n, comparable with
-// valueDigest.
+// the digest convertValue gives a patch value.
 func nodeDigest(n *textyaml.Node) (string, error) {
 	var v any
 	if err := n.Decode(&v); err != nil {

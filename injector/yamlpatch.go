@@ -54,7 +54,7 @@ func patchYAML(raw []byte, parsed *textyaml.Node, ops []PatchOp, roots []string)
 			}
 		}
 	}
-	out, err := encodeYAML(&doc, compact)
+	out, err := encodeDocument(&doc, compact, raw)
 	return []byte(out), err
 }
 
@@ -94,15 +94,18 @@ func applyNodeOp(root *textyaml.Node, op PatchOp, owned map[*textyaml.Node]bool,
 	parentPath := op.Path[:len(op.Path)-len(escapePointer(last))]
 	switch op.Op {
 	case "add":
-		val, err := valueNode(op.Value)
+		// One conversion gives the node and, for the undo record, the
+		// digest of what is written.
+		c, err := convertValue(op.Value)
 		if err != nil {
 			return err
 		}
+		val := c.node
 		switch parent.Kind {
 		case textyaml.MappingNode:
 			for i := 0; i+1 < len(parent.Content); i += 2 {
 				if parent.Content[i].Value == last {
-					if err := rec.replaced(op, parent.Content[i], parent.Content[i+1]); err != nil {
+					if err := rec.replaced(op, c.digest, parent.Content[i], parent.Content[i+1]); err != nil {
 						return err
 					}
 					parent.Content[i+1] = val
@@ -111,18 +114,18 @@ func applyNodeOp(root *textyaml.Node, op PatchOp, owned map[*textyaml.Node]bool,
 			}
 			key := &textyaml.Node{Kind: textyaml.ScalarNode, Tag: "!!str", Value: last}
 			parent.Content = append(parent.Content, key, val)
-			return rec.added(op, op.Path)
+			return rec.added(op.Path, c.digest)
 		case textyaml.SequenceNode:
 			if last == "-" {
 				parent.Content = append(parent.Content, val)
-				return rec.added(op, parentPath+strconv.Itoa(len(parent.Content)-1))
+				return rec.added(parentPath+strconv.Itoa(len(parent.Content)-1), c.digest)
 			}
 			i, err := index(last, len(parent.Content)+1)
 			if err != nil {
 				return err
 			}
 			parent.Content = append(parent.Content[:i], append([]*textyaml.Node{val}, parent.Content[i:]...)...)
-			return rec.added(op, op.Path)
+			return rec.added(op.Path, c.digest)
 		}
 	case "remove":
 		switch parent.Kind {
@@ -208,20 +211,11 @@ func pointerTokens(p string) ([]string, error) {
 	return toks, nil
 }
 
-// valueNode converts a patch value to block-style YAML, keeping the key
-// order of its JSON encoding and quoting strings only where YAML needs it.
-// It reads the JSON tokens directly: parsing the JSON as YAML costs ten
-// times more.
-func valueNode(v any) (*textyaml.Node, error) {
-	c, err := convertValue(v)
-	if err != nil {
-		return nil, err
-	}
-	return c.node, nil
-}
-
-// converted is a patch value as a YAML tree, with the digest of its
-// canonical JSON form for undo records.
+// converted is a patch value as block-style YAML, keeping the key order
+// of its JSON encoding and quoting strings only where YAML needs it, with
+// the digest of its canonical JSON form for undo records. It is built
+// from the JSON tokens directly: parsing the JSON as YAML costs ten times
+// more.
 type converted struct {
 	node   *textyaml.Node // never modified
 	digest string
