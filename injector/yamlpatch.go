@@ -219,6 +219,10 @@ func pointerTokens(p string) ([]string, error) {
 type converted struct {
 	node   *textyaml.Node // never modified
 	digest string
+	// uses and rendered let encodeDocument write a value that recurs
+	// from text rendered once (see placeholders.go).
+	uses     atomic.Int32
+	rendered renderedValue
 }
 
 // convertValue converts v once per distinct value: the same volumes,
@@ -248,14 +252,17 @@ func convertValue(v any) (*converted, error) {
 	c := &converted{node: n, digest: digest}
 	if valueNodeCount.Add(1) > 4096 {
 		valueNodes.Clear()
+		valueRoots.Clear()
 		valueNodeCount.Store(0)
 	}
 	valueNodes.Store(string(b), c)
+	valueRoots.Store(n, c)
 	return c, nil
 }
 
 var (
 	valueNodes     sync.Map // JSON text → *converted
+	valueRoots     sync.Map // *converted.node → *converted
 	valueNodeCount atomic.Int64
 )
 
