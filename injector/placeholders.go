@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -67,9 +66,22 @@ func singleQuoted(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
 }
 
-// plainKey matches the mapping keys the emitter writes as they are: a
+// plainKey reports whether the emitter writes k, a mapping key, as it is
+// (a letter, then letters, digits, '_', '.' or '-'; at most 63 bytes): a
 // placeholder's column is counted back from the key.
-var plainKey = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.-]{0,62}$`)
+func plainKey(k string) bool {
+	if len(k) == 0 || len(k) > 63 || !isLetter(k[0]) {
+		return false
+	}
+	for i := 1; i < len(k); i++ {
+		if c := k[i]; !isLetter(c) && (c < '0' || c > '9') && c != '_' && c != '.' && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+func isLetter(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
 
 // nonStringWords resolve to booleans or null when plain.
 var nonStringWords = map[string]bool{"true": true, "false": true, "null": true, "True": true, "False": true,
@@ -78,7 +90,7 @@ var nonStringWords = map[string]bool{"true": true, "false": true, "null": true, 
 func simpleKey(k *textyaml.Node) bool {
 	return k.Kind == textyaml.ScalarNode && k.Style == 0 && k.Tag == "!!str" && k.Anchor == "" &&
 		k.HeadComment == "" && k.LineComment == "" && k.FootComment == "" &&
-		plainKey.MatchString(k.Value) && !nonStringWords[k.Value]
+		plainKey(k.Value) && !nonStringWords[k.Value]
 }
 
 func noComments(n *textyaml.Node) bool {
@@ -286,7 +298,7 @@ func encodeDocument(doc *textyaml.Node, compact bool, raw []byte) (string, error
 			}
 			keyEnd := len(before) - 2
 			keyStart := strings.LastIndexAny(before[:keyEnd], " \n") + 1
-			if !plainKey.MatchString(before[keyStart:keyEnd]) {
+			if !plainKey(before[keyStart:keyEnd]) {
 				return encodeYAML(doc, compact)
 			}
 			b.WriteString(before[:keyEnd])
