@@ -16,6 +16,13 @@ bash test/docker/setup.sh
 log "installing the end-to-end cluster's packages and building Kubernetes binaries (cached)"
 test/e2e/setup.sh >/dev/null
 
+log "building the newest release's etcd and kube-apiserver (v1.37.2, cached) for the validation and native-detection tests"
+# test/apiserver compares the project's validation and --native=auto's
+# per-feature decision with the default release (v1.34.4) and with each of
+# KUBE_VALIDATION_VERSIONS; the newest release is always among them.
+KUBE_VERSION=v1.37.2 hack/kube-binaries.sh etcd kube-apiserver >/dev/null
+export KUBE_VALIDATION_VERSIONS="${KUBE_VALIDATION_VERSIONS-v1.37.2}"
+
 log "building Helm from the Go module proxy for the chart's tests (cached)"
 hack/helm.sh >/dev/null
 
