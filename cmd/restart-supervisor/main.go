@@ -49,6 +49,9 @@ const (
 	envStartError       = contract.EnvStartError
 	envInitSignals      = contract.EnvInitSignals
 	envKubeVersion      = contract.EnvKubeVersion
+	// envConfigWatch is set by users only (the injector passes rules
+	// inline), so it is not part of the contract.
+	envConfigWatch = "RESTART_SUPERVISOR_CONFIG_WATCH"
 
 	// defaultGracePeriod is the pod default terminationGracePeriodSeconds.
 	defaultGracePeriod = 30 * time.Second
@@ -125,7 +128,7 @@ func usage() string {
 
 type cliFlags struct {
 	config, logFormat, stateDir, name, termPath, stopSignals, startError string
-	grace                                                                string
+	grace, configWatch                                                   string
 	initSignals                                                          bool
 	kubeVersion                                                          rules.KubeVersion
 }
@@ -135,6 +138,7 @@ func supervisorCmd(args []string) int {
 	fs := flag.NewFlagSet("restart-supervisor", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&f.config, "config", "", "restart configuration file, YAML or JSON (default: $"+envConfig+")")
+	fs.StringVar(&f.configWatch, "config-watch", envOr(envConfigWatch, "poll"), "how a --config file's changes are noticed: \"poll\" (every second) or \"inotify\" (at once, but the kernel holds the supervisor's exit about 10 ms for it) ($"+envConfigWatch+")")
 	fs.StringVar(&f.grace, "grace-period", os.Getenv(envGracePeriod), "after a stop signal, SIGKILL the workload's process group if it is still running after this long; 0: never, the container runtime does it (default: 0 as PID 1, else 30s) ($"+envGracePeriod+")")
 	fs.BoolVar(&f.initSignals, "init-signals", os.Getenv(envInitSignals) == "true", "deliver signals to the workload as the kernel does to a container's PID 1: to its own process only, and only when it has a handler ($"+envInitSignals+"=true)")
 	fs.StringVar(&f.startError, "start-error", os.Getenv(envStartError), "a command that cannot be executed: \"kubelet\" judges exit code 128 by the rules as the kubelet does, \"shell\" exits 127/126 at once (default: kubelet inside a Kubernetes pod, else shell) ($"+envStartError+")")
@@ -183,8 +187,23 @@ func supervisorCmd(args []string) int {
 	// every exit from the moment it is valid and in force.
 	var current func() rules.Config
 	if f.config != "" {
+		// Polling by default: a process that holds an inotify watch when
+		// it exits is reaped about 9 ms later (the kernel waits for an
+		// SRCU grace period to free the watch's marks,
+		// fsnotify_destroy_group), against 0.2 ms without one
+		// (docs/benchmarks.md), and a ConfigMap volume changes about once
+		// a minute at most; a stat and a read each second cost less.
+		var forcePoll bool
+		switch f.configWatch {
+		case "poll":
+			forcePoll = true
+		case "inotify":
+		default:
+			return usageError("--config-watch: %q is neither poll nor inotify", f.configWatch)
+		}
 		r, err := configreload.Watch(f.config, configreload.Options{
-			OnReload: func(rules.Config) { logger.Info("configuration reloaded", "config", f.config) },
+			ForcePoll: forcePoll,
+			OnReload:  func(rules.Config) { logger.Info("configuration reloaded", "config", f.config) },
 			OnError: func(err error) {
 				logger.Warn("configuration change rejected; the rules in force stay", "config", f.config, "err", err)
 			},

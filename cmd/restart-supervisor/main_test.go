@@ -749,6 +749,8 @@ func TestUsageAndConfigErrorsExit2WithOneLine(t *testing.T) {
 		{"huge inline", []string{"RESTART_SUPERVISOR_CONFIG=" + strings.Repeat(" ", 100<<10) + "{}"}, []string{"--", "true"},
 			`larger than 65536 bytes`},
 		{"both sources", []string{"RESTART_SUPERVISOR_CONFIG={}"}, []string{"--config", good, "--", "true"}, `both --config and RESTART_SUPERVISOR_CONFIG are set`},
+		{"bad config watch", []string{"RESTART_SUPERVISOR_CONFIG_WATCH=fanotify"}, []string{"--config", good, "--", "true"},
+			`--config-watch: "fanotify" is neither poll nor inotify`},
 		{"1.34 wording", nil, []string{"--kubernetes-version", "1.34", "--config", writeFile(t, dir, "all.yaml", "restartPolicy: Never\nrestartPolicyRules:\n- {action: RestartAllContainers, exitCodes: {operator: In, values: [1]}}\n", 0o644), "--", "true"},
 			`invalid config (--config ` + filepath.Join(dir, "all.yaml") + `): restartPolicyRules[0].action: Unsupported value: "RestartAllContainers": supported values: "Restart"`},
 		{"1.35 from the environment", []string{"RESTART_SUPERVISOR_KUBERNETES_VERSION=v1.35.4", `RESTART_SUPERVISOR_CONFIG={"restartPolicy":"Never","restartPolicyRules":[{"action":"Restart","exitCodes":{"operator":"In","values":[` + strings.Repeat("1,", 255) + `1]}}]}`},

@@ -66,8 +66,15 @@ exec sleep 60
 }
 
 // TestConfigFileIsReloaded: a rule added to the --config file while the
-// workload runs decides its next exit.
+// workload runs decides its next exit, noticed by polling (the default)
+// and by inotify.
 func TestConfigFileIsReloaded(t *testing.T) {
+	for _, watch := range []string{"", "poll", "inotify"} {
+		t.Run("watch="+watch, func(t *testing.T) { testConfigFileIsReloaded(t, watch) })
+	}
+}
+
+func testConfigFileIsReloaded(t *testing.T, watch string) {
 	dir := t.TempDir()
 	cfg := writeFile(t, dir, "cfg.yaml", "restartPolicy: Never\npodRestartPolicy: Never\n", 0o644)
 	w := writeFile(t, dir, "w.sh", fmt.Sprintf(`#!/bin/sh
@@ -75,7 +82,11 @@ n=$(cat %[1]s/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > %[1]s/n
 [ $n = 1 ] && { while [ ! -e %[1]s/go ]; do sleep 0.02; done; exit 42; }
 exit 0
 `, dir), 0o755)
-	s := start(t, nil, bin, "--config", cfg, "--", w)
+	argv := []string{bin, "--config", cfg, "--", w}
+	if watch != "" {
+		argv = []string{bin, "--config-watch", watch, "--config", cfg, "--", w}
+	}
+	s := start(t, nil, argv...)
 	s.waitLog("workload started", 10*time.Second)
 	if err := os.WriteFile(cfg+".new", []byte(restart42), 0o644); err != nil {
 		t.Fatal(err)
