@@ -9,8 +9,12 @@
 //
 // Supervised pods go through the restart-injector webhook running on the
 // host and registered from deploy/base/webhook.yaml; E2E_SUPERVISE=injector
-// applies the injector package before create instead. Needs root. E2E_MODES=native or E2E_MODES=supervised runs one mode only
-// (the report is written only when both ran); E2E_SCENARIOS=A,B runs only
+// applies the injector package before create instead. A third mode, auto
+// (E2E_MODES=native,supervised,auto; not run by default), is what a user
+// of the release gets: its default gates, every pod through the same
+// webhook in --native=auto, each pod's outcome and auto's choice for it
+// checked (auto_test.go). Needs root. E2E_MODES=native or E2E_MODES=supervised runs one mode only
+// (the release's file is written only when both ran, the auto file when auto ran); E2E_SCENARIOS=A,B runs only
 // those scenarios; E2E_KEEP=1 leaves a failed run's cluster up. Outside CI a non-root run
 // skips; with CI=true any failure to bring the cluster up fails the test.
 package e2e
@@ -42,11 +46,15 @@ type mode string
 const (
 	native     mode = "native"
 	supervised mode = "supervised"
+	// auto: the release's default gates and every pod through the webhook
+	// in --native=auto, as a user installs it (auto_test.go).
+	auto mode = "auto"
 )
 
 // env is one mode's cluster and the way pods reach it.
 type env struct {
 	mode mode
+	repo string // the repository root
 	c    *cluster.Cluster
 	ns   string
 	// mutatePod/mutateJob are set in supervised mode when the pods are
@@ -55,6 +63,8 @@ type env struct {
 	mutatePod func(context.Context, *corev1.Pod) (*corev1.Pod, error)
 	mutateJob func(context.Context, *batchv1.Job) (*batchv1.Job, error)
 	how       string // how supervised pods were mutated, for the report
+	// admitted records how the webhook admitted each pod (auto mode).
+	admitted *admissions
 }
 
 func repoRoot(t *testing.T) string {
@@ -138,7 +148,22 @@ func TestConformance(t *testing.T) {
 	// A run of some scenarios only (E2E_SCENARIOS) would replace the table
 	// with its few rows: only a full run writes it, unless asked to.
 	full := strings.TrimSpace(os.Getenv("E2E_SCENARIOS")) == ""
-	if len(modes) == 2 && full && !t.Failed() || os.Getenv("E2E_WRITE_REPORT") == "1" {
+	write := full && !t.Failed() || os.Getenv("E2E_WRITE_REPORT") == "1"
+	ran := map[mode]bool{}
+	for _, m := range modes {
+		ran[m] = true
+	}
+	if write && ran[auto] {
+		path := autoFile(filepath.Join(repo, "docs"), rep.version)
+		if err := rep.writeAuto(path, scenarios()); err != nil {
+			t.Fatal(err)
+		}
+		if err := writeMatrix(filepath.Join(repo, "docs")); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("wrote %s and docs/conformance.md", path)
+	}
+	if write && ran[native] && ran[supervised] {
 		// Each release writes its own file, and the matrix of all of them
 		// (docs/conformance.md) is made again.
 		path := filepath.Join(repo, "docs", "conformance-"+rep.version+".md")
@@ -182,8 +207,9 @@ func runMode(t *testing.T, m mode, repo, binDir string, rep *report) {
 		BinDir:            binDir,
 		Repo:              repo,
 		RestartRules:      m == native,
+		DefaultGates:      m == auto,
 		ControllerManager: true,
-		SupervisorImage:   m == supervised,
+		SupervisorImage:   m != native,
 		JobSetDir:         jobSet,
 		Log:               testWriter{t},
 	})
@@ -193,7 +219,7 @@ func runMode(t *testing.T, m mode, repo, binDir string, rep *report) {
 	tearDownAtEnd(t, c)
 	rep.setUp(m, time.Since(start))
 	rep.setVersion(c.KubeVersion)
-	e := &env{mode: m, c: c, ns: "default"}
+	e := &env{mode: m, repo: repo, c: c, ns: "default"}
 	if m == supervised {
 		if os.Getenv("E2E_SUPERVISE") == "injector" {
 			e.superviseWithInjector()
@@ -203,6 +229,31 @@ func runMode(t *testing.T, m mode, repo, binDir string, rep *report) {
 			}
 			e.how = "the restart-injector webhook on the host, registered from deploy/base/webhook.yaml"
 		}
+	}
+	if m == auto {
+		if err := c.StartWebhook(ctx, repo); err != nil {
+			t.Fatalf("webhook: %v\n%s", err, tailFile(c.LogPath("restart-injector")))
+		}
+		e.how = "the restart-injector webhook on the host, registered from deploy/base/webhook.yaml, in --native=auto at the release's default gates"
+		concluded, err := waitConclusion(ctx, c.LogPath("restart-injector"), time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep.setAutoDefaults(concluded)
+		if e.admitted, err = watchAdmissions(ctx, c, e.ns); err != nil {
+			t.Fatalf("watch pods: %v", err)
+		}
+	}
+	// runOne runs a scenario and, in auto mode, records how its pods were
+	// admitted.
+	runOne := func(s scenario) result {
+		key := strings.ToLower(s.name) + "-" + string(m)
+		r := s.run(ctx, e, key)
+		if e.admitted != nil {
+			r.admitted = e.admitted.of(key)
+			r.choice = choiceOf(r.admitted)
+		}
+		return r
 	}
 	// All scenarios run at once, on goroutines rather than t.Parallel,
 	// whose default limit is GOMAXPROCS: they mostly wait for back-offs.
@@ -225,7 +276,7 @@ func runMode(t *testing.T, m mode, repo, binDir string, rep *report) {
 			disruptive = append(disruptive, p)
 			continue
 		}
-		concurrent.Go(func() { p.done <- p.s.run(ctx, e, strings.ToLower(p.s.name)+"-"+string(m)) })
+		concurrent.Go(func() { p.done <- runOne(p.s) })
 	}
 	// A disruptive scenario (it restarts the kubelet, which forgets every
 	// pod's back-off and re-reads every status) runs alone, after the
@@ -233,7 +284,7 @@ func runMode(t *testing.T, m mode, repo, binDir string, rep *report) {
 	go func() {
 		concurrent.Wait()
 		for _, p := range disruptive {
-			p.done <- p.s.run(ctx, e, strings.ToLower(p.s.name)+"-"+string(m))
+			p.done <- runOne(p.s)
 		}
 	}()
 	for _, p := range runs {
@@ -246,7 +297,15 @@ func runMode(t *testing.T, m mode, repo, binDir string, rep *report) {
 			}
 			t.Logf("%s (%s): %s; kubelet restarts %d, supervisor restarts %d, latency %s %v",
 				s.name, m, r.outcome, r.kubeletRestarts, r.supRestarts, r.latency, r.notes)
-			if want := s.want[m]; r.outcome != want {
+			want := s.want[m]
+			if m == auto {
+				want = autoWant(s, r.admitted)
+				t.Logf("%s (auto): %s", s.name, r.choice)
+				if err := autoChoiceError(s, c.KubeVersion, r.admitted); err != nil {
+					t.Errorf("%s (auto): --native=auto chose wrongly: %v", s.name, err)
+				}
+			}
+			if r.outcome != want {
 				t.Errorf("%s (%s): outcome %q, want %q", s.name, m, r.outcome, want)
 			}
 		})
@@ -364,6 +423,14 @@ type report struct {
 	started time.Time
 	version string // of the cluster's binaries, "v1.34.4"
 	auto    string // what the webhook's --native=auto concluded (webhookConclusion)
+	// autoDefaults is the same in the auto run, at the release's default gates.
+	autoDefaults string
+}
+
+func (r *report) setAutoDefaults(s string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.autoDefaults = s
 }
 
 func (r *report) setAuto(s string) {

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/yaml"
 
 	"github.com/restart-supervisor/restart-supervisor/test/e2e/cluster"
 )
@@ -53,6 +54,64 @@ func jobSetDir(t *testing.T, repo string) string {
 // JobSet never restarts (failurePolicy.maxRestarts 0: a recreated Job would
 // fail it) and completes.
 func jobSetScenario(ctx context.Context, e *env, name string) result {
+	js, err := jobSetObject(e, name)
+	if err != nil {
+		return result{err: err}
+	}
+	return runJobSet(ctx, e, name, js)
+}
+
+// jobSetOfflineScenario is jobSetScenario with the JobSet's manifest put
+// through `restart-injector inject` before it is created, as a user without
+// the webhook does (docs/injector.md): the pods the controller makes from
+// the injected template run under the supervisor from their first start,
+// and the webhook, where one is registered, leaves them as they are. The
+// native run creates the manifest as written.
+func jobSetOfflineScenario(ctx context.Context, e *env, name string) result {
+	js, err := jobSetObject(e, name)
+	if err != nil {
+		return result{err: err}
+	}
+	if e.mode == native {
+		return runJobSet(ctx, e, name, js)
+	}
+	in, err := yaml.Marshal(js.Object)
+	if err != nil {
+		return result{err: err}
+	}
+	dir, err := os.MkdirTemp("", "jobset-offline-")
+	if err != nil {
+		return result{err: err}
+	}
+	defer os.RemoveAll(dir)
+	manifest := filepath.Join(dir, "jobset.yaml")
+	if err := os.WriteFile(manifest, in, 0o600); err != nil {
+		return result{err: err}
+	}
+	bin, err := e.c.InjectorBinary(e.repo)
+	if err != nil {
+		return result{err: err}
+	}
+	// Every container has a command: no registry lookup is needed (and
+	// none is reachable).
+	cmd := exec.CommandContext(ctx, bin, "inject", "-f", manifest, "--no-lookup", "--supervisor-image", cluster.SupervisorImage)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return result{err: fmt.Errorf("restart-injector inject: %v: %s", err, strings.TrimSpace(stderr.String()))}
+	}
+	var obj map[string]any
+	if err := yaml.Unmarshal(out, &obj); err != nil {
+		return result{err: fmt.Errorf("restart-injector inject wrote: %w", err)}
+	}
+	r := runJobSet(ctx, e, name, &unstructured.Unstructured{Object: obj})
+	r.notes = append(r.notes, "inject: "+strings.ReplaceAll(strings.TrimSpace(stderr.String()), manifest, filepath.Base(manifest)))
+	return r
+}
+
+// jobSetObject is the scenario's JobSet of jobSetWorkers workers.
+func jobSetObject(e *env, name string) (*unstructured.Unstructured, error) {
 	trainer := shell("trainer", `C=$POD_NAME; `+onceScript("exit 42", "exit 0"),
 		policy(corev1.ContainerRestartPolicyNever), restartIn(42))
 	trainer.Env = append(trainer.Env, corev1.EnvVar{Name: "POD_NAME",
@@ -64,14 +123,14 @@ func jobSetScenario(ctx context.Context, e *env, name string) result {
 	if e.annotationCarrier() {
 		// A release without the fields: the user writes the annotation.
 		if err := cluster.RulesToAnnotation(&tmpl.ObjectMeta, &tmpl.Spec); err != nil {
-			return result{err: err}
+			return nil, err
 		}
 	}
 	template, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&tmpl)
 	if err != nil {
-		return result{err: err}
+		return nil, err
 	}
-	js := &unstructured.Unstructured{Object: map[string]any{
+	return &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "jobset.x-k8s.io/v1alpha2",
 		"kind":       "JobSet",
 		"metadata":   map[string]any{"name": name, "namespace": e.ns},
@@ -90,7 +149,11 @@ func jobSetScenario(ctx context.Context, e *env, name string) result {
 				}},
 			}},
 		},
-	}}
+	}}, nil
+}
+
+// runJobSet creates js and waits for it to complete or fail.
+func runJobSet(ctx context.Context, e *env, name string, js *unstructured.Unstructured) result {
 	dyn, err := dynamic.NewForConfig(e.c.Config)
 	if err != nil {
 		return result{err: err}

@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"bufio"
-	"bytes"
 	"flag"
 	"fmt"
 	"os"
@@ -17,7 +15,7 @@ import (
 
 // The matrix (docs/conformance.md) is made from the per-release files
 // TestConformance writes (docs/conformance-<version>.md): one row per
-// scenario, two columns per release (native, supervised), each cell
+// scenario, three columns per release (native, supervised, auto), each cell
 // compared with the newest release's native outcome, the behaviour users
 // of an older cluster are promised. It is rewritten whenever a release's
 // file is, and TestConformanceMatrix keeps it in step with the files.
@@ -31,7 +29,20 @@ type releaseRun struct {
 	lastRun string // "2026-12-01 07:34 UTC"
 	auto    string // what --native=auto chose, as the file words it
 	rows    map[string]releaseRow
+	// autoRun is the release's auto run (docs/conformance-auto-<version>.md);
+	// nil when the release has none.
+	autoRun *autoRun
 }
+
+// autoRun is what a file writeAuto wrote says.
+type autoRun struct {
+	file      string
+	lastRun   string
+	concluded string
+	rows      map[string]autoRow
+}
+
+type autoRow struct{ outcome, choice string }
 
 type releaseRow struct {
 	desc       string
@@ -40,28 +51,19 @@ type releaseRow struct {
 }
 
 var (
-	lastRunRe = regexp.MustCompile(`^Last run: (\d{4}-\d\d-\d\d \d\d:\d\d UTC), .*Kubernetes (v\d+\.\d+\.\d+)`)
-	autoRe    = regexp.MustCompile("^- \\*\\*`--native=auto`\\*\\* \\([^)]*\\): (.*)\\.$")
+	lastRunRe   = regexp.MustCompile(`^Last run: (\d{4}-\d\d-\d\d \d\d:\d\d UTC), .*Kubernetes (v\d+\.\d+\.\d+)`)
+	autoRe      = regexp.MustCompile("^- \\*\\*`--native=auto`\\*\\* \\([^)]*\\): (.*)\\.$")
+	concludedRe = regexp.MustCompile("^- \\*\\*`--native=auto` concluded\\*\\*: (.*)\\.$")
 )
 
-// readRelease parses a file report.write wrote.
-func readRelease(path string) (*releaseRun, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	run := &releaseRun{file: filepath.Base(path), rows: map[string]releaseRow{}}
+// tableRows are the cells of each row of the Markdown table under the
+// "| Scenario |" header in a file a report wrote, keyed by the scenario's
+// name, the first cell its description; each line is also given to each.
+func tableRows(path string, data []byte, minCells int, each func(line string)) (map[string][]string, error) {
+	rows := map[string][]string{}
 	inTable := false
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if m := lastRunRe.FindStringSubmatch(line); m != nil {
-			run.lastRun, run.version = m[1], m[2]
-		}
-		if m := autoRe.FindStringSubmatch(line); m != nil {
-			run.auto = m[1]
-		}
+	for _, line := range strings.Split(string(data), "\n") {
+		each(line)
 		switch {
 		case strings.HasPrefix(line, "| Scenario |"):
 			inTable = true
@@ -73,17 +75,65 @@ func readRelease(path string) (*releaseRun, error) {
 			continue
 		}
 		cells := strings.Split(strings.TrimSuffix(strings.TrimPrefix(line, "| "), " |"), " | ")
-		if len(cells) < 7 {
+		if len(cells) < minCells {
 			return nil, fmt.Errorf("%s: a table row with %d cells: %q", path, len(cells), line)
 		}
 		name, desc, ok := strings.Cut(cells[0], ": ")
 		if !ok {
 			return nil, fmt.Errorf("%s: no scenario name in %q", path, cells[0])
 		}
-		run.rows[name] = releaseRow{desc: desc, native: cells[1], supervised: cells[2]}
+		rows[name] = append([]string{desc}, cells[1:]...)
 	}
-	if err := sc.Err(); err != nil {
+	return rows, nil
+}
+
+// readAuto parses a file writeAuto wrote.
+func readAuto(path string) (*autoRun, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
 		return nil, err
+	}
+	run := &autoRun{file: filepath.Base(path), rows: map[string]autoRow{}}
+	rows, err := tableRows(path, data, 4, func(line string) {
+		if m := lastRunRe.FindStringSubmatch(line); m != nil {
+			run.lastRun = m[1]
+		}
+		if m := concludedRe.FindStringSubmatch(line); m != nil {
+			run.concluded = m[1]
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	for name, c := range rows {
+		run.rows[name] = autoRow{outcome: c[1], choice: c[2]}
+	}
+	if run.lastRun == "" || len(run.rows) == 0 {
+		return nil, fmt.Errorf("%s: no \"Last run\" line or no table", path)
+	}
+	return run, nil
+}
+
+// readRelease parses a file report.write wrote.
+func readRelease(path string) (*releaseRun, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	run := &releaseRun{file: filepath.Base(path), rows: map[string]releaseRow{}}
+	rows, err := tableRows(path, data, 7, func(line string) {
+		if m := lastRunRe.FindStringSubmatch(line); m != nil {
+			run.lastRun, run.version = m[1], m[2]
+		}
+		if m := autoRe.FindStringSubmatch(line); m != nil {
+			run.auto = m[1]
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	for name, c := range rows {
+		run.rows[name] = releaseRow{desc: c[0], native: c[1], supervised: c[2]}
 	}
 	if run.version == "" || len(run.rows) == 0 {
 		return nil, fmt.Errorf("%s: no \"Last run\" line or no table", path)
@@ -105,6 +155,11 @@ func readReleases(docs string) ([]*releaseRun, error) {
 		}
 		if want := "conformance-" + r.version + ".md"; r.file != want {
 			return nil, fmt.Errorf("%s reports Kubernetes %s (expected in %s)", p, r.version, want)
+		}
+		if a := autoFile(docs, r.version); fileExists(a) {
+			if r.autoRun, err = readAuto(a); err != nil {
+				return nil, err
+			}
 		}
 		runs = append(runs, r)
 	}
@@ -140,6 +195,31 @@ func matrixCell(s scenario, row releaseRow, have, sup bool, ref string) string {
 	return "**differs**: " + outcome
 }
 
+// autoCell compares an auto run's outcome with ref and says what auto chose.
+func autoCell(s scenario, run *autoRun, ref string) string {
+	if run == nil {
+		return "not run"
+	}
+	row, ok := run.rows[s.name]
+	if !ok {
+		return "– (row added after this run)"
+	}
+	switch {
+	case strings.HasPrefix(row.outcome, "error: ") || row.outcome == "not run":
+		return "**failed**: " + row.outcome
+	case row.outcome == ref:
+		return "same (" + row.choice + ")"
+	case s.limitation != "" && row.outcome == s.want[supervised] && row.choice != "native":
+		return "limitation (" + row.choice + "): " + row.outcome
+	}
+	return "**differs** (" + row.choice + "): " + row.outcome
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
 // renderMatrix writes docs/conformance.md's text from runs.
 func renderMatrix(runs []*releaseRun) string {
 	newest := runs[len(runs)-1]
@@ -153,22 +233,29 @@ func renderMatrix(runs []*releaseRun) string {
 		"\"same\" means the same final state and the same restarts; \"limitation\" a documented difference "+
 		"(see the release's file); \"n/a\" a release without the feature natively. Native: the release's own kubelet "+
 		"with its restart-rules gates on; supervised: the gates off and every pod through the restart-injector webhook "+
-		"of deploy/ in `--native=auto`, whose choice on each release the first table gives (pods without rules pass "+
-		"unchanged).\n\n", newest.version)
-	b.WriteString("| Release | Per-release file | Run | What `--native=auto` chose (supervised run) |\n|---|---|---|---|\n")
+		"of deploy/ in `--native=auto`, which then wraps every pod with rules; auto: what a user of the release gets, "+
+		"its default gates and the same webhook, which wraps a pod or leaves it to the kubelet for each feature the pod "+
+		"uses (the cell says which: native, wrapped, or how many of the scenario's pods were wrapped; \"not run\": the "+
+		"release has no auto run yet).\n\n", newest.version)
+	b.WriteString("| Release | Per-release files | Run | What `--native=auto` chose: supervised run (gates off) | auto run (default gates) |\n|---|---|---|---|---|\n")
 	for _, r := range runs {
-		auto := r.auto
-		if auto == "" {
-			auto = "–"
+		sup, files, when, def := r.auto, fmt.Sprintf("[%s](%s)", r.file, r.file), r.lastRun, "not run"
+		if sup == "" {
+			sup = "–"
 		}
-		fmt.Fprintf(&b, "| %s | [%s](%s) | %s | %s |\n", r.version, r.file, r.file, r.lastRun, auto)
+		if a := r.autoRun; a != nil {
+			files += fmt.Sprintf(", [%s](%s)", a.file, a.file)
+			when += ", " + a.lastRun
+			def = a.concluded
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", r.version, files, when, sup, def)
 	}
 	b.WriteString("\n| Scenario | Reference: native outcome on " + newest.version + " |")
 	for _, r := range runs {
-		fmt.Fprintf(&b, " %s native | %s supervised |", r.version, r.version)
+		fmt.Fprintf(&b, " %[1]s native | %[1]s supervised | %[1]s auto |", r.version)
 	}
-	b.WriteString("\n|---|---|" + strings.Repeat("---|---|", len(runs)) + "\n")
-	counts := make([][2]map[string]int, len(runs))
+	b.WriteString("\n|---|---|" + strings.Repeat("---|---|---|", len(runs)) + "\n")
+	counts := make([][3]map[string]int, len(runs))
 	for _, s := range scenarios() {
 		name := s.name
 		ref, ok := newest.rows[name]
@@ -178,12 +265,17 @@ func renderMatrix(runs []*releaseRun) string {
 		fmt.Fprintf(&b, "| %s: %s | %s |", name, ref.desc, ref.native)
 		for i, r := range runs {
 			row, have := r.rows[name]
-			for m, sup := range []bool{false, true} {
-				c := matrixCell(s, row, have, sup, ref.native)
+			cells := []string{
+				matrixCell(s, row, have, false, ref.native),
+				matrixCell(s, row, have, true, ref.native),
+				autoCell(s, r.autoRun, ref.native),
+			}
+			for m, c := range cells {
 				if counts[i][m] == nil {
 					counts[i][m] = map[string]int{}
 				}
 				kind, _, _ := strings.Cut(c, ":")
+				kind, _, _ = strings.Cut(kind, " (")
 				counts[i][m][strings.Trim(kind, "*")]++
 				fmt.Fprintf(&b, " %s |", c)
 			}
@@ -192,9 +284,9 @@ func renderMatrix(runs []*releaseRun) string {
 	}
 	b.WriteString("\nPer column:\n\n")
 	for i, r := range runs {
-		for m, mode := range []string{"native", "supervised"} {
+		for m, mode := range []string{"native", "supervised", "auto"} {
 			var parts []string
-			for _, k := range []string{"same", "limitation", "differs", "failed", "n/a", "– (row added after this run)"} {
+			for _, k := range []string{"same", "limitation", "differs", "failed", "n/a", "not run", "– (row added after this run)"} {
 				if n := counts[i][m][k]; n > 0 {
 					parts = append(parts, fmt.Sprintf("%d %s", n, k))
 				}

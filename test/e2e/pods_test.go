@@ -293,11 +293,11 @@ func (e *env) waitPod(ctx context.Context, name, container string, timeout time.
 }
 
 // annotationCarrier reports whether pods must carry their restart rules
-// in the restart-supervisor.dev/rules annotation: supervised, on a release
-// without the fields (cluster.RestartRulesNative), as a user of it writes
-// them.
+// in the restart-supervisor.dev/rules annotation: through the webhook
+// (supervised or auto), on a release without the fields
+// (cluster.RestartRulesNative), as a user of it writes them.
 func (e *env) annotationCarrier() bool {
-	return e.mode == supervised && !cluster.RestartRulesNative(e.c.KubeVersion)
+	return e.mode != native && !cluster.RestartRulesNative(e.c.KubeVersion)
 }
 
 // createPod creates a pod, through the supervised mode's mutation when

@@ -165,7 +165,9 @@ hack/kube-binaries.sh):
 
     go test ./test/e2e/ -run TestConformance -v -timeout 20m    # both modes; rewrites this file and conformance.md
 
-- E2E_MODES=native or E2E_MODES=supervised runs one mode (this file is then not rewritten); E2E_SCENARIOS=A,Job
+- E2E_MODES=native or E2E_MODES=supervised runs one mode (this file is then not rewritten); E2E_MODES=auto (or
+  native,supervised,auto, as make conformance runs) adds the run at the release's default gates with the webhook in
+  --native=auto, written to docs/conformance-auto-<version>.md; E2E_SCENARIOS=A,Job
   runs only those rows; E2E_KEEP=1 leaves the cluster of a failed run up for inspection.
 - KUBE_BIN_DIR runs another release's binaries (build them with KUBE_VERSION=v1.36.3 hack/kube-binaries.sh etcd
   kube-apiserver kubectl kubelet kube-controller-manager; they go to ~/.cache/restart-supervisor/kube-v1.36.3) and

@@ -26,6 +26,10 @@ type result struct {
 	latency         time.Duration // exit → next start, when restarted (0: below the 10 ms resolution)
 	notes           []string
 	err             error
+	// admitted and choice: how --native=auto admitted the scenario's pods
+	// (auto mode only).
+	admitted []admission
+	choice   string
 }
 
 // scenario is one row of the conformance table. want gives the expected
@@ -39,6 +43,10 @@ type scenario struct {
 	needsRestartAll bool
 	// needsJobSet: the cluster runs the JobSet controller (hack/jobset.sh).
 	needsJobSet bool
+	// offline: outside the native run the scenario injects its manifest
+	// with `restart-injector inject`, so its pods are wrapped whatever
+	// --native=auto would choose.
+	offline bool
 	// disruptive: the scenario restarts the kubelet, so it runs alone,
 	// after the others (see runMode).
 	disruptive bool
@@ -184,6 +192,12 @@ func scenarios() []scenario {
 		needsJobSet: true,
 		want:        same("JobSet Completed, restarts 0, 2 pods Succeeded, each restarted once in place"),
 		run:         jobSetScenario,
+	}, {
+		name: "JobSetOffline", desc: "the JobSet row's manifest through `restart-injector inject` before it is created (native: created as written); the webhook, where registered, leaves its pods as injected",
+		needsJobSet: true,
+		offline:     true,
+		want:        same("JobSet Completed, restarts 0, 2 pods Succeeded, each restarted once in place"),
+		run:         jobSetOfflineScenario,
 	}, {
 		name: "DeleteInBackoff", desc: "delete (grace 10 s) while the workload waits in back-off after its third exit 42 (Restart In [42]; back-off 20 s)",
 		want: same("stopped within the grace period, no restart after delete"),

@@ -25,6 +25,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -51,6 +52,10 @@ type Options struct {
 	// on in the API server and the kubelet (native KEP-5307, and KEP-5532
 	// from 1.35); false turns them off (see FeatureGates).
 	RestartRules bool
+	// DefaultGates sets none of the restart-rules gates, so the release's
+	// defaults apply (RestartRules is then ignored): what a cluster of
+	// that release runs unless its operator chose otherwise.
+	DefaultGates bool
 	// ControllerManager starts kube-controller-manager with only the job
 	// and endpointslice controllers (pods carry spec.nodeName, so no
 	// scheduler is needed).
@@ -97,6 +102,10 @@ type Cluster struct {
 	exited map[string]chan struct{}
 	// kubeletArgv is the kubelet's command line, for RestartKubelet.
 	kubeletArgv []string
+	// The restart-injector binary (InjectorBinary).
+	injectorOnce sync.Once
+	injectorBin  string
+	injectorErr  error
 }
 
 func (c *Cluster) logf(format string, a ...any) {
@@ -209,9 +218,12 @@ func Up(ctx context.Context, opts Options) (c *Cluster, err error) {
 			return c, fmt.Errorf("jobset: %w", err)
 		}
 	}
-	gates := GateFlag(FeatureGates(version, opts.RestartRules))
+	gates := GateFlag(opts.gates(version))
 	if gates == "" {
-		gates = "no restart-rules gates"
+		gates = "no restart-rules gates set"
+		if opts.DefaultGates && RestartRulesNative(version) {
+			gates += ": the release's defaults"
+		}
 	}
 	c.logf("cluster up in %s (Kubernetes %s, %s); KUBECONFIG=%s", time.Since(start).Round(100*time.Millisecond), version,
 		gates, c.Kubeconfig)
@@ -271,6 +283,26 @@ func FeatureGates(version string, on bool) []FeatureGate {
 	}
 	return gates
 }
+
+// gates are the restart-rules gates the cluster sets: none under
+// DefaultGates, else FeatureGates.
+func (opts Options) gates(version string) []FeatureGate {
+	if opts.DefaultGates {
+		return nil
+	}
+	return FeatureGates(version, opts.RestartRules)
+}
+
+// RestartRulesDefault reports whether a release honours restartPolicyRules
+// with its default gates: ContainerRestartRules is beta and on by default
+// from 1.35 (pkg/features/kube_features.go, v1.35.4).
+func RestartRulesDefault(version string) bool { return Minor(version) >= 35 }
+
+// RestartAllContainersDefault reports whether a release honours the
+// RestartAllContainers action with its default gates:
+// RestartAllContainersOnContainerExits is alpha and off in 1.35, beta and
+// on by default from 1.36 (pkg/features/kube_features.go, v1.36.3).
+func RestartAllContainersDefault(version string) bool { return Minor(version) >= 36 }
 
 // RestartRulesNative reports whether the release has the restart rules at
 // all (KEP-5307, ContainerRestartRules: 1.34). An older API server does not
@@ -556,7 +588,7 @@ current-context: e2e
 		"--service-cluster-ip-range", "10.0.0.0/24",
 		"--allow-privileged=true",
 		"--kubelet-preferred-address-types", "InternalIP",
-	}, gateArgs(FeatureGates(c.KubeVersion, opts.RestartRules))...), nil)
+	}, gateArgs(opts.gates(c.KubeVersion))...), nil)
 	if err != nil {
 		return err
 	}
@@ -648,7 +680,7 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
 podLogsDir: %[3]s
-%[4]s`, sock, c.NodeIP, c.path("pod-logs"), gateYAML(FeatureGates(c.KubeVersion, opts.RestartRules)))
+%[4]s`, sock, c.NodeIP, c.path("pod-logs"), gateYAML(opts.gates(c.KubeVersion)))
 	if err := os.WriteFile(c.path("kubelet", "config.yaml"), []byte(cfg), 0o644); err != nil {
 		return err
 	}

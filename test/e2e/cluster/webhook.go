@@ -51,17 +51,30 @@ func (c *Cluster) newLocalServer(name string) (localServer, error) {
 	return srv, nil
 }
 
+// InjectorBinary is the restart-injector binary of the repository, built
+// once per cluster: the webhook runs it, and so do scenarios that inject
+// manifests offline.
+func (c *Cluster) InjectorBinary(repo string) (string, error) {
+	c.injectorOnce.Do(func() {
+		bin := c.path("bin", "restart-injector")
+		if c.injectorErr = os.MkdirAll(filepath.Dir(bin), 0o755); c.injectorErr != nil {
+			return
+		}
+		if c.injectorErr = goBuildStatic(repo, "./cmd/restart-injector", bin); c.injectorErr == nil {
+			c.injectorBin = bin
+		}
+	})
+	return c.injectorBin, c.injectorErr
+}
+
 // StartWebhook runs `restart-injector serve` on the host and registers the
 // MutatingWebhookConfiguration from deploy/base/webhook.yaml, with its
 // clientConfig pointed at the host process (https://127.0.0.1:PORT/mutate)
 // and a caBundle from a CA made here. It returns once the API server
 // actually calls the webhook (configurations arrive through an informer).
 func (c *Cluster) StartWebhook(ctx context.Context, repo string) error {
-	bin := c.path("bin", "restart-injector")
-	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
-		return err
-	}
-	if err := goBuildStatic(repo, "./cmd/restart-injector", bin); err != nil {
+	bin, err := c.InjectorBinary(repo)
+	if err != nil {
 		return err
 	}
 	srv, err := c.newLocalServer("webhook")
@@ -117,10 +130,12 @@ func (c *Cluster) StartWebhook(ctx context.Context, repo string) error {
 				ExitCodes: &corev1.ContainerRestartRuleOnExitCodes{Operator: corev1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{42}}}},
 		}}},
 	}
-	if !RestartRulesNative(c.KubeVersion) {
-		if err := RulesToAnnotation(&probe.ObjectMeta, &probe.Spec); err != nil {
-			return err
-		}
+	// Its rules travel in the annotation, which --native=auto injects on
+	// every release (only this project reads it), so the probe shows the
+	// webhook called also where the cluster honours the fields and auto
+	// leaves such pods alone.
+	if err := RulesToAnnotation(&probe.ObjectMeta, &probe.Spec); err != nil {
+		return err
 	}
 	return c.waitFor(ctx, "restart-injector", 30*time.Second, func() error {
 		got, err := c.Client.CoreV1().Pods("default").Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})

@@ -1,0 +1,239 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/restart-supervisor/restart-supervisor/injector"
+	"github.com/restart-supervisor/restart-supervisor/test/e2e/cluster"
+)
+
+// The auto mode is the install a user makes: the release's own default
+// gates, and every pod through the restart-injector webhook of deploy/ in
+// --native=auto. The webhook wraps a pod or leaves it to the kubelet, per
+// feature (webhook.NativeDetector); either way the outcome must be the
+// newest release's. Its results go to docs/conformance-auto-<version>.md,
+// beside the native and supervised runs' file, and into the matrix.
+
+// admission is how the webhook admitted one pod.
+type admission struct {
+	name      string
+	wrapped   bool // the injector's status annotation is on the stored pod
+	annotated bool // the pod carries its rules in the restart-supervisor.dev/rules annotation
+}
+
+// admissions records every pod of a namespace as the API server stored it
+// on create.
+type admissions struct {
+	mu   sync.Mutex
+	pods map[string]admission
+}
+
+// watchAdmissions records the pods of ns created from now until ctx ends.
+// A watch the server closes is opened again from the last version seen.
+func watchAdmissions(ctx context.Context, c *cluster.Cluster, ns string) (*admissions, error) {
+	a := &admissions{pods: map[string]admission{}}
+	list, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	rv := list.ResourceVersion
+	go func() {
+		for ctx.Err() == nil {
+			w, err := c.Client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true})
+			if err != nil {
+				time.Sleep(time.Second)
+				continue
+			}
+			for ev := range w.ResultChan() {
+				pod, ok := ev.Object.(*corev1.Pod)
+				if !ok {
+					continue
+				}
+				rv = pod.ResourceVersion
+				if ev.Type == watch.Added {
+					a.add(pod)
+				}
+			}
+			w.Stop()
+		}
+	}()
+	return a, nil
+}
+
+func (a *admissions) add(pod *corev1.Pod) {
+	_, wrapped := pod.Annotations[injector.AnnotationStatus]
+	_, annotated := pod.Annotations[injector.AnnotationRules]
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, seen := a.pods[pod.Name]; !seen {
+		a.pods[pod.Name] = admission{name: pod.Name, wrapped: wrapped, annotated: annotated}
+	}
+}
+
+// of is the pods of the scenario run key: the pod key and those whose names
+// start with key- (a Job's, a JobSet's, a scenario's second pod).
+func (a *admissions) of(key string) []admission {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []admission
+	for n, p := range a.pods {
+		if n == key || strings.HasPrefix(n, key+"-") {
+			out = append(out, p)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out
+}
+
+// choiceOf words what auto did with a scenario's pods.
+func choiceOf(pods []admission) string {
+	wrapped := 0
+	for _, p := range pods {
+		if p.wrapped {
+			wrapped++
+		}
+	}
+	switch {
+	case len(pods) == 0:
+		return "no pod seen"
+	case wrapped == 0:
+		return "native"
+	case wrapped == len(pods):
+		return "wrapped"
+	}
+	return fmt.Sprintf("wrapped %d of %d pods", wrapped, len(pods))
+}
+
+// anyWrapped reports whether the supervisor ran any of the pods.
+func anyWrapped(pods []admission) bool {
+	for _, p := range pods {
+		if p.wrapped {
+			return true
+		}
+	}
+	return false
+}
+
+// autoChoiceError checks auto's choice for each pod against what the release
+// honours with its default gates (cluster.RestartRulesDefault,
+// cluster.RestartAllContainersDefault): from 1.35 a pod whose rules are in
+// its fields is left to the kubelet, but on 1.35 one that uses
+// RestartAllContainers, which is off there by default, is wrapped. A pod
+// that carries the annotation is wrapped on every release (only this
+// project reads it). Before 1.35 the gate is off by default, the API server
+// drops the fields and auto must wrap every pod with rules, which the
+// outcome shows: a pod left alone there would lose its rules.
+func autoChoiceError(s scenario, version string, pods []admission) error {
+	if !cluster.RestartRulesDefault(version) {
+		return nil
+	}
+	if len(pods) == 0 {
+		return fmt.Errorf("no pod of the scenario was seen")
+	}
+	for _, p := range pods {
+		want := s.needsRestartAll && !cluster.RestartAllContainersDefault(version)
+		why := "the release honours the restart rules"
+		switch {
+		case s.offline:
+			want, why = true, "the manifest was injected offline"
+		case p.annotated:
+			want, why = true, "the pod carries the rules annotation"
+		case want:
+			why = "RestartAllContainers is off by default in " + version
+		case s.needsRestartAll:
+			why = "the release honours RestartAllContainers too"
+		}
+		if p.wrapped != want {
+			return fmt.Errorf("pod %s: wrapped=%v, want %v (%s)", p.name, p.wrapped, want, why)
+		}
+	}
+	return nil
+}
+
+// autoWant is the outcome expected of an auto run: the supervised one where
+// the supervisor ran the pod, the native one where the kubelet did.
+func autoWant(s scenario, pods []admission) string {
+	if anyWrapped(pods) {
+		return s.want[supervised]
+	}
+	return s.want[native]
+}
+
+// waitConclusion waits for the webhook's first --native=auto conclusion,
+// so that no scenario pod meets the detector before its first check (it
+// injects until then).
+func waitConclusion(ctx context.Context, logPath string, timeout time.Duration) (string, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		if s := webhookConclusion(logPath); s != "" {
+			return s, nil
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("no \"native restart rules\" line in %s after %s", logPath, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// autoFile is the per-release file of the auto run.
+func autoFile(docs, version string) string {
+	return filepath.Join(docs, "conformance-auto-"+version+".md")
+}
+
+// writeAuto renders docs/conformance-auto-<version>.md.
+func (r *report) writeAuto(path string, list []scenario) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var b strings.Builder
+	b.WriteString("# Conformance: `--native=auto` at the release's default gates\n\n")
+	b.WriteString("Generated by `go test ./test/e2e/ -run TestConformance -v` with `E2E_MODES` naming `auto` (see test/e2e); do not edit by hand. " +
+		"The native and supervised runs of the release: [conformance-" + r.version + ".md](conformance-" + r.version + ".md); " +
+		"the matrix of every release: [conformance.md](conformance.md).\n\n")
+	fmt.Fprintf(&b, "Last run: %s UTC, %s/%s, Kubernetes %s (etcd, kube-apiserver, kubelet, kube-controller-manager built from source), "+
+		"Debian containerd and runc, cgroupfs.\n\n", r.started.UTC().Format("2006-01-02 15:04"), runtime.GOOS, runtime.GOARCH, r.version)
+	b.WriteString("The cluster sets none of the restart-rules feature gates, so the release's defaults apply, as on a cluster whose " +
+		"operator installed restart-injector and nothing else: every pod goes through the restart-injector webhook of deploy/ in " +
+		"`--native=auto`, which wraps a pod (the supervisor applies its rules) or leaves it to the kubelet, for each feature the pod " +
+		"uses. The outcome is compared with the supervised expectation where the pod was wrapped and the native one where it was not; " +
+		"from 1.35 the choice itself is checked too: a pod with its rules in the fields is left to the kubelet, but on 1.35 one using " +
+		"`RestartAllContainers` (off there by default) is wrapped, and a pod with the rules annotation is wrapped everywhere.\n\n")
+	if r.autoDefaults != "" {
+		fmt.Fprintf(&b, "- **`--native=auto` concluded**: %s.\n\n", r.autoDefaults)
+	}
+	fmt.Fprintf(&b, "Cluster bring-up %s, scenarios %s.\n\n", r.upTime[auto].Round(100*time.Millisecond), r.runTime[auto].Round(100*time.Millisecond))
+	b.WriteString("| Scenario | Outcome (default gates, webhook in auto) | auto's choice | Expected outcome | Restart latency | kubelet restartCount | supervisor restarts | Notes |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|\n")
+	for _, s := range list {
+		res, ok := r.results[s.name][auto]
+		choice, want, sup := "–", "–", "–"
+		if ok {
+			choice = res.choice
+			want = autoWant(s, res.admitted)
+			if res.err == nil {
+				sup = fmtSup(res.supRestarts)
+			}
+		}
+		fmt.Fprintf(&b, "| %s: %s | %s | %s | %s | %s | %d | %s | %s |\n", s.name, s.desc, cell(res, ok), choice, want,
+			fmtLatency(res), res.kubeletRestarts, sup, strings.Join(res.notes, "; "))
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
