@@ -208,6 +208,21 @@ type WatchOptions struct {
 	PollInterval time.Duration
 }
 
+// PodRestartWatch says how a supervisor watches pod-restarts/. A process
+// that holds an inotify watch when it exits is reaped about 9 ms later
+// (the kernel frees the watch's marks after an SRCU grace period; see
+// docs/benchmarks.md), which every container exit pays. It is paid only
+// where a pod restart is expected: in a pod with a member list
+// (contract.EnvPodMembers, which the injector and compose set exactly for
+// a pod whose rules use RestartAllContainers), or when the container's own
+// rules announce pod restarts. Anywhere else, an injected pod without
+// RestartAllContainers or a container wrapped by hand without a member
+// list, pod-restarts/ is looked at every DefaultPollInterval, so a
+// follower there still follows, within that interval.
+func PodRestartWatch(members []contract.PodMember, announces bool) WatchOptions {
+	return WatchOptions{ForcePoll: members == nil && !announces}
+}
+
 // Watcher delivers the pod's new restart generations.
 type Watcher struct {
 	c    chan Generation

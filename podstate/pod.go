@@ -34,13 +34,13 @@ type Pod struct {
 // Open joins the state directory dir as container name. An empty dir
 // returns a nil *Pod.
 func Open(dir, name string, log supervise.Logger) (*Pod, error) {
-	return OpenMember(dir, name, nil, log)
+	return OpenMember(dir, name, nil, WatchOptions{}, log)
 }
 
 // OpenMember is Open for a member of a pod whose member list is known
 // (contract.EnvPodMembers); nil members: the containers that have a
-// status document.
-func OpenMember(dir, name string, members []contract.PodMember, log supervise.Logger) (*Pod, error) {
+// status document. watch says how pod-restarts/ is watched (PodRestartWatch).
+func OpenMember(dir, name string, members []contract.PodMember, watch WatchOptions, log supervise.Logger) (*Pod, error) {
 	if dir == "" {
 		return nil, nil
 	}
@@ -75,7 +75,7 @@ func OpenMember(dir, name string, members []contract.PodMember, log supervise.Lo
 		return nil, err
 	}
 	p.rec = rec
-	m, err := Join(dir, name, WatchOptions{})
+	m, err := Join(dir, name, watch)
 	if err != nil {
 		// The status document still works; pod restarts do not.
 		log.Warn("cannot watch for pod restarts; RestartAllContainers will restart this container only", "dir", dir, "err", err)

@@ -153,7 +153,7 @@ func TestInitRerunJoiningMidRoundCountsAsStarted(t *testing.T) {
 		t.Fatal(err)
 	}
 	members := []contract.PodMember{{Name: "fetch-rerun", Kind: contract.MemberInit}, {Name: "a", Kind: contract.MemberRegular}}
-	p, err := OpenMember(dir, "fetch-rerun", members, slog.New(slog.DiscardHandler))
+	p, err := OpenMember(dir, "fetch-rerun", members, WatchOptions{}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

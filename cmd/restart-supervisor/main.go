@@ -256,7 +256,8 @@ func supervisorCmd(args []string) int {
 		return usageError("%s: container %q is an init container re-run (kind %s), which needs the state directory and a config with initContainer: true",
 			contract.EnvPodMembers, f.name, contract.MemberInit)
 	}
-	pod, err := podstate.OpenMember(f.stateDir, f.name, members, logger)
+	watch := podstate.PodRestartWatch(members, announcesPodRestarts(cfg))
+	pod, err := podstate.OpenMember(f.stateDir, f.name, members, watch, logger)
 	if err != nil {
 		return usageError("--state-dir %s: %v", f.stateDir, err)
 	}
@@ -302,6 +303,19 @@ func supervisorCmd(args []string) int {
 		}
 	}
 	return res.Status
+}
+
+// announcesPodRestarts reports whether cfg, the rules the supervisor
+// starts with, has a RestartAllContainers rule. A --config file changed
+// later to have one announces all the same; only its noticing of other
+// containers' announcements stays at podstate.PodRestartWatch's choice.
+func announcesPodRestarts(cfg rules.Config) bool {
+	for _, r := range cfg.RestartPolicyRules {
+		if r.Action == rules.ActionRestartAllContainers {
+			return true
+		}
+	}
+	return false
 }
 
 // probeCommand is restart-probe next to this executable, where `install`

@@ -529,3 +529,82 @@ func statusState(state, name string) string {
 	}
 	return doc.State
 }
+
+// inotifyInstances counts the inotify descriptors process pid holds.
+func inotifyInstances(t *testing.T, pid int) int {
+	t.Helper()
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, fd := range fds {
+		if l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); err == nil && l == "anon_inode:inotify" {
+			n++
+		}
+	}
+	return n
+}
+
+// TestPodRestartsWatchedWhereExpected: a supervisor holds an inotify watch
+// on pod-restarts/ only where a pod restart is expected, a member list
+// (which the injector writes for a pod with RestartAllContainers) or a
+// RestartAllContainers rule of its own, since releasing the watch delays
+// the container's exit. The others hold none.
+func TestPodRestartsWatchedWhereExpected(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		config string
+		extra  []string
+		want   int
+	}{
+		{"no RestartAllContainers, no members", restart42, nil, 0},
+		{"member list", `{"restartPolicy":"Never","podRestartPolicy":"Never"}`, []string{"RESTART_SUPERVISOR_POD_MEMBERS=a:regular,b:regular"}, 1},
+		{"own RestartAllContainers rule", restartAll88, nil, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			state := t.TempDir()
+			s := start(t, podEnv(state, "a", c.config, c.extra...), bin, "--", "sleep", "60")
+			s.waitLog("workload started", 15*time.Second)
+			if got := inotifyInstances(t, s.cmd.Process.Pid); got != c.want {
+				t.Errorf("supervisor holds %d inotify instances, want %d", got, c.want)
+			}
+			s.signal(syscall.SIGTERM)
+			if st := s.wait(10 * time.Second); st != 143 {
+				t.Errorf("exit status %d, want 143", st)
+			}
+		})
+	}
+}
+
+// TestPodRestartFollowedByPolling: a container wrapped by hand, with no
+// member list and no RestartAllContainers rule of its own, polls
+// pod-restarts/ and still follows the pod restart another container
+// announces, once.
+func TestPodRestartFollowedByPolling(t *testing.T) {
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	os.Mkdir(state, 0o777)
+	b := start(t, podEnv(state, "b", restart42), bin, "--", "sleep", "60")
+	b.waitLog("workload started", 15*time.Second)
+	if n := inotifyInstances(t, b.cmd.Process.Pid); n != 0 {
+		t.Fatalf("b holds %d inotify instances, want 0 (polling)", n)
+	}
+	first := filepath.Join(dir, "a.ran")
+	a := start(t, podEnv(state, "a", restartAll88), bin, "--", "sh", "-c",
+		fmt.Sprintf(`[ -e %[1]s ] && exec sleep 60; touch %[1]s; exit 88`, first))
+	waitFor(t, "b restarted for the pod restart", 15*time.Second, func() bool {
+		return strings.Count(b.stderr.String(), `msg="workload started"`) == 2
+	})
+	if !strings.Contains(b.stderr.String(), "pod restart; stopping the workload") {
+		t.Errorf("b's second start was not for the pod restart:\n%s", b.stderr.String())
+	}
+	time.Sleep(1500 * time.Millisecond) // a second restart of b, one poll later, would show up here
+	if n := strings.Count(b.stderr.String(), `msg="workload started"`); n != 2 {
+		t.Errorf("b started %d times, want 2", n)
+	}
+	for _, s := range []*sup{a, b} {
+		s.signal(syscall.SIGTERM)
+		s.wait(10 * time.Second)
+	}
+}
