@@ -77,7 +77,12 @@ cmds+=("dumb-init=$dumbinit /bin/true" "go-floor=$work/gofloor -- /bin/true" "re
 # this run instead of /dev/termination-log.
 onecfg='{"restartPolicy":"Never","podRestartPolicy":"Never","restartPolicyRules":[{"action":"Restart","exitCodes":{"operator":"In","values":[42]}}]}'
 printf '%s\n' "$onecfg" >"$work/rules.json"
+# injected-rac is the injected form in a pod whose rules use
+# RestartAllContainers: the injector adds the member list, and the
+# supervisor watches pod-restarts/ with inotify.
+members=RESTART_SUPERVISOR_POD_MEMBERS=c:regular
 cmds+=("injected-form=RESTART_SUPERVISOR_CONFIG=$onecfg RESTART_SUPERVISOR_STATE_DIR=$work/state/{i} RESTART_SUPERVISOR_CONTAINER_NAME=c $sup --termination-message-path $work/termination-log -- /bin/true"
+	"injected-rac=$members RESTART_SUPERVISOR_CONFIG=$onecfg RESTART_SUPERVISOR_STATE_DIR=$work/state/{i} RESTART_SUPERVISOR_CONTAINER_NAME=c $sup --termination-message-path $work/termination-log -- /bin/true"
 	"config-file=$sup --config $work/rules.json -- /bin/true")
 if [[ -n $before ]]; then
 	cmds+=("before:plain=$before -- /bin/true"
@@ -91,13 +96,14 @@ echo "   launch -> workload running (start-up, fork, exec), workload exit -> X r
 mkdir -p "$work/split/state"
 scmds=("go-floor=$work/gofloor -- ${probe[*]}" "restart-supervisor=$sup -- ${probe[*]}"
 	"injected-form=RESTART_SUPERVISOR_CONFIG=$onecfg RESTART_SUPERVISOR_STATE_DIR=$work/split/state/{i} RESTART_SUPERVISOR_CONTAINER_NAME=c $sup --termination-message-path $work/termination-log -- ${probe[*]}"
+	"injected-rac=$members RESTART_SUPERVISOR_CONFIG=$onecfg RESTART_SUPERVISOR_STATE_DIR=$work/split/state/{i} RESTART_SUPERVISOR_CONTAINER_NAME=c $sup --termination-message-path $work/termination-log -- ${probe[*]}"
 	"config-file=$sup --config $work/rules.json -- ${probe[*]}")
 if [[ -n $before ]]; then
 	scmds+=("before:plain=$before -- ${probe[*]}"
 		"before:injected=RESTART_SUPERVISOR_CONFIG=$onecfg RESTART_SUPERVISOR_STATE_DIR=$work/split/state/{i} RESTART_SUPERVISOR_CONTAINER_NAME=c $before --termination-message-path $work/termination-log -- ${probe[*]}"
 		"before:config-file=$before --config $work/rules.json -- ${probe[*]}")
 fi
-"$work/benchtool" split -n "$N" -log "$work/split" "${scmds[@]}" 2>/dev/null
+"$work/benchtool" split -n "$N" -log "$work/split" -mkdir "$work/split/state/{i}" "${scmds[@]}" 2>/dev/null
 echo
 echo "== 3. in-place restart latency, workload exit -> next workload running, backoff 0 ($RESTARTS runs, $probekind)"
 echo "   target: median < 1 ms, >= 1000 restarts/s"

@@ -6,7 +6,7 @@
 //	benchtool probe                         restart-latency workload (Go fallback for cprobe)
 //	benchtool respawn ARGV...                 baseline: the smallest possible restart loop
 //	benchtool latency LOGFILE               exit→next-start latencies from a probe log
-//	benchtool split -n N -log DIR LABEL=[VAR=VALUE...] COMMAND...
+//	benchtool split -n N -log DIR [-mkdir DIR] LABEL=[VAR=VALUE...] COMMAND...
 //	                                        start overhead split in two: launch →
 //	                                        workload running, workload exit → X exited;
 //	                                        the workload is the probe, PROBE_LOG set per run
@@ -236,13 +236,15 @@ func latency(path string) {
 // instruction to the supervisor's exit being reaped here (reaping,
 // deciding, the final status and the exit).
 func split(args []string) {
-	n, logDir := 100, ""
+	n, logDir, fresh := 100, "", ""
 	for len(args) > 1 && strings.HasPrefix(args[0], "-") {
 		switch args[0] {
 		case "-n":
 			n, _ = strconv.Atoi(args[1])
 		case "-log":
 			logDir = args[1]
+		case "-mkdir":
+			fresh = args[1]
 		}
 		args = args[2:]
 	}
@@ -264,6 +266,14 @@ func split(args []string) {
 		for _, c := range cmds {
 			run := strconv.Itoa(i) + "-" + c.label
 			log := logDir + "/" + run + ".log"
+			if fresh != "" {
+				// As in spawn: the state directory exists, empty, as an
+				// emptyDir does before the container starts.
+				if err := os.MkdirAll(strings.ReplaceAll(fresh, "{i}", run), 0o755); err != nil {
+					fmt.Fprintln(os.Stderr, err)
+					os.Exit(1)
+				}
+			}
 			x := exec.Command(c.argv[0], c.argv[1:]...)
 			x.Env = append(os.Environ(), "PROBE_LOG="+log, "PROBE_N=1")
 			for _, e := range c.env {
