@@ -141,6 +141,9 @@ func TestConformance(t *testing.T) {
 			modes = append(modes, mode(strings.TrimSpace(s)))
 		}
 	}
+	if os.Getenv("E2E_KUBELET_BIN_DIR") != "" && (len(modes) != 1 || modes[0] != auto) {
+		t.Fatal("E2E_KUBELET_BIN_DIR (a kubelet of another release) runs with E2E_MODES=auto only")
+	}
 	rep := &report{results: map[string]map[mode]result{}, started: time.Now()}
 	for _, m := range modes {
 		t.Run(string(m), func(t *testing.T) { runMode(t, m, repo, binDir, rep) })
@@ -155,6 +158,9 @@ func TestConformance(t *testing.T) {
 	}
 	if write && ran[auto] {
 		path := autoFile(filepath.Join(repo, "docs"), rep.version)
+		if rep.apiVersion != rep.version {
+			path = skewFile(filepath.Join(repo, "docs"), rep.apiVersion, rep.version)
+		}
 		if err := rep.writeAuto(path, scenarios()); err != nil {
 			t.Fatal(err)
 		}
@@ -205,6 +211,7 @@ func runMode(t *testing.T, m mode, repo, binDir string, rep *report) {
 	}
 	c, err := cluster.Up(ctx, cluster.Options{
 		BinDir:            binDir,
+		KubeletBinDir:     os.Getenv("E2E_KUBELET_BIN_DIR"),
 		Repo:              repo,
 		RestartRules:      m == native,
 		DefaultGates:      m == auto,
@@ -219,6 +226,7 @@ func runMode(t *testing.T, m mode, repo, binDir string, rep *report) {
 	tearDownAtEnd(t, c)
 	rep.setUp(m, time.Since(start))
 	rep.setVersion(c.KubeVersion)
+	rep.setAPIVersion(c.APIServerVersion)
 	e := &env{mode: m, repo: repo, c: c, ns: "default"}
 	if m == supervised {
 		if os.Getenv("E2E_SUPERVISE") == "injector" {
@@ -301,7 +309,7 @@ func runMode(t *testing.T, m mode, repo, binDir string, rep *report) {
 			if m == auto {
 				want = autoWant(s, r.admitted)
 				t.Logf("%s (auto): %s", s.name, r.choice)
-				if err := autoChoiceError(s, c.KubeVersion, r.admitted); err != nil {
+				if err := autoChoiceError(s, older(c.APIServerVersion, c.KubeVersion), r.admitted); err != nil {
 					t.Errorf("%s (auto): --native=auto chose wrongly: %v", s.name, err)
 				}
 			}
@@ -421,8 +429,10 @@ type report struct {
 	runTime map[mode]time.Duration
 	how     map[mode]string
 	started time.Time
-	version string // of the cluster's binaries, "v1.34.4"
-	auto    string // what the webhook's --native=auto concluded (webhookConclusion)
+	version string // of the cluster's kubelet, "v1.34.4"
+	// apiVersion is the API server's: version but under E2E_KUBELET_BIN_DIR.
+	apiVersion string
+	auto       string // what the webhook's --native=auto concluded (webhookConclusion)
 	// autoDefaults is the same in the auto run, at the release's default gates.
 	autoDefaults string
 }
@@ -443,6 +453,15 @@ func (r *report) setVersion(v string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.version = v
+	if r.apiVersion == "" {
+		r.apiVersion = v
+	}
+}
+
+func (r *report) setAPIVersion(v string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.apiVersion = v
 }
 
 func (r *report) set(name string, m mode, res result) {

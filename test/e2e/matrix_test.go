@@ -36,10 +36,13 @@ type releaseRun struct {
 
 // autoRun is what a file writeAuto wrote says.
 type autoRun struct {
-	file      string
-	lastRun   string
-	concluded string
-	rows      map[string]autoRow
+	// apiVersion and kubeletVersion are set for a version-skew run
+	// (skewFile), whose API server is newer than its kubelet.
+	apiVersion, kubeletVersion string
+	file                       string
+	lastRun                    string
+	concluded                  string
+	rows                       map[string]autoRow
 }
 
 type autoRow struct{ outcome, choice string }
@@ -141,6 +144,38 @@ func readRelease(path string) (*releaseRun, error) {
 	return run, nil
 }
 
+var skewFileRe = regexp.MustCompile(`^conformance-auto-(v\d+\.\d+\.\d+)-kubelet-(v\d+\.\d+\.\d+)\.md$`)
+
+// readSkews reads every version-skew auto run in docs, by API server and
+// then kubelet release.
+func readSkews(docs string) ([]*autoRun, error) {
+	paths, err := filepath.Glob(filepath.Join(docs, "conformance-auto-v*-kubelet-v*.md"))
+	if err != nil {
+		return nil, err
+	}
+	var runs []*autoRun
+	for _, p := range paths {
+		m := skewFileRe.FindStringSubmatch(filepath.Base(p))
+		if m == nil {
+			return nil, fmt.Errorf("%s: not conformance-auto-<API server>-kubelet-<kubelet>.md", p)
+		}
+		r, err := readAuto(p)
+		if err != nil {
+			return nil, err
+		}
+		r.apiVersion, r.kubeletVersion = m[1], m[2]
+		runs = append(runs, r)
+	}
+	sort.Slice(runs, func(i, j int) bool {
+		a, b := runs[i], runs[j]
+		if a.apiVersion != b.apiVersion {
+			return version.MustParseGeneric(a.apiVersion).LessThan(version.MustParseGeneric(b.apiVersion))
+		}
+		return version.MustParseGeneric(a.kubeletVersion).LessThan(version.MustParseGeneric(b.kubeletVersion))
+	})
+	return runs, nil
+}
+
 // readReleases reads every per-release file in docs, oldest release first.
 func readReleases(docs string) ([]*releaseRun, error) {
 	paths, err := filepath.Glob(filepath.Join(docs, "conformance-v*.md"))
@@ -221,7 +256,7 @@ func fileExists(path string) bool {
 }
 
 // renderMatrix writes docs/conformance.md's text from runs.
-func renderMatrix(runs []*releaseRun) string {
+func renderMatrix(runs []*releaseRun, skews []*autoRun) string {
 	newest := runs[len(runs)-1]
 	var b strings.Builder
 	b.WriteString("# Conformance across Kubernetes releases: native vs supervised\n\n")
@@ -294,6 +329,45 @@ func renderMatrix(runs []*releaseRun) string {
 			fmt.Fprintf(&b, "- %s %s: %s\n", r.version, mode, strings.Join(parts, ", "))
 		}
 	}
+	if len(skews) > 0 {
+		b.WriteString("\n## Version skew: an upgraded control plane over an older kubelet\n\n")
+		b.WriteString("The auto run on a node not yet upgraded: the API server and controller manager of one release, the kubelet of an " +
+			"older one, all at their default gates, every pod through the webhook in `--native=auto`, which must judge by the " +
+			"kubelet. Each row's outcome against the reference column above, and what auto chose for its pods:\n\n")
+		b.WriteString("| Control plane | Kubelet | File | Run | `--native=auto` concluded | Outcomes | Choices |\n|---|---|---|---|---|---|---|\n")
+		for _, r := range skews {
+			kinds, choices := map[string]int{}, map[string]int{}
+			for _, sc := range scenarios() {
+				ref, ok := newest.rows[sc.name]
+				if !ok {
+					continue
+				}
+				c := autoCell(sc, r, ref.native)
+				kind, _, _ := strings.Cut(c, ":")
+				kind, _, _ = strings.Cut(kind, " (")
+				kinds[strings.Trim(kind, "*")]++
+				if row, ok := r.rows[sc.name]; ok {
+					choices[row.choice]++
+				}
+			}
+			var outcomes, chose []string
+			for _, k := range []string{"same", "limitation", "differs", "failed", "– (row added after this run)"} {
+				if n := kinds[k]; n > 0 {
+					outcomes = append(outcomes, fmt.Sprintf("%d %s", n, k))
+				}
+			}
+			names := make([]string, 0, len(choices))
+			for k := range choices {
+				names = append(names, k)
+			}
+			sort.Strings(names)
+			for _, k := range names {
+				chose = append(chose, fmt.Sprintf("%s %d", k, choices[k]))
+			}
+			fmt.Fprintf(&b, "| %s | %s | [%s](%s) | %s | %s | %s | %s |\n", r.apiVersion, r.kubeletVersion, r.file, r.file,
+				r.lastRun, r.concluded, strings.Join(outcomes, ", "), strings.Join(chose, ", "))
+		}
+	}
 	return b.String()
 }
 
@@ -303,7 +377,11 @@ func writeMatrix(docs string) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(docs, "conformance.md"), []byte(renderMatrix(runs)), 0o644)
+	skews, err := readSkews(docs)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(docs, "conformance.md"), []byte(renderMatrix(runs, skews)), 0o644)
 }
 
 // TestConformanceMatrix checks that docs/conformance.md is the matrix of
@@ -329,7 +407,11 @@ func TestConformanceMatrix(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := renderMatrix(runs); string(have) != want {
+	skews, err := readSkews(docs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := renderMatrix(runs, skews); string(have) != want {
 		t.Fatalf("docs/conformance.md is not the matrix of the per-release files; rewrite it with " +
 			"go test ./test/e2e/ -run TestConformanceMatrix -update-matrix")
 	}

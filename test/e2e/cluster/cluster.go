@@ -47,7 +47,13 @@ const NodeName = "restart-supervisor-e2e"
 type Options struct {
 	Dir    string // state directory (DefaultDir when empty)
 	BinDir string // etcd, kube-apiserver, kubelet, kube-controller-manager
-	Repo   string // repository root, for building the local images
+	// KubeletBinDir, when set, takes the kubelet from another release's
+	// binaries: a node not yet upgraded under an upgraded control plane
+	// (a kubelet may be up to three minor releases older than the API
+	// server). Use it with DefaultGates: the gates are the kubelet's
+	// release's otherwise.
+	KubeletBinDir string
+	Repo          string // repository root, for building the local images
 	// RestartRules turns the restart-rules feature gates of the release
 	// on in the API server and the kubelet (native KEP-5307, and KEP-5532
 	// from 1.35); false turns them off (see FeatureGates).
@@ -79,9 +85,12 @@ type State struct {
 	NodeName     string `json:"nodeName"`
 	NodeIP       string `json:"nodeIP"`
 	RestartRules bool   `json:"restartRules"`
-	// KubeVersion is the release of the binaries, "v1.36.3".
+	// KubeVersion is the release of the kubelet, "v1.36.3".
 	KubeVersion string `json:"kubeVersion"`
-	Containerd  string `json:"containerdSocket"`
+	// APIServerVersion is the release of kube-apiserver: KubeVersion but
+	// under Options.KubeletBinDir.
+	APIServerVersion string `json:"apiServerVersion"`
+	Containerd       string `json:"containerdSocket"`
 	// Processes in start order: name → pid.
 	Processes []Proc `json:"processes"`
 }
@@ -138,9 +147,16 @@ func Up(ctx context.Context, opts Options) (c *Cluster, err error) {
 			return nil, fmt.Errorf("e2e cluster: tearing down the previous cluster in %s: %w", opts.Dir, err)
 		}
 	}
+	if opts.KubeletBinDir == "" {
+		opts.KubeletBinDir = opts.BinDir
+	}
 	for _, bin := range []string{"etcd", "kube-apiserver", "kubelet"} {
-		if _, err := os.Stat(filepath.Join(opts.BinDir, bin)); err != nil {
-			return nil, fmt.Errorf("e2e cluster: %s missing in %q (run hack/kube-binaries.sh)", bin, opts.BinDir)
+		dir := opts.BinDir
+		if bin == "kubelet" {
+			dir = opts.KubeletBinDir
+		}
+		if _, err := os.Stat(filepath.Join(dir, bin)); err != nil {
+			return nil, fmt.Errorf("e2e cluster: %s missing in %q (run hack/kube-binaries.sh)", bin, dir)
 		}
 	}
 	for _, tool := range []string{"containerd", "ctr", "runc"} {
@@ -148,11 +164,16 @@ func Up(ctx context.Context, opts Options) (c *Cluster, err error) {
 			return nil, fmt.Errorf("e2e cluster: %s not found (run test/e2e/setup.sh)", tool)
 		}
 	}
-	version, err := KubeVersion(opts.BinDir)
+	version, err := KubeVersion(opts.KubeletBinDir)
 	if err != nil {
 		return nil, err
 	}
-	c = &Cluster{State: State{Dir: opts.Dir, NodeName: NodeName, RestartRules: opts.RestartRules, KubeVersion: version},
+	apiVersion, err := binaryVersion(filepath.Join(opts.BinDir, "kube-apiserver"))
+	if err != nil {
+		return nil, err
+	}
+	c = &Cluster{State: State{Dir: opts.Dir, NodeName: NodeName, RestartRules: opts.RestartRules, KubeVersion: version,
+		APIServerVersion: apiVersion},
 		log: opts.Log, exited: map[string]chan struct{}{}}
 	defer func() {
 		if err != nil {
@@ -225,6 +246,9 @@ func Up(ctx context.Context, opts Options) (c *Cluster, err error) {
 			gates += ": the release's defaults"
 		}
 	}
+	if apiVersion != version {
+		version = fmt.Sprintf("%s control plane, %s kubelet", apiVersion, version)
+	}
 	c.logf("cluster up in %s (Kubernetes %s, %s); KUBECONFIG=%s", time.Since(start).Round(100*time.Millisecond), version,
 		gates, c.Kubeconfig)
 	return c, nil
@@ -233,13 +257,18 @@ func Up(ctx context.Context, opts Options) (c *Cluster, err error) {
 // KubeVersion is the release of the kubelet in binDir, as `kubelet
 // --version` prints it ("v1.36.3").
 func KubeVersion(binDir string) (string, error) {
-	out, err := exec.Command(filepath.Join(binDir, "kubelet"), "--version").Output()
+	return binaryVersion(filepath.Join(binDir, "kubelet"))
+}
+
+// binaryVersion is what a Kubernetes server binary's --version says.
+func binaryVersion(path string) (string, error) {
+	out, err := exec.Command(path, "--version").Output()
 	if err != nil {
-		return "", fmt.Errorf("e2e cluster: kubelet --version: %w", err)
+		return "", fmt.Errorf("e2e cluster: %s --version: %w", filepath.Base(path), err)
 	}
 	f := strings.Fields(string(out)) // "Kubernetes v1.36.3"
 	if len(f) != 2 || Minor(f[1]) < 0 {
-		return "", fmt.Errorf("e2e cluster: kubelet --version printed %q", out)
+		return "", fmt.Errorf("e2e cluster: %s --version printed %q", filepath.Base(path), out)
 	}
 	return f[1], nil
 }
@@ -684,7 +713,7 @@ podLogsDir: %[3]s
 	if err := os.WriteFile(c.path("kubelet", "config.yaml"), []byte(cfg), 0o644); err != nil {
 		return err
 	}
-	c.kubeletArgv = []string{filepath.Join(opts.BinDir, "kubelet"),
+	c.kubeletArgv = []string{filepath.Join(opts.KubeletBinDir, "kubelet"),
 		"--config", c.path("kubelet", "config.yaml"),
 		"--kubeconfig", c.Kubeconfig,
 		"--root-dir", c.KubeletRoot(),
