@@ -6,10 +6,19 @@
 // machine noise hits both alike; it prints p50/p90/p99 per server and the
 // ratio of the webhook to the no-op baseline.
 //
+// The load generator's share of the tail is reported two ways. Every
+// request records its send lag: how late the generator started it after
+// its scheduled time, which counts in its latency and is the generator's
+// alone. And with -pin (the default where taskset and two CPUs exist) the
+// same rounds also run against a second pair of servers in a process of
+// their own pinned to CPU 0, loaded by a generator process pinned to CPU 1,
+// so that generator and servers no longer share a core.
+//
 //	go run ./bench/webhook -rps 1000 -duration 30s
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -22,7 +31,11 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
+	goruntime "runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,21 +55,45 @@ func main() {
 	rounds := flag.Int("rounds", 6, "alternating rounds (noop, webhook, noop, ...)")
 	maxInFlight := flag.Int("max-in-flight", 256, "bound on concurrent requests; a send beyond it is counted as dropped")
 	podFile := flag.String("pod", "webhook/testdata/realistic-pod.yaml", "pod manifest sent in every review")
+	pin := flag.Bool("pin", true, "also run the rounds with the servers in a process pinned to CPU 0 and the generator in one pinned to CPU 1 (needs taskset and 2 CPUs)")
+	role := flag.String("role", "", "internal: \"server\" or \"client\", the pinned processes")
+	dir := flag.String("dir", "", "internal: the key pair's directory, for -role")
 	flag.Parse()
-	if err := run(*rps, *duration, *rounds, *maxInFlight, *podFile); err != nil {
+	var err error
+	switch *role {
+	case "server":
+		err = serveRole(*dir)
+	case "client":
+		err = clientRole(*dir, *rps, *maxInFlight)
+	default:
+		err = run(*rps, *duration, *rounds, *maxInFlight, *podFile, *pin)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench/webhook:", err)
 		os.Exit(1)
 	}
 }
 
 type result struct {
-	lat           []time.Duration
-	errs, dropped int64
-	sent          int64
-	elapsed       time.Duration
+	Lat []time.Duration
+	// Lag is, per request, how late the generator started it after its
+	// scheduled time.
+	Lag           []time.Duration
+	Errs, Dropped int64
+	Sent          int64
+	Elapsed       time.Duration
 }
 
-func run(rps int, duration time.Duration, rounds, maxInFlight int, podFile string) error {
+func (a *result) add(r result) {
+	a.Lat = append(a.Lat, r.Lat...)
+	a.Lag = append(a.Lag, r.Lag...)
+	a.Errs += r.Errs
+	a.Dropped += r.Dropped
+	a.Sent += r.Sent
+	a.Elapsed += r.Elapsed
+}
+
+func run(rps int, duration time.Duration, rounds, maxInFlight int, podFile string, pin bool) error {
 	podYAML, err := os.ReadFile(podFile)
 	if err != nil {
 		return err
@@ -91,9 +128,85 @@ func run(rps int, duration time.Duration, rounds, maxInFlight int, podFile strin
 	if err := webhook.WriteKeyPair(dir, serving, ca.CertPEM); err != nil {
 		return err
 	}
-	quiet := slog.New(slog.DiscardHandler)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	noopURL, injectURL, err := startServers(ctx, dir)
+	if err != nil {
+		return err
+	}
+	client := newClient(ca.CertPEM, maxInFlight)
+	if err := sanity(client, injectURL, body); err != nil {
+		return err
+	}
+	warm(client, noopURL, body)
+
+	type target struct{ name, url string }
+	targets := []target{{"noop", noopURL}, {"webhook", injectURL}}
+	var pinned *pinnedPair
+	if pin {
+		if pinned, err = startPinned(dir, rps, maxInFlight, body); err != nil {
+			fmt.Println("pinned rounds skipped:", err)
+		} else {
+			defer pinned.close()
+			targets = append(targets, target{"noop-pinned", pinned.noop}, target{"webhook-pinned", pinned.inject})
+		}
+	}
+
+	per := duration / time.Duration(rounds)
+	fmt.Printf("loopback HTTPS, %d rps, %v per server in %d alternating rounds, max %d in flight, %d-byte review\n",
+		rps, duration, rounds, maxInFlight, len(body))
+	if pinned != nil {
+		fmt.Println("*-pinned: servers in a process pinned to CPU 0, the generator in one pinned to CPU 1 (taskset)")
+	}
+	all := map[string]*result{}
+	for _, t := range targets {
+		all[t.name] = &result{}
+	}
+	for r := 0; r < rounds; r++ {
+		for _, t := range targets {
+			var res result
+			if strings.HasSuffix(t.name, "-pinned") {
+				if res, err = pinned.load(t.url, per); err != nil {
+					return err
+				}
+			} else {
+				res = load(client, t.url, body, rps, per, maxInFlight)
+			}
+			all[t.name].add(res)
+		}
+	}
+	q := map[string][4]time.Duration{}
+	failed := false
+	for _, t := range targets {
+		a := all[t.name]
+		slices.Sort(a.Lat)
+		slices.Sort(a.Lag)
+		q[t.name] = [4]time.Duration{pct(a.Lat, 50), pct(a.Lat, 90), pct(a.Lat, 99), pct(a.Lat, 100)}
+		lag99 := pct(a.Lag, 99)
+		fmt.Printf("%-15s sent %6d  ok %6d  errors %d  dropped %d  achieved %6.0f rps  p50 %8v  p90 %8v  p99 %8v  max %8v  send lag p50 %7v p99 %8v (%.0f%% of p99)\n",
+			t.name, a.Sent, len(a.Lat), a.Errs, a.Dropped, float64(a.Sent)/a.Elapsed.Seconds(),
+			q[t.name][0].Round(time.Microsecond), q[t.name][1].Round(time.Microsecond), q[t.name][2].Round(time.Microsecond), q[t.name][3].Round(time.Microsecond),
+			pct(a.Lag, 50).Round(time.Microsecond), lag99.Round(time.Microsecond), 100*ratio(lag99, q[t.name][2]))
+		failed = failed || a.Errs > 0
+	}
+	fmt.Printf("ratio webhook/noop: p50 %.2fx  p90 %.2fx  p99 %.2fx\n",
+		ratio(q["webhook"][0], q["noop"][0]), ratio(q["webhook"][1], q["noop"][1]), ratio(q["webhook"][2], q["noop"][2]))
+	if pinned != nil {
+		fmt.Printf("ratio webhook/noop, pinned: p50 %.2fx  p90 %.2fx  p99 %.2fx\n",
+			ratio(q["webhook-pinned"][0], q["noop-pinned"][0]), ratio(q["webhook-pinned"][1], q["noop-pinned"][1]), ratio(q["webhook-pinned"][2], q["noop-pinned"][2]))
+		fmt.Printf("pinned / shared cores: noop p99 %.2fx  webhook p99 %.2fx\n",
+			ratio(q["noop-pinned"][2], q["noop"][2]), ratio(q["webhook-pinned"][2], q["webhook"][2]))
+	}
+	if failed {
+		return fmt.Errorf("requests failed")
+	}
+	return nil
+}
+
+// startServers starts the webhook and the no-op server on loopback with
+// the key pair in dir and returns their URLs.
+func startServers(ctx context.Context, dir string) (noopURL, injectURL string, err error) {
+	quiet := slog.New(slog.DiscardHandler)
 	start := func(h http.Handler) (string, error) {
 		certs := webhook.NewCertWatcher(dir, quiet, nil)
 		if err := certs.Load(); err != nil {
@@ -111,59 +224,171 @@ func run(rps int, duration time.Duration, rounds, maxInFlight int, podFile strin
 		go func() { _ = s.Serve(ctx, ml, hl) }()
 		return "https://" + ml.Addr().String() + "/mutate", nil
 	}
-	injectURL, err := start(&webhook.Handler{
+	if injectURL, err = start(&webhook.Handler{
 		Mutator:    injector.New(injector.Options{SupervisorImage: "example.test/restart-supervisor:bench"}),
 		Entrypoint: webhook.EntrypointDeny, Native: webhook.NativeOff, Metrics: webhook.NewMetrics(), Log: quiet,
-	})
-	if err != nil {
-		return err
+	}); err != nil {
+		return "", "", err
 	}
-	noopURL, err := start(noopHandler{})
-	if err != nil {
-		return err
+	if noopURL, err = start(noopHandler{}); err != nil {
+		return "", "", err
 	}
+	return noopURL, injectURL, nil
+}
 
+func newClient(caPEM []byte, maxInFlight int) *http.Client {
 	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(ca.CertPEM)
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+	pool.AppendCertsFromPEM(caPEM)
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		TLSClientConfig:     &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
 		ForceAttemptHTTP2:   true,
 		MaxIdleConnsPerHost: maxInFlight,
 	}}
-	if err := sanity(client, injectURL, body); err != nil {
+}
+
+// warm sends one review, so that no round pays the TLS handshake.
+func warm(c *http.Client, url string, body []byte) {
+	if resp, err := c.Post(url, "application/json", bytes.NewReader(body)); err == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+}
+
+// pinnedPair is the server process pinned to CPU 0 and the generator
+// process pinned to CPU 1.
+type pinnedPair struct {
+	server, client *exec.Cmd
+	serverIn       io.WriteCloser
+	clientIn       io.WriteCloser
+	clientOut      *json.Decoder
+	noop, inject   string
+}
+
+func startPinned(dir string, rps, maxInFlight int, body []byte) (*pinnedPair, error) {
+	if goruntime.NumCPU() < 2 {
+		return nil, fmt.Errorf("%d CPU", goruntime.NumCPU())
+	}
+	taskset, err := exec.LookPath("taskset")
+	if err != nil {
+		return nil, err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	p := &pinnedPair{}
+	p.server = exec.Command(taskset, "-c", "0", self, "-role", "server", "-dir", dir)
+	p.server.Stderr = os.Stderr
+	if p.serverIn, err = p.server.StdinPipe(); err != nil {
+		return nil, err
+	}
+	out, err := p.server.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := p.server.Start(); err != nil {
+		return nil, err
+	}
+	if _, err := fmt.Fscan(bufio.NewReader(out), &p.noop, &p.inject); err != nil {
+		p.close()
+		return nil, fmt.Errorf("pinned server: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "review.json"), body, 0o600); err != nil {
+		p.close()
+		return nil, err
+	}
+	p.client = exec.Command(taskset, "-c", "1", self, "-role", "client", "-dir", dir,
+		"-rps", fmt.Sprint(rps), "-max-in-flight", fmt.Sprint(maxInFlight))
+	p.client.Stderr = os.Stderr
+	if p.clientIn, err = p.client.StdinPipe(); err != nil {
+		p.close()
+		return nil, err
+	}
+	cout, err := p.client.StdoutPipe()
+	if err != nil {
+		p.close()
+		return nil, err
+	}
+	p.clientOut = json.NewDecoder(cout)
+	if err := p.client.Start(); err != nil {
+		p.client = nil
+		p.close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// load runs one round through the pinned generator.
+func (p *pinnedPair) load(url string, d time.Duration) (result, error) {
+	var res result
+	if _, err := fmt.Fprintln(p.clientIn, url, int64(d)); err != nil {
+		return res, err
+	}
+	err := p.clientOut.Decode(&res)
+	return res, err
+}
+
+func (p *pinnedPair) close() {
+	for _, c := range []struct {
+		cmd *exec.Cmd
+		in  io.WriteCloser
+	}{{p.client, p.clientIn}, {p.server, p.serverIn}} {
+		if c.cmd == nil {
+			continue
+		}
+		if c.in != nil {
+			c.in.Close()
+		}
+		_ = c.cmd.Wait()
+	}
+}
+
+// serveRole is the pinned server process: both servers, their URLs on
+// stdout, until stdin closes.
+func serveRole(dir string) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	noopURL, injectURL, err := startServers(ctx, dir)
+	if err != nil {
 		return err
 	}
+	fmt.Println(noopURL, injectURL)
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	return nil
+}
 
-	per := duration / time.Duration(rounds)
-	fmt.Printf("loopback HTTPS, %d rps, %v per server in %d alternating rounds, max %d in flight, %d-byte review\n",
-		rps, duration, rounds, maxInFlight, len(body))
-	all := map[string]*result{"noop": {}, "webhook": {}}
-	for r := 0; r < rounds; r++ {
-		for _, s := range []struct{ name, url string }{{"noop", noopURL}, {"webhook", injectURL}} {
-			res := load(client, s.url, body, rps, per, maxInFlight)
-			a := all[s.name]
-			a.lat = append(a.lat, res.lat...)
-			a.errs += res.errs
-			a.dropped += res.dropped
-			a.sent += res.sent
-			a.elapsed += res.elapsed
+// clientRole is the pinned generator: for each "URL DURATION" line on
+// stdin, one round, its result as a JSON line on stdout.
+func clientRole(dir string, rps, maxInFlight int) error {
+	caPEM, err := os.ReadFile(filepath.Join(dir, webhook.CAFile))
+	if err != nil {
+		return err
+	}
+	body, err := os.ReadFile(filepath.Join(dir, "review.json"))
+	if err != nil {
+		return err
+	}
+	client := newClient(caPEM, maxInFlight)
+	warmed := map[string]bool{}
+	enc := json.NewEncoder(os.Stdout)
+	in := bufio.NewReader(os.Stdin)
+	for {
+		var url string
+		var d int64
+		if _, err := fmt.Fscan(in, &url, &d); err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		}
+		if !warmed[url] {
+			warm(client, url, body)
+			warmed[url] = true
+		}
+		if err := enc.Encode(load(client, url, body, rps, time.Duration(d), maxInFlight)); err != nil {
+			return err
 		}
 	}
-	q := map[string][4]time.Duration{}
-	for _, name := range []string{"noop", "webhook"} {
-		a := all[name]
-		slices.Sort(a.lat)
-		q[name] = [4]time.Duration{pct(a.lat, 50), pct(a.lat, 90), pct(a.lat, 99), pct(a.lat, 100)}
-		fmt.Printf("%-8s sent %6d  ok %6d  errors %d  dropped %d  achieved %6.0f rps  p50 %8v  p90 %8v  p99 %8v  max %8v\n",
-			name, a.sent, len(a.lat), a.errs, a.dropped, float64(a.sent)/a.elapsed.Seconds(),
-			q[name][0].Round(time.Microsecond), q[name][1].Round(time.Microsecond), q[name][2].Round(time.Microsecond), q[name][3].Round(time.Microsecond))
-	}
-	fmt.Printf("ratio webhook/noop: p50 %.2fx  p90 %.2fx  p99 %.2fx\n",
-		ratio(q["webhook"][0], q["noop"][0]), ratio(q["webhook"][1], q["noop"][1]), ratio(q["webhook"][2], q["noop"][2]))
-	if all["webhook"].errs > 0 || all["noop"].errs > 0 {
-		return fmt.Errorf("requests failed")
-	}
-	return nil
 }
 
 // sanity checks that the webhook really injects the benchmark pod.
@@ -198,9 +423,9 @@ func load(c *http.Client, url string, body []byte, rps int, d time.Duration, max
 		if w := time.Until(due); w > 0 {
 			time.Sleep(w)
 		}
-		res.sent++
+		res.Sent++
 		if inFlight.Load() >= int64(maxInFlight) {
-			res.dropped++
+			res.Dropped++
 			continue
 		}
 		inFlight.Add(1)
@@ -208,6 +433,7 @@ func load(c *http.Client, url string, body []byte, rps int, d time.Duration, max
 		go func() {
 			defer wg.Done()
 			defer inFlight.Add(-1)
+			lag := time.Since(due)
 			resp, err := c.Post(url, "application/json", bytes.NewReader(body))
 			ok := err == nil
 			if ok {
@@ -218,15 +444,16 @@ func load(c *http.Client, url string, body []byte, rps int, d time.Duration, max
 			lat := time.Since(due)
 			mu.Lock()
 			if ok {
-				res.lat = append(res.lat, lat)
+				res.Lat = append(res.Lat, lat)
+				res.Lag = append(res.Lag, lag)
 			} else {
-				res.errs++
+				res.Errs++
 			}
 			mu.Unlock()
 		}()
 	}
 	wg.Wait()
-	res.elapsed = time.Since(begin)
+	res.Elapsed = time.Since(begin)
 	return res
 }
 
