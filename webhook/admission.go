@@ -75,9 +75,9 @@ type Handler struct {
 	Log     *slog.Logger
 
 	// KubeVersion is the Kubernetes release whose API-server validation
-	// pods' restart fields must pass (NativeDetector.ValidationVersion);
-	// nil means the newest.
-	KubeVersion func() rules.KubeVersion
+	// the restart fields of a pod relying on the feature must pass
+	// (NativeDetector.ValidationVersionFor); nil means the newest.
+	KubeVersion func(NativeFeature) rules.KubeVersion
 }
 
 var reviewTypeMeta = metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"}
@@ -284,7 +284,7 @@ func (h *Handler) review(ctx context.Context, req *admissionv1.AdmissionRequest,
 	}
 
 	if h.KubeVersion != nil {
-		ctx = injector.WithKubeVersion(ctx, h.KubeVersion())
+		ctx = injector.WithKubeVersion(ctx, h.KubeVersion(podFeature(pod)))
 	}
 	res, err := h.Mutator.PodPatch(ctx, pod)
 	if err != nil {

@@ -63,6 +63,9 @@ type NativeDetector struct {
 	honouredAll atomic.Bool // FeatureRestartAllContainers
 	// kept: 0 unknown, 1 dropped, 2 kept.
 	kept atomic.Int32
+	// keptAll: the same for the RestartAllContainers action (1 also when
+	// the API server refuses it).
+	keptAll atomic.Int32
 	// server is the API server's rules.KubeVersion; 0 until known.
 	server atomic.Int32
 }
@@ -77,6 +80,20 @@ func (d *NativeDetector) ValidationVersion() rules.KubeVersion {
 		return rules.KubeVersion(d.server.Load())
 	}
 	return rules.NewestKube
+}
+
+// ValidationVersionFor is ValidationVersion for a pod relying on feature f.
+// A pod using the RestartAllContainers action on an API server that refuses
+// or drops the action (1.35 with its default gates, 1.34) is always wrapped
+// and its fields removed, so that server never validates them: it is
+// validated like the newest release, whose behaviour the supervisor gives
+// it. Validated like the server's own release, 1.35 would refuse the very
+// action the supervisor is there to provide.
+func (d *NativeDetector) ValidationVersionFor(f NativeFeature) rules.KubeVersion {
+	if f == FeatureRestartAllContainers && d.keptAll.Load() == 1 {
+		return rules.NewestKube
+	}
+	return d.ValidationVersion()
 }
 
 // readServerVersion asks discovery for the API server's version.
@@ -179,12 +196,14 @@ func (d *NativeDetector) CheckAll(ctx context.Context) (rulesOK, allOK bool, why
 	d.readServerVersion()
 	d.kept.Store(map[bool]int32{false: 1, true: 2}[kept])
 	if !kept {
+		d.keptAll.Store(1)
 		return false, false, "the API server drops restartPolicyRules (ContainerRestartRules gate off or server older than 1.34)", nil
 	}
 	keptAll, err := d.apiServerKeepsFields(ctx, NativeProbePodRestartAll(d.Namespace))
 	if err != nil {
 		return false, false, "", err
 	}
+	d.keptAll.Store(map[bool]int32{false: 1, true: 2}[keptAll])
 	nodes, err := d.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return false, false, "", fmt.Errorf("list nodes: %w", err)

@@ -321,7 +321,7 @@ func Run(ctx context.Context, c Config) error {
 		// decides if workload templates need the annotation carrier.
 		d := &NativeDetector{Client: client, Namespace: c.Namespace, Interval: c.NativeInterval, Log: log}
 		h.Fields = d
-		h.KubeVersion = d.ValidationVersion
+		h.KubeVersion = d.ValidationVersionFor
 		if h.Native == NativeAuto {
 			d.Metrics = metrics
 			h.NativeState = d

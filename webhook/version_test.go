@@ -7,7 +7,10 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apimachinery/pkg/version"
 	fakediscovery "k8s.io/client-go/discovery/fake"
 	"k8s.io/client-go/kubernetes/fake"
@@ -61,6 +64,46 @@ func TestValidationVersionFollowsTheAPIServer(t *testing.T) {
 	}
 }
 
+// A 1.35 API server with its default gates keeps the restart rules but
+// refuses the RestartAllContainers action: a pod using it is wrapped, its
+// fields never reach that server, and it is validated like the newest
+// release, which accepts the action; other pods like 1.35.
+func TestValidationVersionPerFeature(t *testing.T) {
+	c := fakeCluster("v1.35.4", true)
+	c.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		pod := a.(k8stesting.CreateAction).GetObject().(*corev1.Pod)
+		for _, ctr := range pod.Spec.Containers {
+			for _, r := range ctr.RestartPolicyRules {
+				if r.Action == corev1.ContainerRestartRuleActionRestartAllContainers {
+					return true, nil, apierrors.NewInvalid(schema.GroupKind{Kind: "Pod"}, pod.Name, field.ErrorList{
+						field.NotSupported(field.NewPath("spec", "containers").Index(0).Child("restartPolicyRules").Index(0).Child("action"),
+							r.Action, []string{"Restart"})})
+				}
+			}
+		}
+		return false, nil, nil
+	})
+	d := &NativeDetector{Client: c, Namespace: "rs", Log: testLogger(t)}
+	if _, _, _, err := d.CheckAll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := d.ValidationVersionFor(FeatureRestartRules); got != rules.Kube135 {
+		t.Errorf("restart rules: validated like %v, want %v", got, rules.Kube135)
+	}
+	if got := d.ValidationVersionFor(FeatureRestartAllContainers); got != rules.NewestKube {
+		t.Errorf("RestartAllContainers: validated like %v, want %v", got, rules.NewestKube)
+	}
+
+	// The same server with the action's gate on validates both like 1.35.
+	d = &NativeDetector{Client: fakeCluster("v1.35.4", true), Namespace: "rs", Log: testLogger(t)}
+	if _, _, _, err := d.CheckAll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := d.ValidationVersionFor(FeatureRestartAllContainers); got != rules.Kube135 {
+		t.Errorf("RestartAllContainers kept: validated like %v, want %v", got, rules.Kube135)
+	}
+}
+
 const sidecarPod = `apiVersion: v1
 kind: Pod
 metadata: {name: web, namespace: apps}
@@ -88,7 +131,7 @@ func TestHandlerValidatesLikeKubeVersion(t *testing.T) {
 	}
 	for _, v := range rules.KubeVersions() {
 		h := newHandler()
-		h.KubeVersion = func() rules.KubeVersion { return v }
+		h.KubeVersion = func(NativeFeature) rules.KubeVersion { return v }
 		ts := startServer(t, h)
 		resp := admit(t, ts, reviewOf(t, raw, "Pod", "pods", admissionv1.Create))
 		forbidden := resp.Result != nil && strings.Contains(resp.Result.Message,

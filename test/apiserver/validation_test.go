@@ -252,5 +252,19 @@ func TestNativeDetectionPerFeature(t *testing.T) {
 			}
 			t.Logf("API server %s, kubelets down to %s: %s", gitVersion, step.kubelet, why)
 		}
+		// The server validates the fields it keeps; a pod using an action
+		// it refuses is wrapped, its fields removed, and validated like
+		// the newest release (on 1.35 with default gates the server's own
+		// validation refuses RestartAllContainers).
+		wantAll := rules.NewestKube
+		if serverAll {
+			wantAll = kv
+		}
+		if got := d.ValidationVersionFor(webhook.FeatureRestartRules); got != kv {
+			t.Errorf("API server %s: restart rules validated like %v, want %v", gitVersion, got, kv)
+		}
+		if got := d.ValidationVersionFor(webhook.FeatureRestartAllContainers); got != wantAll {
+			t.Errorf("API server %s: RestartAllContainers validated like %v, want %v", gitVersion, got, wantAll)
+		}
 	})
 }
