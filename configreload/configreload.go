@@ -139,6 +139,17 @@ func (r *Reloader) Get() rules.Config { return *r.cfg.Load() }
 // Polling reports whether the reloader polls instead of using inotify.
 func (r *Reloader) Polling() bool { return r.w.Polling() }
 
+// Unwatch stops reloading and removes the inotify watches, keeping the
+// instance until Close, for a supervisor that will decide no more exits:
+// the close then does not hold up its exit (dirwatch.Watcher.Unwatch). Get
+// goes on returning the configuration in force.
+func (r *Reloader) Unwatch() {
+	r.once.Do(func() { close(r.done) })
+	// The loop may re-add a watch (followResolved) until it has ended.
+	r.wg.Wait()
+	r.w.Unwatch()
+}
+
 // Close stops watching.
 func (r *Reloader) Close() error {
 	r.once.Do(func() { close(r.done) })

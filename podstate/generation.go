@@ -263,6 +263,10 @@ func (w *Watcher) C() <-chan Generation { return w.c }
 // Polling reports whether the watcher polls instead of using inotify.
 func (w *Watcher) Polling() bool { return w.dw.Polling() }
 
+// unwatch stops noticing new generations without closing the watcher
+// (dirwatch.Watcher.Unwatch), so that the close at exit does not wait.
+func (w *Watcher) unwatch() { w.dw.Unwatch() }
+
 // Close stops the watcher, waits for it to finish and closes C.
 func (w *Watcher) Close() error {
 	var err error
@@ -331,6 +335,8 @@ type Member struct {
 	mu        sync.Mutex
 	gen       uint64
 	round     roundConfig
+
+	unwatchOnce sync.Once
 }
 
 // Join reads the pod's current generation (the one the container starts
@@ -416,3 +422,7 @@ func (m *Member) Polling() bool { return m.w.Polling() }
 
 // Close stops watching.
 func (m *Member) Close() error { return m.w.Close() }
+
+// unwatch removes the inotify watch on pod-restarts/ ahead of Close, once
+// no pod restart can change what the container does.
+func (m *Member) unwatch() { m.unwatchOnce.Do(m.w.unwatch) }

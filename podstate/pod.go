@@ -185,6 +185,13 @@ func (p *Pod) Observe(st supervise.State) {
 	var gen uint64
 	if p.member != nil {
 		gen = p.member.Generation()
+		if st.Phase == supervise.Stopping || st.Phase == supervise.Exited {
+			// A stopping or exited supervisor ignores pod restarts, and
+			// a watch removed now, a millisecond or more before Close,
+			// spares the container's exit the kernel's wait for it
+			// (dirwatch.Watcher.Unwatch).
+			p.member.unwatch()
+		}
 	}
 	p.rec.Update(func(s *Status) { s.fill(st, gen) })
 }

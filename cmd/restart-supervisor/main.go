@@ -186,6 +186,7 @@ func supervisorCmd(args []string) int {
 	// A config file is watched: an edit (or a ConfigMap update) decides
 	// every exit from the moment it is valid and in force.
 	var current func() rules.Config
+	unwatchConfig := func() {}
 	if f.config != "" {
 		// Polling by default: a process that holds an inotify watch when
 		// it exits is reaped about 9 ms later (the kernel waits for an
@@ -214,6 +215,7 @@ func supervisorCmd(args []string) int {
 		}
 		defer r.Close()
 		current = r.Get
+		unwatchConfig = sync.OnceFunc(r.Unwatch)
 	}
 	stops, err := parseStopSignals(f.stopSignals)
 	if err != nil {
@@ -284,6 +286,11 @@ func supervisorCmd(args []string) int {
 		Pod:              pod.Restarter(),
 		Resume:           pod.Resume(),
 		OnChange: func(st supervise.State) {
+			if st.Phase == supervise.Stopping || st.Phase == supervise.Exited {
+				// No rule decides an exit from here on; an inotify
+				// watch removed now does not hold up the exit.
+				unwatchConfig()
+			}
 			if st.Restarts > 0 {
 				tightenGC()
 			}

@@ -608,3 +608,71 @@ func TestPodRestartFollowedByPolling(t *testing.T) {
 		s.wait(10 * time.Second)
 	}
 }
+
+// inotifyWatches counts the watches on the inotify descriptors process
+// pid holds, from their fdinfo.
+func inotifyWatches(t *testing.T, pid int) int {
+	t.Helper()
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, fd := range fds {
+		if l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); err != nil || l != "anon_inode:inotify" {
+			continue
+		}
+		info, err := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/%s", pid, fd.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += strings.Count(string(info), "inotify wd:")
+	}
+	return n
+}
+
+// TestStopRemovesTheWatches: once a stop is under way no pod restart and
+// no reloaded rule can change what the supervisor does, and it removes its
+// inotify watches (pod-restarts/ and the --config file's directory) while
+// the workload is still finishing, keeping the instances until it exits:
+// an instance closed with a watch on it holds the exit up. The stop itself
+// goes on as before.
+func TestStopRemovesTheWatches(t *testing.T) {
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	os.Mkdir(state, 0o777)
+	cfg := writeFile(t, dir, "cfg.json", `{"restartPolicy":"Never","podRestartPolicy":"Never"}`, 0o644)
+	stopped := filepath.Join(dir, "stopped")
+	// The workload takes its time over the stop: the supervisor is in
+	// phase stopping until the test lets it go.
+	w := writeFile(t, dir, "w.sh", fmt.Sprintf(`#!/bin/sh
+trap 'touch %[1]s; while [ ! -e %[1]s.go ]; do sleep 0.02; done; exit 0' TERM
+while :; do sleep 0.02; done
+`, stopped), 0o755)
+	s := start(t, []string{"RESTART_SUPERVISOR_STATE_DIR=" + state, "RESTART_SUPERVISOR_CONTAINER_NAME=a",
+		"RESTART_SUPERVISOR_POD_MEMBERS=a:regular,b:regular"},
+		bin, "--config-watch", "inotify", "--config", cfg, "--", w)
+	s.waitLog("workload started", 15*time.Second)
+	pid := s.cmd.Process.Pid
+	if n := inotifyWatches(t, pid); n < 2 {
+		t.Fatalf("%d inotify watches while running, want pod-restarts/ and the config's directory", n)
+	}
+	s.signal(syscall.SIGTERM)
+	waitFor(t, "the workload's stop handler", 15*time.Second, func() bool {
+		_, err := os.Stat(stopped)
+		return err == nil
+	})
+	waitFor(t, "no inotify watch left while stopping", 15*time.Second, func() bool { return inotifyWatches(t, pid) == 0 })
+	if n := inotifyInstances(t, pid); n != 2 {
+		t.Errorf("%d inotify instances while stopping, want both kept until the exit", n)
+	}
+	if doc := readStatusDoc(t, state, "a"); doc["state"] != "stopping" {
+		t.Errorf("status document says %v, want stopping", doc["state"])
+	}
+	if err := os.WriteFile(stopped+".go", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.wait(15 * time.Second); st != 0 {
+		t.Errorf("exit status %d, want 0 (the workload's own exit after the stop)", st)
+	}
+}

@@ -166,3 +166,24 @@ func TestCloseStopsGoroutine(t *testing.T) {
 		}
 	}
 }
+
+// TestUnwatchRemovesEveryWatch: Unwatch leaves the inotify instance open
+// with no watch on it (what spares the owner's exit the kernel's wait),
+// and Close still ends the Watcher.
+func TestUnwatchRemovesEveryWatch(t *testing.T) {
+	dir, other := t.TempDir(), t.TempDir()
+	w := newInotify(t, dir)
+	if err := w.Add(other); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(w.fs.WatchList()); n != 2 {
+		t.Fatalf("%d watches before Unwatch, want 2", n)
+	}
+	w.Unwatch()
+	if l := w.fs.WatchList(); len(l) != 0 {
+		t.Fatalf("watches left after Unwatch: %q", l)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
