@@ -211,8 +211,10 @@ type WatchOptions struct {
 // PodRestartWatch says how a supervisor watches pod-restarts/. A process
 // that holds an inotify watch when it exits is reaped about 9 ms later
 // (the kernel frees the watch's marks after an SRCU grace period; see
-// docs/benchmarks.md), which every container exit pays. It is paid only
-// where a pod restart is expected: in a pod with a member list
+// docs/benchmarks.md). Pod.Observe removes the watch when the supervisor
+// stops or exits, which spares most of that when there is time before the
+// exit; holding no watch spares it always, and costs less still. A watch
+// is held only where a pod restart is expected: in a pod with a member list
 // (contract.EnvPodMembers, which the injector and compose set exactly for
 // a pod whose rules use RestartAllContainers), or when the container's own
 // rules announce pod restarts. Anywhere else, an injected pod without
