@@ -250,6 +250,20 @@ func autoCell(s scenario, run *autoRun, ref string) string {
 	return "**differs** (" + row.choice + "): " + row.outcome
 }
 
+// cellKinds are the kinds of matrix cell, in the order the counts list them.
+var cellKinds = []string{"same", "limitation", "differs", "failed", "n/a", "not run", "– (row added after this run)"}
+
+// cellKind is the kind of a matrix cell: the kind its text starts with.
+func cellKind(c string) string {
+	c = strings.TrimLeft(c, "*")
+	for _, k := range cellKinds {
+		if strings.HasPrefix(c, k) {
+			return k
+		}
+	}
+	return c
+}
+
 func fileExists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
@@ -309,9 +323,7 @@ func renderMatrix(runs []*releaseRun, skews []*autoRun) string {
 				if counts[i][m] == nil {
 					counts[i][m] = map[string]int{}
 				}
-				kind, _, _ := strings.Cut(c, ":")
-				kind, _, _ = strings.Cut(kind, " (")
-				counts[i][m][strings.Trim(kind, "*")]++
+				counts[i][m][cellKind(c)]++
 				fmt.Fprintf(&b, " %s |", c)
 			}
 		}
@@ -321,7 +333,7 @@ func renderMatrix(runs []*releaseRun, skews []*autoRun) string {
 	for i, r := range runs {
 		for m, mode := range []string{"native", "supervised", "auto"} {
 			var parts []string
-			for _, k := range []string{"same", "limitation", "differs", "failed", "n/a", "not run", "– (row added after this run)"} {
+			for _, k := range cellKinds {
 				if n := counts[i][m][k]; n > 0 {
 					parts = append(parts, fmt.Sprintf("%d %s", n, k))
 				}
@@ -343,15 +355,13 @@ func renderMatrix(runs []*releaseRun, skews []*autoRun) string {
 					continue
 				}
 				c := autoCell(sc, r, ref.native)
-				kind, _, _ := strings.Cut(c, ":")
-				kind, _, _ = strings.Cut(kind, " (")
-				kinds[strings.Trim(kind, "*")]++
+				kinds[cellKind(c)]++
 				if row, ok := r.rows[sc.name]; ok {
 					choices[row.choice]++
 				}
 			}
 			var outcomes, chose []string
-			for _, k := range []string{"same", "limitation", "differs", "failed", "– (row added after this run)"} {
+			for _, k := range cellKinds {
 				if n := kinds[k]; n > 0 {
 					outcomes = append(outcomes, fmt.Sprintf("%d %s", n, k))
 				}
