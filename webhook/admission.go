@@ -270,6 +270,7 @@ func (h *Handler) review(ctx context.Context, req *admissionv1.AdmissionRequest,
 	}
 	log = log.With("pod", podName)
 
+	feature := podFeature(pod)
 	switch h.Native {
 	case NativeOn:
 		return allowNative(pod, "--native=on"), ResultUntouched
@@ -278,13 +279,13 @@ func (h *Handler) review(ctx context.Context, req *admissionv1.AdmissionRequest,
 		// the native fields still ignores it, so such pods are still injected.
 		// A pod is left to the cluster only when it honours every feature
 		// the pod relies on.
-		if h.NativeState != nil && h.NativeState.HonouredFor(podFeature(pod)) && pod.Annotations[injector.AnnotationRules] == "" {
+		if h.NativeState != nil && h.NativeState.HonouredFor(feature) && pod.Annotations[injector.AnnotationRules] == "" {
 			return &admissionv1.AdmissionResponse{Allowed: true}, ResultUntouched
 		}
 	}
 
 	if h.KubeVersion != nil {
-		ctx = injector.WithKubeVersion(ctx, h.KubeVersion(podFeature(pod)))
+		ctx = injector.WithKubeVersion(ctx, h.KubeVersion(feature))
 	}
 	res, err := h.Mutator.PodPatch(ctx, pod)
 	if err != nil {

@@ -88,7 +88,9 @@ func (d *NativeDetector) ValidationVersion() rules.KubeVersion {
 // and its fields removed, so that server never validates them: it is
 // validated like the newest release, whose behaviour the supervisor gives
 // it. Validated like the server's own release, 1.35 would refuse the very
-// action the supervisor is there to provide.
+// action the supervisor is there to provide (validateContainerRestartPolicy
+// allows it only with opts.AllowRestartAllContainers, the gate:
+// pkg/apis/core/validation/validation.go, v1.35.4).
 func (d *NativeDetector) ValidationVersionFor(f NativeFeature) rules.KubeVersion {
 	if f == FeatureRestartAllContainers && d.keptAll.Load() == 1 {
 		return rules.NewestKube
