@@ -41,28 +41,34 @@ type admissions struct {
 }
 
 // watchAdmissions records the pods of ns created from now until ctx ends.
-// A watch the server closes is opened again from the last version seen.
+// Each watch starts from a list, which is recorded too, so a watch the
+// server closes or expires loses no pod that still exists.
 func watchAdmissions(ctx context.Context, c *cluster.Cluster, ns string) (*admissions, error) {
 	a := &admissions{pods: map[string]admission{}}
-	list, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	pods := c.Client.CoreV1().Pods(ns)
+	list, err := pods.List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
 	}
-	rv := list.ResourceVersion
 	go func() {
 		for ctx.Err() == nil {
-			w, err := c.Client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true})
+			if list == nil {
+				if list, err = pods.List(ctx, metav1.ListOptions{}); err != nil {
+					time.Sleep(time.Second)
+					continue
+				}
+				for i := range list.Items {
+					a.add(&list.Items[i])
+				}
+			}
+			w, err := pods.Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
+			list = nil
 			if err != nil {
 				time.Sleep(time.Second)
 				continue
 			}
 			for ev := range w.ResultChan() {
-				pod, ok := ev.Object.(*corev1.Pod)
-				if !ok {
-					continue
-				}
-				rv = pod.ResourceVersion
-				if ev.Type == watch.Added {
+				if pod, ok := ev.Object.(*corev1.Pod); ok && ev.Type == watch.Added {
 					a.add(pod)
 				}
 			}
