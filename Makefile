@@ -20,7 +20,7 @@ FUZZMINIMIZETIME ?= 2s
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := bin/golangci-lint-$(GOLANGCI_LINT_VERSION)
 
-.PHONY: build example unit race lint fuzz test conformance e2e-up e2e-down clean
+.PHONY: build example unit race lint fuzz test conformance bench e2e-up e2e-down clean
 
 build:
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o bin/restart-supervisor ./cmd/restart-supervisor
@@ -54,6 +54,12 @@ fuzz:
 
 test:
 	hack/test.sh
+
+# One run of every benchmark (supervisor, inject, webhook), each figure beside
+# its baseline from the same run; regenerates README's "Measured" table and
+# docs/benchmarks.md's latest run from docs/benchmarks-run.tsv. About 10 min.
+bench:
+	bash bench/run.sh
 
 # The conformance table on every release of the matrix (docs/conformance-matrix.md):
 # v1.34.4 (test/e2e/setup.sh's), then each release of CONFORMANCE_VERSIONS built

@@ -41,6 +41,17 @@ var caughtSignals = []os.Signal{unix.SIGTTIN, unix.SIGTTOU, unix.SIGPIPE}
 // kubelet's default stop signal and Ctrl-C.
 var DefaultStopSignals = []syscall.Signal{unix.SIGTERM, unix.SIGINT}
 
+// HandledSignals are the signals Run hands to signal.Notify before its
+// first fork, besides the stop signals: SIGCHLD, the forwarded and the
+// caught ones. Each costs a round trip to the runtime's signal-mask thread,
+// which makes them part of every start; bench/supervisor/depsfloor keeps a
+// copy (checked by its test) to measure that cost without the supervisor.
+func HandledSignals() []os.Signal {
+	s := []os.Signal{unix.SIGCHLD}
+	s = append(s, forwardedSignals...)
+	return append(s, caughtSignals...)
+}
+
 func isForwarded(sig syscall.Signal) bool {
 	for _, s := range forwardedSignals {
 		if s == sig {

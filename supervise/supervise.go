@@ -322,9 +322,7 @@ func Run(o Options) Result {
 		o.StopSignals = DefaultStopSignals
 	}
 	s := &supervisor{o: o, log: o.Log, stop: map[syscall.Signal]bool{}}
-	notify := []os.Signal{unix.SIGCHLD}
-	notify = append(notify, forwardedSignals...)
-	notify = append(notify, caughtSignals...)
+	notify := HandledSignals()
 	for _, sig := range o.StopSignals {
 		s.stop[sig] = true
 		notify = append(notify, sig)

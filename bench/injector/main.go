@@ -3,7 +3,12 @@
 // (the child's getrusage), for each binary given, interleaved run by run
 // so that the load of a shared machine hits them alike. It prints medians
 // and, with -baseline, each figure's ratio to the baseline binary's in
-// the same run.
+// the same run. Beside them it runs `BIN version` in the same rounds, the
+// floor of any run of the binary (its pages and the Kubernetes packages'
+// initialisation), and it reports the stream's largest document, the
+// measure the peak RSS is to be a small multiple of. With BENCH_RESULTS set
+// the medians are recorded there (internal/benchresult) as
+// inject.DOCS.{bin,baseline,floor}.{wall_ns,cpu_ns,rss_bytes,pods_per_s}.
 //
 //	go build -o /tmp/new ./cmd/restart-injector
 //	go run ./bench/injector -bin /tmp/new -baseline /tmp/old -docs 1000,10000 -runs 5
@@ -23,6 +28,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/restart-supervisor/restart-supervisor/internal/benchresult"
 	"github.com/restart-supervisor/restart-supervisor/internal/benchstream"
 )
 
@@ -56,15 +62,28 @@ func main() {
 		if err := os.WriteFile(path, stream, 0o644); err != nil {
 			fail(err)
 		}
+		largest := 0
+		for _, d := range bytes.Split(stream, []byte("\n---\n")) {
+			largest = max(largest, len(d))
+		}
+		benchresult.Record("inject."+f+".input_bytes", float64(len(stream)))
+		benchresult.Record("inject."+f+".largest_doc_bytes", float64(largest))
+		benchresult.Record("inject."+f+".pods", float64(pods))
 		res := make([][]sample, len(bins))
+		var floor []sample
 		for r := 0; r < *runs; r++ {
 			for k, b := range bins {
-				s, err := run(b, path)
+				s, err := run(b, "inject", "--no-lookup", "-q", "-f", path)
 				if err != nil {
 					fail(err)
 				}
 				res[k] = append(res[k], s)
 			}
+			s, err := run(*bin, "version")
+			if err != nil {
+				fail(err)
+			}
+			floor = append(floor, s)
 		}
 		var base sample
 		for k := len(bins) - 1; k >= 0; k-- {
@@ -79,11 +98,16 @@ func main() {
 			fmt.Printf("%-8d %-9s %-10s %10s %10.0f %10s %8.1fMB %8.1fx\n", n, mb(len(stream)), name,
 				m.wall.Round(time.Millisecond), float64(pods)/m.wall.Seconds(), m.cpu.Round(time.Millisecond),
 				float64(m.rss)/(1<<20), float64(m.rss)/float64(len(stream)))
+			record(f+"."+name, m, pods)
 			if k == 0 && len(bins) > 1 {
 				fmt.Printf("%-8s %-9s %-10s %9.2fx %10s %9.2fx %9.2fx\n", "", "", "÷baseline",
 					m.wall.Seconds()/base.wall.Seconds(), "", m.cpu.Seconds()/base.cpu.Seconds(), float64(m.rss)/float64(base.rss))
 			}
 		}
+		fl := median(floor)
+		fmt.Printf("%-8d %-9s %-10s %10s %10s %10s %8.1fMB   (`version`: the binary's floor; largest document %d bytes)\n", n, "", "floor",
+			fl.wall.Round(time.Millisecond), "", fl.cpu.Round(time.Millisecond), float64(fl.rss)/(1<<20), largest)
+		record(f+".floor", fl, 0)
 	}
 }
 
@@ -92,8 +116,17 @@ type sample struct {
 	rss       int64 // bytes
 }
 
-func run(bin, path string) (sample, error) {
-	cmd := exec.Command(bin, "inject", "--no-lookup", "-q", "-f", path)
+func record(key string, m sample, pods int) {
+	benchresult.Record("inject."+key+".wall_ns", float64(m.wall))
+	benchresult.Record("inject."+key+".cpu_ns", float64(m.cpu))
+	benchresult.Record("inject."+key+".rss_bytes", float64(m.rss))
+	if pods > 0 {
+		benchresult.Record("inject."+key+".pods_per_s", float64(pods)/m.wall.Seconds())
+	}
+}
+
+func run(bin string, args ...string) (sample, error) {
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout = io.Discard
 	var errb bytes.Buffer
 	cmd.Stderr = &errb

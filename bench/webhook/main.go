@@ -15,6 +15,9 @@
 // so that generator and servers no longer share a core.
 //
 //	go run ./bench/webhook -rps 1000 -duration 30s
+//
+// With BENCH_RESULTS set, each server's figures are also recorded there
+// (internal/benchresult) as webhook.SERVER.{p50_ns,p90_ns,p99_ns,lag_p99_ns,sent,ok,dropped}.
 package main
 
 import (
@@ -46,6 +49,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/restart-supervisor/restart-supervisor/injector"
+	"github.com/restart-supervisor/restart-supervisor/internal/benchresult"
 	"github.com/restart-supervisor/restart-supervisor/webhook"
 )
 
@@ -188,7 +192,17 @@ func run(rps int, duration time.Duration, rounds, maxInFlight int, podFile strin
 			q[t.name][0].Round(time.Microsecond), q[t.name][1].Round(time.Microsecond), q[t.name][2].Round(time.Microsecond), q[t.name][3].Round(time.Microsecond),
 			pct(a.Lag, 50).Round(time.Microsecond), lag99.Round(time.Microsecond), 100*ratio(lag99, q[t.name][2]))
 		failed = failed || a.Errs > 0
+		key := "webhook." + t.name + "."
+		benchresult.Record(key+"p50_ns", float64(q[t.name][0]))
+		benchresult.Record(key+"p90_ns", float64(q[t.name][1]))
+		benchresult.Record(key+"p99_ns", float64(q[t.name][2]))
+		benchresult.Record(key+"lag_p99_ns", float64(lag99))
+		benchresult.Record(key+"sent", float64(a.Sent))
+		benchresult.Record(key+"ok", float64(len(a.Lat)))
+		benchresult.Record(key+"dropped", float64(a.Dropped))
 	}
+	benchresult.Record("webhook.rps", float64(rps))
+	benchresult.Record("webhook.review_bytes", float64(len(body)))
 	fmt.Printf("ratio webhook/noop: p50 %.2fx  p90 %.2fx  p99 %.2fx\n",
 		ratio(q["webhook"][0], q["noop"][0]), ratio(q["webhook"][1], q["noop"][1]), ratio(q["webhook"][2], q["noop"][2]))
 	if pinned != nil {

@@ -5,11 +5,15 @@
 //	                                        {i} in DIR and VALUEs is the run
 //	benchtool probe                         restart-latency workload (Go fallback for cprobe)
 //	benchtool respawn ARGV...                 baseline: the smallest possible restart loop
-//	benchtool latency LOGFILE               exit→next-start latencies from a probe log
+//	benchtool latency LOGFILE [KEY]         exit→next-start latencies from a probe log
 //	benchtool split -n N -log DIR [-mkdir DIR] LABEL=[VAR=VALUE...] COMMAND...
 //	                                        start overhead split in two: launch →
 //	                                        workload running, workload exit → X exited;
 //	                                        the workload is the probe, PROBE_LOG set per run
+//
+// With BENCH_RESULTS set, the medians are also recorded there
+// (internal/benchresult): start.LABEL.wall_ns and .cpu_ns, split.LABEL.start_ns
+// and .exit_ns, restart.KEY.median_ns and .per_s.
 package main
 
 import (
@@ -24,6 +28,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/restart-supervisor/restart-supervisor/internal/benchresult"
 )
 
 func main() {
@@ -39,7 +45,11 @@ func main() {
 	case "respawn":
 		respawn(os.Args[2:])
 	case "latency":
-		latency(os.Args[2])
+		key := ""
+		if len(os.Args) > 3 {
+			key = os.Args[3]
+		}
+		latency(os.Args[2], key)
 	case "split":
 		split(os.Args[2:])
 	default:
@@ -137,6 +147,8 @@ func spawn(args []string) {
 		}
 		fmt.Printf("%-20s %10s %10s %9.2f %9s %10s %9s\n", c.label, m.Round(time.Microsecond), pct(c.times, 0.9).Round(time.Microsecond),
 			float64(m)/float64(base), rt, cpu.Round(time.Microsecond), rc)
+		benchresult.Record("start."+c.label+".wall_ns", float64(m))
+		benchresult.Record("start."+c.label+".cpu_ns", float64(cpu))
 	}
 }
 
@@ -194,7 +206,7 @@ func respawn(argv []string) {
 }
 
 // latency pairs each "E" with the next "S" and reports the gaps.
-func latency(path string) {
+func latency(path, key string) {
 	f, err := os.Open(path)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -225,6 +237,10 @@ func latency(path string) {
 		os.Exit(1)
 	}
 	total := time.Duration(lastE - firstS)
+	if key != "" {
+		benchresult.Record("restart."+key+".median_ns", float64(median(gaps)))
+		benchresult.Record("restart."+key+".per_s", float64(len(gaps))/total.Seconds())
+	}
 	fmt.Printf("runs=%d median=%s p90=%s p99=%s restarts/s=%.0f\n", runs, median(gaps).Round(time.Microsecond),
 		pct(gaps, 0.9).Round(time.Microsecond), pct(gaps, 0.99).Round(time.Microsecond), float64(len(gaps))/total.Seconds())
 }
@@ -311,5 +327,7 @@ func split(args []string) {
 	for _, c := range cmds {
 		ms, me := median(c.start), median(c.exit)
 		fmt.Printf("%-20s %14s %14s %14s\n", c.label, ms.Round(time.Microsecond), me.Round(time.Microsecond), (ms + me).Round(time.Microsecond))
+		benchresult.Record("split."+c.label+".start_ns", float64(ms))
+		benchresult.Record("split."+c.label+".exit_ns", float64(me))
 	}
 }
