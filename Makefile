@@ -57,7 +57,7 @@ test:
 
 # One run of every benchmark (supervisor, inject, webhook), each figure beside
 # its baseline from the same run; regenerates README's "Measured" table and
-# docs/benchmarks.md's latest run from docs/benchmarks-run.tsv. About 10 min.
+# docs/benchmarks.md's latest run from docs/benchmarks-run.tsv. About 4 min.
 bench:
 	bash bench/run.sh
 

@@ -11,7 +11,7 @@
 # commit, machine and load) and docs/benchmarks-run.log (what the programs
 # printed), then regenerates README's "Measured" table and the latest-run
 # section of docs/benchmarks.md from the TSV (go run ./bench/measured).
-# Takes about 10 minutes. Environment: N, RESTARTS (bench/supervisor.sh),
+# Takes about 4 minutes. Environment: N, RESTARTS (bench/supervisor.sh),
 # INJECT_RUNS (default 7), WEBHOOK_DURATION (default 30s).
 set -euo pipefail
 cd "$(dirname "$0")/.."
