@@ -92,7 +92,10 @@ func (d *NativeDetector) ValidationVersion() rules.KubeVersion {
 // allows it only with opts.AllowRestartAllContainers, the gate:
 // pkg/apis/core/validation/validation.go, v1.35.4).
 func (d *NativeDetector) ValidationVersionFor(f NativeFeature) rules.KubeVersion {
-	if f == FeatureRestartAllContainers && d.keptAll.Load() == 1 {
+	// Until the action's check has answered (keptAll 0: CheckAll stores it
+	// after the fields' own check and one more API call), it is treated as
+	// refused, as ValidationVersion treats fields of unknown fate.
+	if f == FeatureRestartAllContainers && d.keptAll.Load() != 2 {
 		return rules.NewestKube
 	}
 	return d.ValidationVersion()

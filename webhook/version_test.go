@@ -94,6 +94,14 @@ func TestValidationVersionPerFeature(t *testing.T) {
 		t.Errorf("RestartAllContainers: validated like %v, want %v", got, rules.NewestKube)
 	}
 
+	// Between the two checks of the first CheckAll the fields are known to
+	// be kept and the action not yet: a RestartAllContainers pod is then
+	// validated like the newest release, not refused in the 1.35 words.
+	d.keptAll.Store(0)
+	if got := d.ValidationVersionFor(FeatureRestartAllContainers); got != rules.NewestKube {
+		t.Errorf("RestartAllContainers before its check: validated like %v, want %v", got, rules.NewestKube)
+	}
+
 	// The same server with the action's gate on validates both like 1.35.
 	d = &NativeDetector{Client: fakeCluster("v1.35.4", true), Namespace: "rs", Log: testLogger(t)}
 	if _, _, _, err := d.CheckAll(context.Background()); err != nil {
