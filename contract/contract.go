@@ -99,6 +99,17 @@ const (
 	DefaultTerminationMessagePath = "/dev/termination-log"
 )
 
+// Exit statuses of `restart-probe check`, which the supervisor reads.
+const (
+	// ProbeExitFailed: the check failed; it counts towards the probe's
+	// failureThreshold.
+	ProbeExitFailed = 1
+	// ProbeExitErrored: the check errored (an httpGet response whose body
+	// could not be read); the kubelet's worker throws such a result away,
+	// so the supervisor counts neither a success nor a failure.
+	ProbeExitErrored = 3
+)
+
 // Layout of the state volume, shared by the supervisors of all of a pod's
 // containers and read by `restart-supervisor status`.
 const (

@@ -43,7 +43,10 @@ const DefaultHost = "127.0.0.1"
 const maxBody = 10 << 10
 
 // Check runs the probe's check once within its timeout and returns nil on
-// success, or the reason of the failure.
+// success, or the reason of the failure. An *ErroredError is neither: the
+// kubelet's prober returns such a check as an error, and its worker throws
+// the result away (pkg/kubelet/prober/worker.go doProbe, "Prober error,
+// throw away the result", v1.37.2), so it counts as no check at all.
 func Check(ctx context.Context, p *rules.Probe, env []string) error {
 	ctx, cancel := context.WithTimeout(ctx, p.Timeout())
 	defer cancel()
@@ -96,6 +99,13 @@ func URL(a *rules.HTTPGetAction) string {
 	return u.String()
 }
 
+// ErroredError is a check that errored rather than failed: upstream its
+// result is discarded, neither a success nor a failure.
+type ErroredError struct{ Err error }
+
+func (e *ErroredError) Error() string { return e.Err.Error() }
+func (e *ErroredError) Unwrap() error { return e.Err }
+
 func httpCheck(ctx context.Context, a *rules.HTTPGetAction) error {
 	target := URL(a)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
@@ -126,7 +136,14 @@ func httpCheck(ctx context.Context, a *rules.HTTPGetAction) error {
 		return fmt.Errorf("httpGet %s: %v", target, err)
 	}
 	defer resp.Body.Close()
-	io.Copy(io.Discard, io.LimitReader(resp.Body, maxBody))
+	// pkg/probe/http/http.go DoHTTPProbe (v1.37.2) reads at most 10 KiB of
+	// the body; an error reading it (a server that stalls after its
+	// headers until the timeout, or resets) is returned as the probe's
+	// error, not as a failure, and the worker discards that result. Only
+	// the body's truncation at the limit is harmless.
+	if _, err := io.Copy(io.Discard, io.LimitReader(resp.Body, maxBody)); err != nil {
+		return &ErroredError{fmt.Errorf("httpGet %s: reading the response body: %v", target, err)}
+	}
 	if resp.StatusCode < http.StatusOK || resp.StatusCode >= http.StatusBadRequest {
 		return fmt.Errorf("httpGet %s: HTTP status %d", target, resp.StatusCode)
 	}

@@ -6,6 +6,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -190,5 +191,36 @@ func TestGRPCCheck(t *testing.T) {
 	ln.Close()
 	if err := check(closed, ""); err == nil {
 		t.Error("no server: passed")
+	}
+}
+
+// TestHTTPBodyErrorIsDiscarded: a server that sends 200 and its headers,
+// then stalls until the check's timeout, errors the check as the kubelet's
+// DoHTTPProbe does (the body read fails, pkg/probe/http/http.go v1.37.2):
+// neither a success nor a failure. A body longer than the 10 KiB read is
+// truncated, which is harmless.
+func TestHTTPBodyErrorIsDiscarded(t *testing.T) {
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/long" {
+			w.Write([]byte(strings.Repeat("x", 64<<10)))
+			return
+		}
+		w.Header().Set("Content-Length", "100")
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}))
+	t.Cleanup(s.Close)
+	port := portOf(t, s.Listener.Addr().String())
+	err := Check(context.Background(), httpProbe("HTTP", port, "/stall"), nil)
+	var errored *ErroredError
+	if !errors.As(err, &errored) {
+		t.Fatalf("stalled body: err = %v (%T), want an *ErroredError", err, err)
+	}
+	if strings.Contains(err.Error(), "\n") {
+		t.Errorf("error of more than one line: %q", err)
+	}
+	if err := Check(context.Background(), httpProbe("HTTP", port, "/long"), nil); err != nil {
+		t.Fatalf("a 64 KiB body: %v, want success", err)
 	}
 }

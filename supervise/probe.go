@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/rules"
 )
 
@@ -33,6 +34,11 @@ import (
 // probe nor the pod sets one: the pod's default
 // terminationGracePeriodSeconds.
 const DefaultProbeGrace = 30 * time.Second
+
+// networkCheckMargin is how much longer than its timeout a restart-probe
+// check may take before the supervisor kills it: restart-probe's own
+// start-up, beyond the check it times itself.
+const networkCheckMargin = time.Second
 
 type prober struct {
 	name string // "liveness" or "startup"
@@ -146,7 +152,17 @@ func (s *supervisor) onProbeTick(p *prober) {
 		s.onProbeResult(p, false, "cannot run "+argv[0]+": "+describeStartErr(err))
 		return
 	}
-	p.run = &probeRun{pid: pid, timeout: time.NewTimer(p.spec.Timeout())}
+	// An exec check is bounded by its timeout here, as the kubelet's exec
+	// probe. restart-probe bounds a network check by the timeout itself,
+	// as the kubelet's HTTP client does, and tells a failure from an
+	// errored check (its exit status); the supervisor's timer is then only
+	// the backstop for a restart-probe that hangs, a second later, as the
+	// readiness exec probe of `restart-probe ready` gets one more second.
+	limit := p.spec.Timeout()
+	if p.spec.Exec == nil {
+		limit += networkCheckMargin
+	}
+	p.run = &probeRun{pid: pid, timeout: time.NewTimer(limit)}
 }
 
 // probeArgv returns the check's command and whether its standard error
@@ -193,6 +209,12 @@ func (s *supervisor) reapProbe(pid int, ws unix.WaitStatus) bool {
 			s.onProbeResult(p, false, "timed out after "+p.spec.Timeout().String())
 		case st.Signal != 0:
 			s.onProbeResult(p, false, "killed by "+unix.SignalName(st.Signal))
+		case st.Code == contract.ProbeExitErrored && p.spec.Exec == nil:
+			// restart-probe's errored check: the kubelet's worker
+			// throws such a result away (pkg/kubelet/prober/worker.go
+			// doProbe, v1.37.2), so it is neither a failure nor a
+			// success; the next check comes at the next period.
+			s.log.Info(p.name+" probe errored; result discarded", "handler", p.spec.Handler())
 		case st.Code != 0:
 			s.onProbeResult(p, false, "exit code "+itoa(st.Code))
 		default:

@@ -14,12 +14,15 @@
 // exec probe of a container whose startup probe the supervisor runs
 // (probe.Started). Exit status: 0 when the check
 // succeeds; 1 when it fails, with one line on standard error (the
-// kubelet's probe event shows it); 2 for a usage error.
+// kubelet's probe event shows it); 2 for a usage error; 3 when `check`
+// errored in a way the kubelet discards rather than counts (an httpGet
+// body that cannot be read: probe.ErroredError).
 package main
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -31,8 +34,9 @@ import (
 )
 
 const (
-	exitFailed = 1
-	exitUsage  = 2
+	exitFailed  = contract.ProbeExitFailed
+	exitUsage   = 2
+	exitErrored = contract.ProbeExitErrored
 	// maxProbeArg bounds the probe document: a real one is a few hundred
 	// bytes, the supervisor's whole config at most rules.MaxConfigSize.
 	maxProbeArg = rules.MaxConfigSize
@@ -68,6 +72,11 @@ func run(args []string, stderr io.Writer) int {
 		return exitUsage
 	}
 	if err := probe.Check(context.Background(), p, os.Environ()); err != nil {
+		var errored *probe.ErroredError
+		if errors.As(err, &errored) {
+			fmt.Fprintf(stderr, "restart-probe: %s probe errored, result discarded: %v\n", *name, err)
+			return exitErrored
+		}
 		fmt.Fprintf(stderr, "restart-probe: %s probe failed: %v\n", *name, err)
 		return exitFailed
 	}

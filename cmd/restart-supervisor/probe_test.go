@@ -142,3 +142,43 @@ func TestStartedFollowsTheStartupProbe(t *testing.T) {
 		t.Fatalf("log:\n%s", s.stderr.String())
 	}
 }
+
+// TestLivenessErroredCheckDiscarded: a check that errors (200 and its
+// headers, then a body that never comes) is thrown away as the kubelet's
+// worker does (pkg/kubelet/prober/worker.go doProbe, v1.37.2), not counted
+// as a success that resets the failures. With failureThreshold 2 the
+// answers 500, stall, 500 are two failures in a row: one liveness kill.
+// Counted as a success, the stall would reset the count and run 1 would
+// never be killed.
+func TestLivenessErroredCheckDiscarded(t *testing.T) {
+	var requests atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch requests.Add(1) {
+		case 1, 3:
+			w.WriteHeader(http.StatusInternalServerError)
+		case 2:
+			w.Header().Set("Content-Length", "100")
+			w.WriteHeader(http.StatusOK)
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+		}
+	}))
+	defer srv.Close()
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	dir := t.TempDir()
+	cfg := fmt.Sprintf(`{"restartPolicy":"OnFailure","podRestartPolicy":"Never","backoff":{"initial":"100ms"},
+	  "probes":{"liveness":{"httpGet":{"port":%s,"path":"/healthz"},"periodSeconds":1,"timeoutSeconds":3,"failureThreshold":2}}}`, port)
+	s := start(t, []string{"RESTART_SUPERVISOR_CONFIG=" + cfg}, bin, "--", "sh", "-c",
+		fmt.Sprintf(`cd %s; n=$(cat n 2>/dev/null || echo 0); n=$((n+1)); echo $n > n
+[ $n -ge 2 ] && { sleep 2; exit 0; }; exec sleep 600`, dir))
+	if st := s.wait(90 * time.Second); st != 0 {
+		t.Fatalf("exit status %d, want 0; log:\n%s", st, s.stderr.String())
+	}
+	log := s.stderr.String()
+	if strings.Count(log, "liveness probe failed 2 times in a row") != 1 || !strings.Contains(log, "restarts=1") {
+		t.Fatalf("want one liveness kill and one restart; log:\n%s", log)
+	}
+	if !strings.Contains(log, "liveness probe errored; result discarded") {
+		t.Fatalf("the errored check is not in the log:\n%s", log)
+	}
+}
