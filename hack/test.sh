@@ -32,33 +32,16 @@ hack/cert-manager.sh >/dev/null
 log "building the JobSet controller from the Go module proxy for the JobSet row of the conformance table (cached)"
 hack/jobset.sh >/dev/null
 
-log "gofmt and go vet"
-unformatted=$(gofmt -l $(git ls-files '*.go'))
-if [ -n "$unformatted" ]; then
-	printf 'gofmt would change:\n%s\n' "$unformatted" >&2
-	exit 1
-fi
-go vet ./...
+log "make check: gofmt, the supervisor's dependency graph, every fuzz target listed"
+make check
 
-log "the supervisor binary stays free of Kubernetes and network packages, and of log/slog"
-# log/slog: cmd/restart-supervisor writes slog's formats itself (log.go);
-# slog would add about 100 kB to a binary whose pages are its resident set.
-if go list -deps ./cmd/restart-supervisor | grep -E '^(k8s\.io|net/http|net$|crypto/tls$|google\.golang\.org/grpc|log/slog)'; then
-	echo "cmd/restart-supervisor must not depend on the packages above" >&2
-	exit 1
-fi
+log "make lint: go vet, staticcheck and depguard's import rules of ARCHITECTURE.md (golangci-lint, pinned, built on first use)"
+make lint
 
 log "go test"
 # -p 1: the Docker, API-server and kubelet suites each start real daemons;
 # running them one at a time keeps a 2-core machine from timing them out.
 go test -count=1 -p 1 -timeout 45m ./...
 
-log "fuzzing the config parser, the manifest reader, the rules annotation, the state-volume readers, the admission review and the Compose generator"
-# A short -fuzzminimizetime leaves the time to fuzzing: by default each input
-# that adds coverage is minimized for up to 60 s (see the Makefile's fuzz).
-go test -run='^$' -fuzz='^FuzzParse$' -fuzztime=20s -fuzzminimizetime=2s ./rules
-go test -run='^$' -fuzz='^FuzzReadManifests$' -fuzztime=20s -fuzzminimizetime=2s ./injector
-go test -run='^$' -fuzz='^FuzzRulesAnnotation$' -fuzztime=10s -fuzzminimizetime=2s ./injector
-go test -run='^$' -fuzz='^FuzzStateFiles$' -fuzztime=10s -fuzzminimizetime=2s ./podstate
-go test -run='^$' -fuzz='^FuzzAdmissionReview$' -fuzztime=10s -fuzzminimizetime=2s ./webhook
-go test -run='^$' -fuzz='^FuzzGenerate$' -fuzztime=10s -fuzzminimizetime=2s ./compose
+log "make fuzz: every fuzz target of the Makefile's FUZZ_TARGETS"
+make fuzz

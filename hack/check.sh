@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The checks of `make check`: gofmt, the supervisor binary's dependency
+# graph, and that every fuzz target is run. Arguments: the Makefile's
+# FUZZ_TARGETS (package:Function).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+unformatted=$(gofmt -l $(git ls-files '*.go'))
+if [ -n "$unformatted" ]; then
+	printf 'gofmt would change:\n%s\n' "$unformatted" >&2
+	exit 1
+fi
+
+# log/slog: cmd/restart-supervisor writes slog's formats itself (log.go);
+# slog would add about 100 kB to a binary whose pages are its resident set.
+if go list -deps ./cmd/restart-supervisor | grep -E '^(k8s\.io|net/http|net$|crypto/tls$|google\.golang\.org/grpc|log/slog)'; then
+	echo "cmd/restart-supervisor must not depend on the packages above" >&2
+	exit 1
+fi
+
+missing=0
+while read -r file name; do
+	pkg=$(dirname "$file")
+	case " $* " in
+	*" $pkg:$name "*) ;;
+	*)
+		echo "$file: $name is not in the Makefile's FUZZ_TARGETS (as $pkg:$name)" >&2
+		missing=1
+		;;
+	esac
+done < <(git grep -E '^func Fuzz[A-Za-z0-9_]*\(' -- '*_test.go' | sed -E 's/^([^:]+):func (Fuzz[A-Za-z0-9_]*)\(.*/\1 \2/')
+exit $missing
