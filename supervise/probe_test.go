@@ -122,13 +122,19 @@ touch healthy; sleep 5; exit 0`, dir)
 // restarted in place twice (exit 42). Liveness (threshold 1) fails until
 // the workload is up, so only a startup probe re-armed at each start keeps
 // it from being killed; the startup probe allows 6 s.
+//
+// "Up" is the file naming the PID of the run that is up, and the check
+// asks whether that process lives: a run stops being up only by exiting,
+// the same event that disarms the probes, so no check can land between
+// the workload taking its "up" back and its exit (an "rm -f up" before
+// "exit 42" left that window, and a loaded machine hit it).
 func TestStartupProbeReArmedAtEveryStart(t *testing.T) {
 	dir := t.TempDir()
 	script := fmt.Sprintf(`cd %s; n=$(cat n 2>/dev/null || echo 0); n=$((n+1)); echo $n > n
-sleep 2; touch up; sleep 2; rm -f up
+sleep 2; echo $$ > up.new; mv up.new up; sleep 2
 [ $n -lt 3 ] && exit 42
 exit 0`, dir)
-	check := fmt.Sprintf(`["test","-f","%s/up"]`, dir)
+	check := fmt.Sprintf(`["sh","-c","test -s %[1]s/up && kill -0 \"$(cat %[1]s/up)\" 2>/dev/null"]`, dir)
 	r, log := runProbed(t, script, fmt.Sprintf(`{"restartPolicy":"Never","podRestartPolicy":"Never","backoff":{"initial":"1s"},
 	  "restartPolicyRules":[{"action":"Restart","exitCodes":{"operator":"In","values":[42]}}],
 	  "probes":{"startup":{"exec":{"command":%[1]s},"periodSeconds":1,"failureThreshold":6},
