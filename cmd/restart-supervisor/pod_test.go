@@ -644,15 +644,21 @@ func TestStopRemovesTheWatches(t *testing.T) {
 	cfg := writeFile(t, dir, "cfg.json", `{"restartPolicy":"Never","podRestartPolicy":"Never"}`, 0o644)
 	stopped := filepath.Join(dir, "stopped")
 	// The workload takes its time over the stop: the supervisor is in
-	// phase stopping until the test lets it go.
+	// phase stopping until the test lets it go. It says when its trap is
+	// set: a SIGTERM before that (the supervisor logs "workload started"
+	// at the fork) kills the shell at once.
 	w := writeFile(t, dir, "w.sh", fmt.Sprintf(`#!/bin/sh
 trap 'touch %[1]s; while [ ! -e %[1]s.go ]; do sleep 0.02; done; exit 0' TERM
+touch %[1]s.trapped
 while :; do sleep 0.02; done
 `, stopped), 0o755)
 	s := start(t, []string{"RESTART_SUPERVISOR_STATE_DIR=" + state, "RESTART_SUPERVISOR_CONTAINER_NAME=a",
 		"RESTART_SUPERVISOR_POD_MEMBERS=a:regular,b:regular"},
 		bin, "--config-watch", "inotify", "--config", cfg, "--", w)
-	s.waitLog("workload started", 15*time.Second)
+	waitFor(t, "the workload's trap", 15*time.Second, func() bool {
+		_, err := os.Stat(stopped + ".trapped")
+		return err == nil
+	})
 	pid := s.cmd.Process.Pid
 	if n := inotifyWatches(t, pid); n < 2 {
 		t.Fatalf("%d inotify watches while running, want pod-restarts/ and the config's directory", n)
