@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -26,6 +27,30 @@ var MinNativeKubelet = version.MustParseGeneric("1.35.0")
 // RestartAllContainersOnContainerExits on by default (alpha and off in
 // 1.35, beta and on in 1.36: pkg/features/kube_features.go, v1.36.3).
 var MinNativeRestartAllKubelet = version.MustParseGeneric("1.36.0")
+
+// DeclaredRestartAllContainers is the name a node lists in
+// status.declaredFeatures when its kubelet runs with
+// RestartAllContainersOnContainerExits on (NodeDeclaredFeatures, beta and on
+// in 1.36, GA in 1.37: k8s.io/component-helpers nodedeclaredfeatures/features/
+// restartallcontainers, v0.37.2). The scheduler keeps a pod using the action
+// off a node that does not declare it.
+const DeclaredRestartAllContainers = "RestartAllContainersOnContainerExits"
+
+// knownBadKubelets are native releases that act wrongly on pods the
+// restart rules are written for, each with the release that fixed it:
+// their kubelets count as not honouring the rules, so such pods run under
+// the supervisor, which restarts without the kubelet.
+var knownBadKubelets = []struct {
+	from, fixed *version.Version
+	why         string
+}{
+	// kubernetes#136910: after a kubelet restart, crashed regular
+	// containers of a pod whose sidecar has a startup probe are never
+	// restarted (restartCount stays 0); fixed by #137146, cherry-picked
+	// into v1.35.4 (pkg/kubelet/prober/worker.go seeds the sidecar's
+	// startup result; absent in v1.35.3, present in v1.35.4 and v1.36.0).
+	{version.MustParseGeneric("1.35.0"), version.MustParseGeneric("1.35.4"), "kubernetes#136910, fixed in v1.35.4"},
+}
 
 // NativeFeature is one of the upstream features a pod's restart rules may
 // rely on. --native=auto decides for each: a 1.35 cluster honours
@@ -188,9 +213,11 @@ func (d *NativeDetector) Check(ctx context.Context) (honoured bool, why string, 
 // restart fields are honoured when the API server keeps them and every
 // kubelet is MinNativeKubelet or newer; the RestartAllContainers action
 // when the API server also accepts and keeps it (a 1.35 server with its
-// gate off refuses it) and every kubelet is MinNativeRestartAllKubelet or
-// newer. A cluster in the middle of an upgrade is judged by its oldest
-// kubelet, so a pod never lands on a node that would ignore its rules.
+// gate off refuses it), every kubelet is MinNativeRestartAllKubelet or
+// newer and every node declares DeclaredRestartAllContainers. Kubelets of
+// a knownBadKubelets range honour neither. A cluster in the middle of an
+// upgrade is judged by its oldest kubelet, so a pod never lands on a node
+// that would ignore its rules.
 func (d *NativeDetector) CheckAll(ctx context.Context) (rulesOK, allOK bool, why string, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -220,12 +247,27 @@ func (d *NativeDetector) CheckAll(ctx context.Context) (rulesOK, allOK bool, why
 	if len(old) > 0 {
 		return false, false, fmt.Sprintf("the API server keeps restartPolicyRules but kubelets older than %s run on %s", MinNativeKubelet, strings.Join(old, ", ")), nil
 	}
+	for _, bad := range knownBadKubelets {
+		if on := kubeletsBetween(nodes.Items, bad.from, bad.fixed); len(on) > 0 {
+			return false, false, fmt.Sprintf("the API server keeps restartPolicyRules but kubelets %s to before %s (%s) run on %s", bad.from, bad.fixed, bad.why, strings.Join(on, ", ")), nil
+		}
+	}
 	why = fmt.Sprintf("the API server keeps restartPolicyRules and all %d kubelets are %s or newer", len(nodes.Items), MinNativeKubelet)
-	switch oldAll := olderKubelets(nodes.Items, MinNativeRestartAllKubelet); {
+	oldAll, missing := olderKubelets(nodes.Items, MinNativeRestartAllKubelet), undeclared(nodes.Items)
+	switch {
 	case !keptAll:
 		why += "; the API server refuses or drops the RestartAllContainers action (RestartAllContainersOnContainerExits off), so pods using it are injected"
 	case len(oldAll) > 0:
 		why += fmt.Sprintf("; kubelets older than %s run on %s, so pods using RestartAllContainers are injected", MinNativeRestartAllKubelet, strings.Join(oldAll, ", "))
+	case len(missing) > 0:
+		// A 1.36+ kubelet with the gate off runs the pod as if the rules
+		// had no RestartAllContainers, and with NodeDeclaredFeatures on
+		// the scheduler keeps it Pending; judged by version alone it
+		// would be left to the cluster. A node that declares nothing at
+		// all (NodeDeclaredFeatures off on a 1.36 kubelet) cannot be told
+		// apart from one with the gate off, and counts as lacking it:
+		// wrapping a pod that did not need it is safe, the opposite not.
+		why += fmt.Sprintf("; nodes %s do not declare %s in status.declaredFeatures, so pods using RestartAllContainers are injected", strings.Join(missing, ", "), DeclaredRestartAllContainers)
 	default:
 		why += fmt.Sprintf("; RestartAllContainers too (all kubelets %s or newer)", MinNativeRestartAllKubelet)
 		allOK = true
@@ -236,18 +278,40 @@ func (d *NativeDetector) CheckAll(ctx context.Context) (rulesOK, allOK bool, why
 // olderKubelets names the nodes (at most five, then a count) whose kubelet
 // is older than min or does not say its version.
 func olderKubelets(nodes []corev1.Node, min *version.Version) []string {
-	var old []string
-	for _, n := range nodes {
-		kv := n.Status.NodeInfo.KubeletVersion
-		v, err := version.ParseGeneric(kv)
-		if err != nil || v.LessThan(min) {
-			old = append(old, fmt.Sprintf("%s (%s)", n.Name, kv))
+	return nodesWhere(nodes, func(n *corev1.Node) bool {
+		v, err := version.ParseGeneric(n.Status.NodeInfo.KubeletVersion)
+		return err != nil || v.LessThan(min)
+	})
+}
+
+// kubeletsBetween names the nodes (at most five, then a count) whose
+// kubelet is from or newer and older than before.
+func kubeletsBetween(nodes []corev1.Node, from, before *version.Version) []string {
+	return nodesWhere(nodes, func(n *corev1.Node) bool {
+		v, err := version.ParseGeneric(n.Status.NodeInfo.KubeletVersion)
+		return err == nil && v.AtLeast(from) && v.LessThan(before)
+	})
+}
+
+// undeclared names the nodes (at most five, then a count) that do not list
+// DeclaredRestartAllContainers in status.declaredFeatures.
+func undeclared(nodes []corev1.Node) []string {
+	return nodesWhere(nodes, func(n *corev1.Node) bool {
+		return !slices.Contains(n.Status.DeclaredFeatures, DeclaredRestartAllContainers)
+	})
+}
+
+func nodesWhere(nodes []corev1.Node, match func(*corev1.Node) bool) []string {
+	var names []string
+	for i := range nodes {
+		if match(&nodes[i]) {
+			names = append(names, fmt.Sprintf("%s (%s)", nodes[i].Name, nodes[i].Status.NodeInfo.KubeletVersion))
 		}
 	}
-	if len(old) > 5 {
-		old = append(old[:5], fmt.Sprintf("and %d more", len(old)-5))
+	if len(names) > 5 {
+		names = append(names[:5], fmt.Sprintf("and %d more", len(names)-5))
 	}
-	return old
+	return names
 }
 
 // apiServerKeepsFields dry-run creates pod and reports whether the API

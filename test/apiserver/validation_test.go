@@ -220,9 +220,11 @@ func lines(errs []fieldError) string {
 // TestNativeDetectionPerFeature runs --native=auto's detector against the
 // real API server of each release (the default one, and those listed in
 // KUBE_VALIDATION_VERSIONS) with nodes whose kubelets are of one release or
-// two (a cluster in the middle of an upgrade): restartPolicyRules are left
-// to the cluster from 1.35 kubelets on, RestartAllContainers only where the
-// API server accepts the action and every kubelet is 1.36 or newer.
+// more (a cluster in the middle of an upgrade): restartPolicyRules are left
+// to the cluster from 1.35.4 kubelets on (1.35.0–1.35.3 have
+// kubernetes#136910), RestartAllContainers only where the API server
+// accepts the action, every kubelet is 1.36 or newer and every node
+// declares the feature (a 1.37 kubelet with its gate off does not).
 func TestNativeDetectionPerFeature(t *testing.T) {
 	forEachAPIServer(t, func(t *testing.T, client kubernetes.Interface, gitVersion string, kv rules.KubeVersion) {
 		// The RestartAllContainers action is accepted from 1.36 on with
@@ -233,15 +235,20 @@ func TestNativeDetectionPerFeature(t *testing.T) {
 			t.Fatal(err)
 		}
 		d := &webhook.NativeDetector{Client: client, Namespace: "rs"}
+		// Only an API server with NodeDeclaredFeatures (beta and on in
+		// 1.36, GA in 1.37) keeps status.declaredFeatures.
 		for _, step := range []struct {
 			node, kubelet string
+			declared      []string
 			rules, all    bool
 		}{
-			{"node-136", "v1.36.3", true, serverAll},
-			{"node-135", "v1.35.4", true, false}, // upgrade in progress: the oldest kubelet decides
-			{"node-134", "v1.34.4", false, false},
+			{"node-136", "v1.36.3", []string{webhook.DeclaredRestartAllContainers}, true, serverAll},
+			{"node-137-gate-off", "v1.37.2", []string{"InPlacePodVerticalScalingInitContainers"}, true, false},
+			{"node-135", "v1.35.4", nil, true, false}, // upgrade in progress: the oldest kubelet decides
+			{"node-1353", "v1.35.3", nil, false, false},
+			{"node-134", "v1.34.4", nil, false, false},
 		} {
-			addNode(t, client, step.node, step.kubelet)
+			addNode(t, client, step.node, step.kubelet, step.declared...)
 			rulesOK, allOK, why, err := d.CheckAll(ctx)
 			if err != nil {
 				t.Fatal(err)

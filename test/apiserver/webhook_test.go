@@ -351,7 +351,7 @@ func runAgainstAPIServer(t *testing.T, assets string, gate bool) {
 		if ok || (!gate && !strings.Contains(why, "drops restartPolicyRules")) || (gate && !strings.Contains(why, "no nodes")) {
 			t.Fatalf("no nodes, gate %v: honoured=%v (%s)", gate, ok, why)
 		}
-		addNode(t, client, "node-new", "v1.35.0")
+		addNode(t, client, "node-new", "v1.35.4")
 		ok, why, _ = d.Check(ctx)
 		if ok != gate {
 			t.Errorf("1.35 kubelet, gate %v: honoured=%v (%s)", gate, ok, why)
@@ -442,13 +442,17 @@ func caBundleOf(t testing.TB, client kubernetes.Interface, name string) []byte {
 	return mwc.Webhooks[0].ClientConfig.CABundle
 }
 
-func addNode(t testing.TB, client kubernetes.Interface, name, kubelet string) {
+// addNode creates a node object whose status says kubelet and, as a
+// kubelet with NodeDeclaredFeatures does, declares the features given (an
+// API server without the field drops them).
+func addNode(t testing.TB, client kubernetes.Interface, name, kubelet string, declared ...string) {
 	ctx := context.Background()
 	n, err := client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	n.Status.NodeInfo.KubeletVersion = kubelet
+	n.Status.DeclaredFeatures = declared
 	if _, err := client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
