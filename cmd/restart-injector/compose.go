@@ -40,7 +40,9 @@ func runCompose(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	fs := flag.NewFlagSet("compose", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	in := fs.String("f", "", "Compose `FILE` to read (- for stdin)")
-	out := fs.String("o", "", "`FILE` to write (default stdout)")
+	var outFlag outputFile
+	fs.Var(&outFlag, "o", "`FILE` to write (default stdout); not a format")
+	out := (*string)(&outFlag)
 	image := fs.String("supervisor-image", injector.DefaultSupervisorImage(), "`IMAGE` of the install service")
 	dockerCLI := fs.String("docker", "docker", "docker CLI `COMMAND` used to read image configs from the local engine")
 	fs.Usage = func() {

@@ -53,7 +53,8 @@ func runInject(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	medium := fl.String("volume-medium", "", `emptyDir medium of the injected volumes: "" (node disk) or Memory`)
 	diff := fl.Bool("diff", false, "print a unified diff of input and output instead of the output")
 	quiet := fl.Bool("q", false, "do not report injected objects on stderr")
-	outFile := fl.String("o", "", "write the output to `FILE` (replaced whole, only on success) instead of stdout")
+	var outFile outputFile
+	fl.Var(&outFile, "o", "write the output to `FILE` (replaced whole, only on success) instead of stdout; not a format: the output keeps the input's YAML or JSON")
 	keepGoing := fl.Bool("continue-on-error", false, "write documents that cannot be read or injected back unchanged, report them as warnings and exit 0; without it every such document is reported and nothing is written")
 	var kubeVersion rules.KubeVersion
 	fl.Var(&kubeVersion, "kubernetes-version", kubeVersionUsage)
@@ -90,7 +91,7 @@ func runInject(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	}
 
 	run := streamRun{name: "inject", files: files, stdin: stdin, stdout: stdout, stderr: stderr,
-		outFile: *outFile, diff: *diff, keepGoing: *keepGoing, diffLabel: "injected"}
+		outFile: string(outFile), diff: *diff, keepGoing: *keepGoing, diffLabel: "injected"}
 	return run.run(func(r io.Reader, w io.Writer, emit func(*injector.Document, []injector.ObjectReport)) error {
 		return inj.InjectStream(ctx, r, w, emit)
 	}, func(name string, r injector.ObjectReport) {

@@ -443,3 +443,29 @@ spec:
 		t.Errorf("no legend for re-runs:\n%s", out)
 	}
 }
+
+// TestOutputFlagIsAFileNotAFormat: -o names the file to write, as
+// istioctl's. `-o yaml` or `-o json`, read as kubectl's output formats,
+// would write a file named yaml and print nothing: they are refused with a
+// usage error that says so, and nothing is written; -o ./yaml writes that
+// file.
+func TestOutputFlagIsAFileNotAFormat(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	in := writeFile(t, filepath.Join(dir, "job.yaml"), deployYAML)
+	for _, format := range []string{"yaml", "json", "wide", "jsonpath={.items}"} {
+		code, out, errOut := runCmd(t, "", "inject", "-f", in, "-o", format)
+		if code != exitUsage || !strings.Contains(errOut, "-o names the file to write") || out != "" {
+			t.Errorf("-o %s: exit %d, stdout %q, stderr %q; want %d and the -o message", format, code, out, errOut, exitUsage)
+		}
+		if _, err := os.Stat(filepath.Join(dir, format)); !os.IsNotExist(err) {
+			t.Errorf("-o %s wrote a file named %s", format, format)
+		}
+	}
+	if code, _, errOut := runCmd(t, "", "inject", "-q", "-f", in, "-o", "./yaml"); code != exitOK {
+		t.Fatalf("-o ./yaml: exit %d: %s", code, errOut)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "yaml")); err != nil || !strings.Contains(string(b), "restart-supervisor") {
+		t.Fatalf("-o ./yaml: %v, %q", err, b)
+	}
+}

@@ -92,6 +92,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	case "-h", "-help", "--help", "help":
 		usage(stdout)
 		return exitOK
+	case "--version", "-version":
+		return runVersion(ctx, args[1:])
 	}
 	for _, sc := range subcommands {
 		if sc.name == args[0] {

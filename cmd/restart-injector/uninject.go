@@ -30,7 +30,8 @@ func runUninject(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	fl.Var(&files, "f", "manifest file, directory (read recursively) or - for stdin; repeatable")
 	diff := fl.Bool("diff", false, "print a unified diff of input and output instead of the output")
 	quiet := fl.Bool("q", false, "do not report reverted objects on stderr")
-	outFile := fl.String("o", "", "write the output to `FILE` (replaced whole, only on success) instead of stdout")
+	var outFile outputFile
+	fl.Var(&outFile, "o", "write the output to `FILE` (replaced whole, only on success) instead of stdout; not a format: the output keeps the input's YAML or JSON")
 	keepGoing := fl.Bool("continue-on-error", false, "write documents that cannot be read or reverted back unchanged, report them as warnings and exit 0; without it every such document is reported and nothing is written")
 	fl.Usage = func() { fmt.Fprint(stderr, uninjectUsage); fl.PrintDefaults() }
 	if err := fl.Parse(args); err != nil {
@@ -48,7 +49,7 @@ func runUninject(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		return exitUsage
 	}
 	run := streamRun{name: "uninject", files: files, stdin: stdin, stdout: stdout, stderr: stderr,
-		outFile: *outFile, diff: *diff, keepGoing: *keepGoing, diffLabel: "uninjected"}
+		outFile: string(outFile), diff: *diff, keepGoing: *keepGoing, diffLabel: "uninjected"}
 	return run.run(func(r io.Reader, w io.Writer, emit func(*injector.Document, []injector.ObjectReport)) error {
 		return injector.UninjectStream(ctx, r, w, emit)
 	}, func(name string, r injector.ObjectReport) {
