@@ -26,6 +26,7 @@ import (
 type Pod struct {
 	log     supervise.Logger
 	resume  *supervise.Resume
+	live    *Liveness
 	rec     *Recorder
 	member  *Member
 	pending chan uint64
@@ -55,23 +56,31 @@ func OpenMember(dir, name string, members []contract.PodMember, watch WatchOptio
 	// The document an earlier supervisor of this container left behind
 	// (the kubelet restarted the container after a hand-over) carries the
 	// container's back-off. Read it before it is replaced.
-	prev, err := readOwnStatus(dir, name)
-	if err == nil && prev.LastExit != nil {
+	prev, perr := readOwnStatus(dir, name)
+	if err := perr; err == nil && prev.LastExit != nil {
 		p.resume = &supervise.Resume{BackoffRestarts: prev.BackoffRestarts, LastStart: prev.StartedAt, LastExit: prev.LastExit.At}
 	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
 		log.Warn("cannot read the container's previous status document; its back-off starts over", "err", err)
 	}
+	// The lock is held before the first document says "running", so that
+	// a document of this supervisor is never read while its lock is free.
+	live, err := HoldLiveness(dir, name)
+	if err != nil {
+		log.Warn("cannot hold the liveness lock; if this supervisor is killed, the pod's other containers go by its status document alone", "err", err)
+	}
+	p.live = live
 	initial := Status{
 		Container: name, State: supervise.Running,
 		SupervisorPID: os.Getpid(), SupervisorVersion: contract.Version,
 	}
-	if err == nil && restartsAll(prev.LastRestart) {
+	if perr == nil && restartsAll(prev.LastRestart) {
 		// What a late member checks a generation this container
 		// announced against (Member.Verify).
 		initial.Announced, initial.LastRestart = prev.Announced, prev.LastRestart
 	}
 	rec, err := NewRecorder(dir, initial, log)
 	if err != nil {
+		p.live.Release()
 		return nil, err
 	}
 	p.rec = rec
@@ -214,6 +223,9 @@ func (p *Pod) Close(final supervise.State) Status {
 	if p.member != nil {
 		p.member.Close()
 	}
+	// After the final document: a member that finds the lock free reads
+	// this container's last word.
+	p.live.Release()
 	return p.rec.Status()
 }
 

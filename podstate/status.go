@@ -7,12 +7,15 @@
 // The supervisors run in different containers: different PID and mount
 // namespaces, possibly different UIDs, sharing nothing but this directory.
 // Everything here is therefore built from operations that are atomic on a
-// local filesystem (rename, link) and needs no lock, no daemon and no
-// cooperation beyond the files themselves.
+// local filesystem (rename, link) and needs no daemon and no cooperation
+// beyond the files themselves. The one lock, each supervisor's flock on
+// its liveness file, is never waited for: it tells the others that the
+// supervisor lives (liveness.go).
 //
 // Layout of the directory:
 //
 //	status/<container>.json     one status document per container
+//	live/<container>.lock       flock(2)ed by the container's supervisor while it lives
 //	pod-restarts/<generation>   one file per pod restart, 20 digits
 package podstate
 
