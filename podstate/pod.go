@@ -24,12 +24,16 @@ import (
 // directory: no status document, and RestartAllContainers restarts only
 // this container.
 type Pod struct {
-	log     supervise.Logger
-	resume  *supervise.Resume
-	live    *Liveness
-	rec     *Recorder
-	member  *Member
-	pending chan uint64
+	log    supervise.Logger
+	resume *supervise.Resume
+	// handedOver is the exit the earlier supervisor of this container
+	// handed over, with the start of its run, nil when there is none.
+	handedOver *Exit
+	lastStart  time.Time
+	live       *Liveness
+	rec        *Recorder
+	member     *Member
+	pending    chan uint64
 }
 
 // Open joins the state directory dir as container name. An empty dir
@@ -58,7 +62,7 @@ func OpenMember(dir, name string, members []contract.PodMember, watch WatchOptio
 	// container's back-off. Read it before it is replaced.
 	prev, perr := readOwnStatus(dir, name)
 	if err := perr; err == nil && prev.LastExit != nil {
-		p.resume = &supervise.Resume{BackoffRestarts: prev.BackoffRestarts, LastStart: prev.StartedAt, LastExit: prev.LastExit.At}
+		p.resumeFrom(prev, time.Now())
 	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
 		log.Warn("cannot read the container's previous status document; its back-off starts over", "err", err)
 	}
@@ -139,6 +143,46 @@ func readOwnStatus(dir, name string) (Status, error) {
 	return readStatus(dir, name)
 }
 
+// maxResumedBackoff bounds the back-off step taken from a document: the
+// delay doubles at each step and is capped at the back-off's maximum long
+// before this, so a higher step says nothing more.
+const maxResumedBackoff = 64
+
+// resumeFrom takes the back-off and the exit the earlier supervisor left
+// in prev. Every time in it is a writer's claim: a time after now (a
+// document dated 2100, or a node clock set back) is taken as now, and a
+// start after the exit it ended as the exit, so that the resumed delay is
+// never longer than the back-off's maximum from now (the back-off's Delay
+// is capped at it, and the wait is measured from the exit).
+func (p *Pod) resumeFrom(prev Status, now time.Time) {
+	exit := *prev.LastExit
+	if exit.At.After(now) {
+		exit.At = now
+	}
+	start := prev.StartedAt
+	if start.After(exit.At) {
+		start = exit.At
+	}
+	p.handedOver, p.lastStart = &exit, start
+	p.resume = &supervise.Resume{
+		BackoffRestarts: min(max(prev.BackoffRestarts, 0), maxResumedBackoff),
+		LastStart:       start, LastExit: exit.At,
+	}
+}
+
+// ExitStatus returns the status the container exits with, given final,
+// the supervisor's last state, and status, what supervise.Run returned.
+// A supervisor that ran no workload to its end (stopped while it waited
+// out the back-off it resumed) exits with the code the earlier supervisor
+// handed over, not 0: the kubelet would show that exit as the container's
+// last termination too, since no run followed it.
+func (p *Pod) ExitStatus(final supervise.State, status int) int {
+	if p == nil || p.handedOver == nil || final.LastExit != nil || status != 0 || final.Phase != supervise.Exited {
+		return status
+	}
+	return int(p.handedOver.Code)
+}
+
 // Resume returns the back-off an earlier supervisor of this container left,
 // nil when there is none.
 func (p *Pod) Resume() *supervise.Resume {
@@ -214,6 +258,16 @@ func (p *Pod) Close(final supervise.State) Status {
 		return s
 	}
 	p.Observe(final)
+	if final.LastExit == nil && p.handedOver != nil {
+		// No run ended here: the next supervisor resumes from the
+		// exit and the back-off this one took over.
+		p.rec.Update(func(s *Status) {
+			s.LastExit = p.handedOver
+			if s.StartedAt.IsZero() {
+				s.StartedAt = p.lastStart
+			}
+		})
+	}
 	err := p.rec.Close()
 	if n := p.rec.FailedWrites(); err != nil {
 		p.log.Warn("cannot write the final status document", "err", err, "failedWrites", n)
