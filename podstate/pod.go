@@ -30,10 +30,13 @@ type Pod struct {
 	// handed over, with the start of its run, nil when there is none.
 	handedOver *Exit
 	lastStart  time.Time
-	live       *Liveness
-	rec        *Recorder
-	member     *Member
-	pending    chan uint64
+	// restartsBefore is the in-place restarts of the container's earlier
+	// supervisors (Status.RestartsTotal).
+	restartsBefore int
+	live           *Liveness
+	rec            *Recorder
+	member         *Member
+	pending        chan uint64
 }
 
 // Open joins the state directory dir as container name. An empty dir
@@ -59,11 +62,15 @@ func OpenMember(dir, name string, members []contract.PodMember, watch WatchOptio
 	seal(dir, false)
 	// The document an earlier supervisor of this container left behind
 	// (the kubelet restarted the container after a hand-over) carries the
-	// container's back-off. Read it before it is replaced.
+	// container's back-off and its restart count. Read it before it is
+	// replaced.
 	prev, perr := readOwnStatus(dir, name)
-	if err := perr; err == nil && prev.LastExit != nil {
-		p.resumeFrom(prev, time.Now())
-	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := perr; err == nil {
+		p.restartsBefore = min(max(prev.RestartsTotal, prev.Restarts, 0), maxRestartsTotal)
+		if prev.LastExit != nil {
+			p.resumeFrom(prev, time.Now())
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
 		log.Warn("cannot read the container's previous status document; its back-off starts over", "err", err)
 	}
 	// The lock is held before the first document says "running", so that
@@ -74,7 +81,7 @@ func OpenMember(dir, name string, members []contract.PodMember, watch WatchOptio
 	}
 	p.live = live
 	initial := Status{
-		Container: name, State: supervise.Running,
+		Container: name, State: supervise.Running, RestartsTotal: p.restartsBefore,
 		SupervisorPID: os.Getpid(), SupervisorVersion: contract.Version,
 	}
 	if perr == nil && restartsAll(prev.LastRestart) {
@@ -142,6 +149,11 @@ func readOwnStatus(dir, name string) (Status, error) {
 	}
 	return readStatus(dir, name)
 }
+
+// maxRestartsTotal bounds the restart count taken from a document, which
+// any process of the container's UID can write: a count near the largest
+// int would overflow at the next restart.
+const maxRestartsTotal = 1 << 40
 
 // maxResumedBackoff bounds the back-off step taken from a document: the
 // delay doubles at each step and is capped at the back-off's maximum long
@@ -246,7 +258,7 @@ func (p *Pod) Observe(st supervise.State) {
 			p.member.unwatch()
 		}
 	}
-	p.rec.Update(func(s *Status) { s.fill(st, gen) })
+	p.rec.Update(func(s *Status) { s.fill(st, gen, p.restartsBefore) })
 }
 
 // Close writes the final document, stops watching and returns the final
@@ -254,7 +266,7 @@ func (p *Pod) Observe(st supervise.State) {
 func (p *Pod) Close(final supervise.State) Status {
 	if p == nil {
 		var s Status
-		s.fill(final, 0)
+		s.fill(final, 0, 0)
 		return s
 	}
 	p.Observe(final)
@@ -283,9 +295,10 @@ func (p *Pod) Close(final supervise.State) Status {
 	return p.rec.Status()
 }
 
-func (s *Status) fill(st supervise.State, gen uint64) {
+func (s *Status) fill(st supervise.State, gen uint64, restartsBefore int) {
 	s.State = st.Phase
 	s.Restarts, s.PodRestarts, s.Generation = st.Restarts, st.PodRestarts, gen
+	s.RestartsTotal = restartsBefore + st.Restarts
 	s.LastExit, s.LastRestart = exitOf(st.LastExit), exitOf(st.LastRestart)
 	s.StartedAt, s.NextStartAt = st.StartedAt, st.NextStartAt
 	s.BackoffRestarts = st.BackoffRestarts

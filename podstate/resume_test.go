@@ -3,6 +3,8 @@ package podstate
 import (
 	"testing"
 	"time"
+
+	"github.com/restart-supervisor/restart-supervisor/supervise"
 )
 
 // TestResumeClampsTheFuture: the times in a status document are a
@@ -31,6 +33,41 @@ func TestResumeClampsTheFuture(t *testing.T) {
 		}
 		if p.handedOver.Code != 1 || !p.handedOver.At.Equal(c.wantExit) {
 			t.Errorf("%s: handed-over exit %+v", c.name, *p.handedOver)
+		}
+	}
+}
+
+// TestRestartsTotalFromThePreviousDocument: restartsTotal goes on from the
+// document the container's earlier supervisor left; a document of an
+// earlier release, without it, gives its restarts; a count out of range
+// (any process of the UID can write one) is brought into it.
+func TestRestartsTotalFromThePreviousDocument(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		prev     Status
+		restarts int
+		want     int
+	}{
+		{"continued", Status{Restarts: 2, RestartsTotal: 7}, 3, 10},
+		{"earlier release", Status{Restarts: 5}, 1, 6},
+		{"negative", Status{Restarts: -9, RestartsTotal: -3}, 1, 1},
+		{"huge", Status{RestartsTotal: 1 << 62}, 1, maxRestartsTotal + 1},
+	} {
+		dir := t.TempDir()
+		c.prev.Container = "app"
+		if err := WriteStatus(dir, c.prev); err != nil {
+			t.Fatal(err)
+		}
+		p, err := Open(dir, "app", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := p.Close(supervise.State{Phase: supervise.Exited, Restarts: c.restarts})
+		if st.RestartsTotal != c.want || st.Restarts != c.restarts {
+			t.Errorf("%s: restarts %d restartsTotal %d, want %d and %d", c.name, st.Restarts, st.RestartsTotal, c.restarts, c.want)
+		}
+		if doc, err := readStatus(dir, "app"); err != nil || doc.RestartsTotal != c.want {
+			t.Errorf("%s: document %+v %v", c.name, doc, err)
 		}
 	}
 }

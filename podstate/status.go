@@ -68,6 +68,15 @@ type Status struct {
 	// Restarts counts in-place restarts of the workload, whatever caused
 	// them; the kubelet's restartCount does not see these.
 	Restarts int `json:"restarts"`
+	// RestartsTotal counts the in-place restarts of the container since
+	// the pod started, across its supervisors: Restarts counts those of
+	// this supervisor process, which starts from 0 whenever the kubelet
+	// starts the container again (after a hand-over, or a supervisor that
+	// died). The next supervisor of the same container continues from it,
+	// as from BackoffRestarts, so the count never goes down while the pod
+	// lives. A document written by an earlier release has none; its
+	// Restarts is then taken as the total.
+	RestartsTotal int `json:"restartsTotal"`
 	// PodRestarts counts how many of those were pod-wide restarts
 	// (RestartAllContainers), announced by this or another container.
 	PodRestarts int `json:"podRestarts"`

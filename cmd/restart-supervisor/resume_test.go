@@ -92,3 +92,27 @@ func TestFutureDatedStatusDocument(t *testing.T) {
 		})
 	}
 }
+
+// TestRestartsTotalContinuesAcrossHandOver: each supervisor process counts
+// its in-place restarts from 0; restartsTotal in the status document goes
+// on from the one the earlier supervisor of the container left, as the
+// back-off does. Exits 42, 42, 1 (handed over), then 42 and 1 under the
+// next supervisor: restarts 1, restartsTotal 3.
+func TestRestartsTotalContinuesAcrossHandOver(t *testing.T) {
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	os.Mkdir(state, 0o777)
+	env := []string{"RESTART_SUPERVISOR_STATE_DIR=" + state, "RESTART_SUPERVISOR_CONTAINER_NAME=trainer",
+		`RESTART_SUPERVISOR_CONFIG={"restartPolicy":"Never","podRestartPolicy":"Never","backoff":{"initial":"0s","max":"0s"},
+		  "restartPolicyRules":[{"action":"Restart","exitCodes":{"operator":"In","values":[42]}}]}`}
+	w := counterScript(t, dir, 42, 42, 1, 42, 1)
+	for i, want := range []struct{ restarts, total float64 }{{2, 2}, {1, 3}} {
+		if st := start(t, env, bin, "--", w).wait(15 * time.Second); st != 1 {
+			t.Fatalf("supervisor %d: exit %d, want 1", i+1, st)
+		}
+		d := readStatusDoc(t, state, "trainer")
+		if d["restarts"] != want.restarts || d["restartsTotal"] != want.total {
+			t.Errorf("supervisor %d: restarts %v restartsTotal %v, want %v and %v", i+1, d["restarts"], d["restartsTotal"], want.restarts, want.total)
+		}
+	}
+}
