@@ -116,3 +116,58 @@ func runMount(t *testing.T, args ...string) {
 		t.Fatalf("mount %v: %v: %s", args, err, out)
 	}
 }
+
+// TestBadFileFloodIsNotLogged: any container of the pod can rename
+// malformed files into the state volume as fast as it likes: documents
+// that do not parse in place of another member's, links and FIFOs at its
+// liveness lock, generation files and round markers no one announced. A
+// member that reads them at every poll (waiting in phase Ended for b)
+// logs a bounded number of lines however many there are: each kind once,
+// or once per 10 s with a count.
+func TestBadFileFloodIsNotLogged(t *testing.T) {
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	os.Mkdir(state, 0o777)
+	members := "RESTART_SUPERVISOR_POD_MEMBERS=a:regular,b:regular,c:regular"
+	b := start(t, podEnv(state, "b", `{}`, members), bin, "--", "sleep", "600")
+	waitFor(t, "b running", 15*time.Second, func() bool { return statusState(state, "b") == "running" })
+	// c never starts: a reads whatever is at its name at every poll.
+	a := start(t, podEnv(state, "a", restartAll88, members), bin, "--", "true")
+	waitFor(t, "a ended", 15*time.Second, func() bool { return statusState(state, "a") == "ended" })
+	before := strings.Count(a.stderr.String(), "\n")
+	for _, sub := range []string{"status", "live", "pod-restarts"} {
+		os.MkdirAll(filepath.Join(state, sub), 0o777)
+	}
+	files := 0
+	// A second or more of renames, for a's 250 ms polls.
+	for ; files < 2500; files += 5 {
+		tmp := filepath.Join(state, "tmp")
+		os.WriteFile(tmp, []byte(fmt.Sprintf("{bad %d", files)), 0o644)
+		os.Rename(tmp, filepath.Join(state, "status", "c.json"))
+		os.Remove(filepath.Join(state, "live", "c.lock"))
+		os.Symlink("/dev/zero", filepath.Join(state, "live", "c.lock"))
+		gen := fmt.Sprintf("%020d", files+1)
+		os.WriteFile(tmp, []byte(`{"generation":1,"source":"c","exitCode":88}`), 0o644)
+		os.Rename(tmp, filepath.Join(state, "pod-restarts", gen))
+		os.WriteFile(tmp, []byte("junk"), 0o644)
+		os.Rename(tmp, filepath.Join(state, "pod-restarts", gen+".stopped.c"))
+		syscall.Mkfifo(filepath.Join(state, "status", fmt.Sprintf("c%d.json", files)), 0o666)
+	}
+	// A few more polls of the last files; the bound below holds however
+	// many of them a has seen.
+	time.Sleep(600 * time.Millisecond)
+	lines := strings.Count(a.stderr.String(), "\n") - before
+	t.Logf("%d bad files: %d log lines", files, lines)
+	if lines > 3 {
+		t.Errorf("%d log lines for %d bad files:\n%s", lines, files, a.stderr.String())
+	}
+	select {
+	case <-a.done:
+		t.Fatalf("a exited while b runs:\n%s", a.stderr.String())
+	default:
+	}
+	for _, s := range []*sup{a, b} {
+		s.signal(syscall.SIGTERM)
+		s.wait(10 * time.Second)
+	}
+}
