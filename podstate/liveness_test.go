@@ -170,15 +170,20 @@ func TestLivenessRefusesPlantedFiles(t *testing.T) {
 
 // TestRecorderRetriesUntilTheVolumeRecovers: a write that fails because
 // the volume is read-only or full at that moment is retried without any
-// further change, and lands once the volume recovers.
+// further change, and lands once the volume recovers; a failed Sync (an
+// announcement) too.
 func TestRecorderRetriesUntilTheVolumeRecovers(t *testing.T) {
+	readOnly := func(t *testing.T, mnt string) { mount(t, "-o", "remount,ro", mnt) }
+	readWrite := func(t *testing.T, mnt string) { mount(t, "-o", "remount,rw", mnt) }
 	for _, c := range []struct {
 		name           string
 		break_, repair func(t *testing.T, mnt string)
+		sync           bool
 	}{
+		{name: "read-only Sync", break_: readOnly, repair: readWrite, sync: true},
 		{"read-only",
 			func(t *testing.T, mnt string) { mount(t, "-o", "remount,ro", mnt) },
-			func(t *testing.T, mnt string) { mount(t, "-o", "remount,rw", mnt) }},
+			func(t *testing.T, mnt string) { mount(t, "-o", "remount,rw", mnt) }, false},
 		{"full",
 			func(t *testing.T, mnt string) {
 				f, err := os.Create(filepath.Join(mnt, "filler"))
@@ -196,7 +201,7 @@ func TestRecorderRetriesUntilTheVolumeRecovers(t *testing.T) {
 					}
 				}
 			},
-			func(t *testing.T, mnt string) { os.Remove(filepath.Join(mnt, "filler")) }},
+			func(t *testing.T, mnt string) { os.Remove(filepath.Join(mnt, "filler")) }, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			mnt := tmpfs(t)
@@ -208,7 +213,13 @@ func TestRecorderRetriesUntilTheVolumeRecovers(t *testing.T) {
 			defer r.Close()
 			waitFor(t, "the first document", func() bool { st, err := readStatus(mnt, "a"); return err == nil && st.State == supervise.Running })
 			c.break_(t, mnt)
-			r.Update(func(s *Status) { s.State = supervise.Ended })
+			if c.sync {
+				if err := r.Sync(func(s *Status) { s.State = supervise.Ended }); err == nil {
+					t.Fatal("Sync on a broken volume succeeded")
+				}
+			} else {
+				r.Update(func(s *Status) { s.State = supervise.Ended })
+			}
 			waitFor(t, "a failed write", func() bool { return r.FailedWrites() > 0 })
 			c.repair(t, mnt)
 			// No further update: only a retry writes it.

@@ -85,7 +85,12 @@ func (r *Recorder) Sync(fn func(*Status)) error {
 	r.cur.UpdatedAt = time.Now()
 	r.pending = true
 	r.mu.Unlock()
-	return r.flush()
+	err := r.flush()
+	if err != nil {
+		// The writer retries it from here.
+		r.kick()
+	}
+	return err
 }
 
 // Status returns a copy of the current status.
