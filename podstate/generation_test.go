@@ -28,6 +28,8 @@ func TestMain(m *testing.M) {
 		os.Exit(memberRole())
 	case "op":
 		os.Exit(opRole())
+	case "live":
+		os.Exit(liveRole())
 	default:
 		fmt.Fprintln(os.Stderr, "unknown PODSTATE_TEST_ROLE")
 		os.Exit(3)

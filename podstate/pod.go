@@ -24,11 +24,19 @@ import (
 // directory: no status document, and RestartAllContainers restarts only
 // this container.
 type Pod struct {
-	log     supervise.Logger
-	resume  *supervise.Resume
-	rec     *Recorder
-	member  *Member
-	pending chan uint64
+	log    supervise.Logger
+	resume *supervise.Resume
+	// handedOver is the exit the earlier supervisor of this container
+	// handed over, with the start of its run, nil when there is none.
+	handedOver *Exit
+	lastStart  time.Time
+	// restartsBefore is the in-place restarts of the container's earlier
+	// supervisors (Status.RestartsTotal).
+	restartsBefore int
+	live           *Liveness
+	rec            *Recorder
+	member         *Member
+	pending        chan uint64
 }
 
 // Open joins the state directory dir as container name. An empty dir
@@ -54,24 +62,36 @@ func OpenMember(dir, name string, members []contract.PodMember, watch WatchOptio
 	seal(dir, false)
 	// The document an earlier supervisor of this container left behind
 	// (the kubelet restarted the container after a hand-over) carries the
-	// container's back-off. Read it before it is replaced.
-	prev, err := readOwnStatus(dir, name)
-	if err == nil && prev.LastExit != nil {
-		p.resume = &supervise.Resume{BackoffRestarts: prev.BackoffRestarts, LastStart: prev.StartedAt, LastExit: prev.LastExit.At}
-	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+	// container's back-off and its restart count. Read it before it is
+	// replaced.
+	prev, perr := readOwnStatus(dir, name)
+	if err := perr; err == nil {
+		p.restartsBefore = min(max(prev.RestartsTotal, prev.Restarts, 0), maxRestartsTotal)
+		if prev.LastExit != nil {
+			p.resumeFrom(prev, time.Now())
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
 		log.Warn("cannot read the container's previous status document; its back-off starts over", "err", err)
 	}
+	// The lock is held before the first document says "running", so that
+	// a document of this supervisor is never read while its lock is free.
+	live, err := HoldLiveness(dir, name)
+	if err != nil {
+		log.Warn("cannot hold the liveness lock; if this supervisor is killed, the pod's other containers go by its status document alone", "err", err)
+	}
+	p.live = live
 	initial := Status{
-		Container: name, State: supervise.Running,
+		Container: name, State: supervise.Running, RestartsTotal: p.restartsBefore,
 		SupervisorPID: os.Getpid(), SupervisorVersion: contract.Version,
 	}
-	if err == nil && restartsAll(prev.LastRestart) {
+	if perr == nil && restartsAll(prev.LastRestart) {
 		// What a late member checks a generation this container
 		// announced against (Member.Verify).
 		initial.Announced, initial.LastRestart = prev.Announced, prev.LastRestart
 	}
 	rec, err := NewRecorder(dir, initial, log)
 	if err != nil {
+		p.live.Release()
 		return nil, err
 	}
 	p.rec = rec
@@ -128,6 +148,51 @@ func readOwnStatus(dir, name string) (Status, error) {
 		return Status{}, fmt.Errorf("status %s: owned by UID %d, not by this supervisor's UID %d", name, st.Uid, os.Geteuid())
 	}
 	return readStatus(dir, name)
+}
+
+// maxRestartsTotal bounds the restart count taken from a document, which
+// any process of the container's UID can write: a count near the largest
+// int would overflow at the next restart.
+const maxRestartsTotal = 1 << 40
+
+// maxResumedBackoff bounds the back-off step taken from a document: the
+// delay doubles at each step and is capped at the back-off's maximum long
+// before this, so a higher step says nothing more.
+const maxResumedBackoff = 64
+
+// resumeFrom takes the back-off and the exit the earlier supervisor left
+// in prev. Every time in it is a writer's claim: a time after now (a
+// document dated 2100, or a node clock set back) is taken as now, and a
+// start after the exit it ended as the exit, so that the resumed delay is
+// never longer than the back-off's maximum from now (the back-off's Delay
+// is capped at it, and the wait is measured from the exit).
+func (p *Pod) resumeFrom(prev Status, now time.Time) {
+	exit := *prev.LastExit
+	if exit.At.After(now) {
+		exit.At = now
+	}
+	start := prev.StartedAt
+	if start.After(exit.At) {
+		start = exit.At
+	}
+	p.handedOver, p.lastStart = &exit, start
+	p.resume = &supervise.Resume{
+		BackoffRestarts: min(max(prev.BackoffRestarts, 0), maxResumedBackoff),
+		LastStart:       start, LastExit: exit.At,
+	}
+}
+
+// ExitStatus returns the status the container exits with, given final,
+// the supervisor's last state, and status, what supervise.Run returned.
+// A supervisor that ran no workload to its end (stopped while it waited
+// out the back-off it resumed) exits with the code the earlier supervisor
+// handed over, not 0: the kubelet would show that exit as the container's
+// last termination too, since no run followed it.
+func (p *Pod) ExitStatus(final supervise.State, status int) int {
+	if p == nil || p.handedOver == nil || final.LastExit != nil || status != 0 || final.Phase != supervise.Exited {
+		return status
+	}
+	return int(p.handedOver.Code)
 }
 
 // Resume returns the back-off an earlier supervisor of this container left,
@@ -193,7 +258,7 @@ func (p *Pod) Observe(st supervise.State) {
 			p.member.unwatch()
 		}
 	}
-	p.rec.Update(func(s *Status) { s.fill(st, gen) })
+	p.rec.Update(func(s *Status) { s.fill(st, gen, p.restartsBefore) })
 }
 
 // Close writes the final document, stops watching and returns the final
@@ -201,10 +266,20 @@ func (p *Pod) Observe(st supervise.State) {
 func (p *Pod) Close(final supervise.State) Status {
 	if p == nil {
 		var s Status
-		s.fill(final, 0)
+		s.fill(final, 0, 0)
 		return s
 	}
 	p.Observe(final)
+	if final.LastExit == nil && p.handedOver != nil {
+		// No run ended here: the next supervisor resumes from the
+		// exit and the back-off this one took over.
+		p.rec.Update(func(s *Status) {
+			s.LastExit = p.handedOver
+			if s.StartedAt.IsZero() {
+				s.StartedAt = p.lastStart
+			}
+		})
+	}
 	err := p.rec.Close()
 	if n := p.rec.FailedWrites(); err != nil {
 		p.log.Warn("cannot write the final status document", "err", err, "failedWrites", n)
@@ -214,12 +289,16 @@ func (p *Pod) Close(final supervise.State) Status {
 	if p.member != nil {
 		p.member.Close()
 	}
+	// After the final document: a member that finds the lock free reads
+	// this container's last word.
+	p.live.Release()
 	return p.rec.Status()
 }
 
-func (s *Status) fill(st supervise.State, gen uint64) {
+func (s *Status) fill(st supervise.State, gen uint64, restartsBefore int) {
 	s.State = st.Phase
 	s.Restarts, s.PodRestarts, s.Generation = st.Restarts, st.PodRestarts, gen
+	s.RestartsTotal = restartsBefore + st.Restarts
 	s.LastExit, s.LastRestart = exitOf(st.LastExit), exitOf(st.LastRestart)
 	s.StartedAt, s.NextStartAt = st.StartedAt, st.NextStartAt
 	s.BackoffRestarts = st.BackoffRestarts

@@ -2,8 +2,11 @@ package podstate
 
 import (
 	"encoding/json"
+	"errors"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/restart-supervisor/restart-supervisor/supervise"
 )
@@ -14,11 +17,15 @@ import (
 // are coalesced, so a workload restarting a thousand times a second costs
 // a few writes, not a thousand fsyncs.
 //
-// A document that cannot be written (a full volume, a status/ that another
-// container replaced by a file, a name another UID holds in the sticky
-// directory) usually stays unwritable: the first failure of a run is
-// logged, the following ones are counted, and the count is logged with
-// the next write that succeeds.
+// A document that cannot be written (a full or read-only volume, a status/
+// that another container replaced by a file, a name another UID holds in
+// the sticky directory) is written again, first after retryInitial, then
+// at doubling intervals up to retryMax, until a write succeeds: a volume
+// that was full for a moment gets the latest status as soon as it has room
+// again, without waiting for the next change. The first failure of a run
+// is logged, the following ones are counted, and the count is logged with
+// the next write that succeeds. Close tries the final write for up to
+// finalWriteWait when the volume is full or read-only.
 type Recorder struct {
 	dir string
 	log supervise.Logger
@@ -78,7 +85,12 @@ func (r *Recorder) Sync(fn func(*Status)) error {
 	r.cur.UpdatedAt = time.Now()
 	r.pending = true
 	r.mu.Unlock()
-	return r.flush()
+	err := r.flush()
+	if err != nil {
+		// The writer retries it from here.
+		r.kick()
+	}
+	return err
 }
 
 // Status returns a copy of the current status.
@@ -104,10 +116,36 @@ func (r *Recorder) Close() error {
 	r.mu.Lock()
 	r.closed = true
 	r.mu.Unlock()
-	r.flush()
+	deadline := time.Now().Add(finalWriteWait)
+	for delay := retryInitial; ; delay *= 2 {
+		err := r.flush()
+		if err == nil || !recoverable(err) || !time.Now().Add(delay).Before(deadline) {
+			break
+		}
+		time.Sleep(delay)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.lastErr
+}
+
+const (
+	// retryInitial and retryMax space the writes of a document that
+	// could not be written: 100 ms, 200 ms, ... 2 s, 2 s, ...
+	retryInitial = 100 * time.Millisecond
+	retryMax     = 2 * time.Second
+	// finalWriteWait bounds how long Close retries the final document on
+	// a full or read-only volume: the container's exit waits for it,
+	// and the liveness lock, released by the exit, already tells the
+	// pod's other members that this one ended.
+	finalWriteWait = time.Second
+)
+
+// recoverable reports whether a failed write may succeed later without
+// anyone repairing the directory: the volume was full, over its quota or
+// read-only.
+func recoverable(err error) bool {
+	return errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EROFS) || errors.Is(err, unix.EDQUOT)
 }
 
 func (r *Recorder) kick() {
@@ -119,13 +157,30 @@ func (r *Recorder) kick() {
 
 func (r *Recorder) run() {
 	defer r.wg.Done()
+	retry := time.NewTimer(0)
+	<-retry.C
+	delay := time.Duration(0)
 	for {
 		select {
 		case <-r.done:
+			retry.Stop()
 			return
 		case <-r.wake:
-			r.flush()
+		case <-retry.C:
 		}
+		if r.flush() == nil {
+			delay = 0
+			continue
+		}
+		// The status stays pending (flush put it back); write it again
+		// later, since nothing else may change it for a long time.
+		if delay = min(max(2*delay, retryInitial), retryMax); !retry.Stop() {
+			select {
+			case <-retry.C:
+			default:
+			}
+		}
+		retry.Reset(delay)
 	}
 }
 
@@ -150,6 +205,8 @@ func (r *Recorder) flush() error {
 	if err != nil {
 		r.failing++
 		r.failed++
+		// Still to be written: by the retry, or by the next change.
+		r.pending = true
 	} else {
 		r.failing = 0
 	}

@@ -1,7 +1,6 @@
 package podstate
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -23,9 +22,10 @@ import (
 // in pod-restarts/ and waits:
 //
 //  1. until every other member listed for the pod has a "stopped" marker
-//     for N or later, or has no supervisor (no status document), has
-//     ended for good (status "exited") or is being stopped by the kubelet
-//     (status "stopping"); at most StopWait;
+//     for N or later, or has no supervisor (no status document, or a
+//     free liveness lock: see liveness.go), has ended for good (status
+//     "exited") or is being stopped by the kubelet (status "stopping");
+//     at most StopWait;
 //  2. until every sidecar and init container re-run listed before it has
 //     a "started" marker for N or later (or no supervisor, or has
 //     ended), as the kubelet starts each init container, sidecar or not,
@@ -243,20 +243,22 @@ func (m *Member) OthersEnded() (ended <-chan struct{}, cancel func()) {
 
 // othersEnded reports whether none of the named members still runs or
 // will run again on its own: each has exited, is being stopped, or waits
-// in phase Ended itself (or has a status document this reader refuses).
-// A member without a status document has not started yet (its image may
+// in phase Ended itself (or has a status document this reader refuses),
+// or its supervisor is dead (its liveness lock is free, whatever its
+// document says: a container killed whole writes no last document). A
+// member without a status document has not started yet (its image may
 // still be pulled) and will run, and held members (their kubelet would
 // restart them) still count as running: the pod goes on.
 func (m *Member) othersEnded(names []string) bool {
 	for _, name := range names {
-		st, err := readStatus(m.dir, name)
-		if errors.Is(err, os.ErrNotExist) {
+		ms := readMember(m.dir, name)
+		if ms.missingDoc() {
 			return false
 		}
-		if err != nil {
+		if ms.err != nil || ms.live == dead {
 			continue
 		}
-		switch st.State {
+		switch ms.doc.State {
 		case supervise.Exited, supervise.Stopping, supervise.Ended:
 		default:
 			return false
@@ -371,12 +373,23 @@ func (m *Member) markers(n uint64) map[string]map[string]bool {
 	return have
 }
 
-// gone reports whether member name has nothing left to wait for: no
+// gone reports whether member pm has nothing left to wait for: no
 // supervisor, ended, or being stopped by the kubelet (a stopping
-// supervisor takes no pod restart).
-func (m *Member) gone(name string) bool {
-	st, err := readStatus(m.dir, name)
-	return errors.Is(err, os.ErrNotExist) || (err == nil && (st.State == supervise.Exited || st.State == supervise.Stopping))
+// supervisor takes no pod restart). A member whose supervisor is dead
+// (its liveness lock is free) is gone too, whatever its document says,
+// except an init container's re-run: the kubelet restarts it (it is a
+// sidecar), and the containers after it must not start before it ran.
+func (m *Member) gone(pm contract.PodMember) bool {
+	ms := readMember(m.dir, pm.Name)
+	switch {
+	case ms.missingDoc():
+		return true
+	case ms.err != nil:
+		return false
+	case ms.live == dead && pm.Kind != contract.MemberInit:
+		return true
+	}
+	return ms.doc.State == supervise.Exited || ms.doc.State == supervise.Stopping
 }
 
 // missing returns the members, other than this one, that have no
@@ -390,7 +403,7 @@ func (m *Member) missing(n uint64, what string) []string {
 	}
 	var out []string
 	for _, pm := range members {
-		if pm.Name == m.name || have[pm.Name] || m.gone(pm.Name) {
+		if pm.Name == m.name || have[pm.Name] || m.gone(pm) {
 			continue
 		}
 		out = append(out, pm.Name)
@@ -424,7 +437,7 @@ func (m *Member) notStarted(n uint64, starters []contract.PodMember) (sidecars, 
 		case marks[markStarted][pm.Name]:
 		case pm.Kind == contract.MemberInit && marks[markFailed][pm.Name]:
 			failed = true
-		case m.gone(pm.Name):
+		case m.gone(pm):
 		case pm.Kind == contract.MemberInit:
 			inits = append(inits, pm.Name)
 		default:

@@ -7,12 +7,15 @@
 // The supervisors run in different containers: different PID and mount
 // namespaces, possibly different UIDs, sharing nothing but this directory.
 // Everything here is therefore built from operations that are atomic on a
-// local filesystem (rename, link) and needs no lock, no daemon and no
-// cooperation beyond the files themselves.
+// local filesystem (rename, link) and needs no daemon and no cooperation
+// beyond the files themselves. The one lock, each supervisor's flock on
+// its liveness file, is never waited for: it tells the others that the
+// supervisor lives (liveness.go).
 //
 // Layout of the directory:
 //
 //	status/<container>.json     one status document per container
+//	live/<container>.lock       flock(2)ed by the container's supervisor while it lives
 //	pod-restarts/<generation>   one file per pod restart, 20 digits
 package podstate
 
@@ -65,6 +68,15 @@ type Status struct {
 	// Restarts counts in-place restarts of the workload, whatever caused
 	// them; the kubelet's restartCount does not see these.
 	Restarts int `json:"restarts"`
+	// RestartsTotal counts the in-place restarts of the container since
+	// the pod started, across its supervisors: Restarts counts those of
+	// this supervisor process, which starts from 0 whenever the kubelet
+	// starts the container again (after a hand-over, or a supervisor that
+	// died). The next supervisor of the same container continues from it,
+	// as from BackoffRestarts, so the count never goes down while the pod
+	// lives. A document written by an earlier release has none; its
+	// Restarts is then taken as the total.
+	RestartsTotal int `json:"restartsTotal"`
 	// PodRestarts counts how many of those were pod-wide restarts
 	// (RestartAllContainers), announced by this or another container.
 	PodRestarts int `json:"podRestarts"`

@@ -309,7 +309,9 @@ func supervisorCmd(args []string) int {
 			logger.Warn("cannot write the termination message", "err", err)
 		}
 	}
-	return res.Status
+	// Stopped before any run of its own ended, the container exits with
+	// the exit its earlier supervisor handed over.
+	return pod.ExitStatus(final, res.Status)
 }
 
 // announcesPodRestarts reports whether cfg, the rules the supervisor

@@ -1,0 +1,257 @@
+package podstate
+
+import (
+	"bufio"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/restart-supervisor/restart-supervisor/contract"
+	"github.com/restart-supervisor/restart-supervisor/internal/testutil"
+	"github.com/restart-supervisor/restart-supervisor/supervise"
+)
+
+// liveRole holds the liveness lock of PODSTATE_NAME, writes a "running"
+// status document, says "ok" and sleeps until it is killed: a supervisor
+// whose container is killed whole.
+func liveRole() int {
+	dir, name := os.Getenv("PODSTATE_DIR"), os.Getenv("PODSTATE_NAME")
+	l, err := HoldLiveness(dir, name)
+	if err == nil {
+		err = WriteStatus(dir, Status{Container: name, State: supervise.Running, SupervisorPID: os.Getpid()})
+	}
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	defer l.Release()
+	fmt.Println("ok")
+	time.Sleep(time.Hour)
+	return 0
+}
+
+// startLive runs liveRole for container name and returns once it holds
+// the lock.
+func startLive(t *testing.T, dir, name string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), "PODSTATE_TEST_ROLE=live", "PODSTATE_DIR="+dir, "PODSTATE_NAME="+name)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	line, _ := bufio.NewReader(out).ReadString('\n')
+	if strings.TrimSpace(line) != "ok" {
+		t.Fatalf("live role: %q", line)
+	}
+	return cmd
+}
+
+// TestLivenessFollowsTheProcess: a member whose supervisor is SIGKILLed
+// leaves "running" in its document; the lock the kernel released says it
+// is dead, and a member in phase Ended waiting for it proceeds.
+func TestLivenessFollowsTheProcess(t *testing.T) {
+	dir := t.TempDir()
+	b := startLive(t, dir, "b")
+	m := &Member{dir: dir, name: "a"}
+	m.SetRound([]contract.PodMember{{Name: "a", Kind: contract.MemberRegular}, {Name: "b", Kind: contract.MemberRegular}}, nil, nil)
+	if got := readMember(dir, "b").live; got != alive {
+		t.Fatalf("b's supervisor runs, liveness %d, want alive", got)
+	}
+	ended, cancel := m.OthersEnded()
+	if ended == nil {
+		t.Fatal("b runs: there is someone to wait for")
+	}
+	defer cancel()
+	select {
+	case <-ended:
+		t.Fatal("ended while b's supervisor lives")
+	case <-time.After(3 * endedPoll):
+	}
+	b.Process.Signal(syscall.SIGKILL)
+	b.Wait()
+	if st, err := readStatus(dir, "b"); err != nil || st.State != supervise.Running {
+		t.Fatalf("b's document: %+v %v, want the running it was killed in", st, err)
+	}
+	if got := readMember(dir, "b").live; got != dead {
+		t.Fatalf("b's supervisor was killed, liveness %d, want dead", got)
+	}
+	select {
+	case <-ended:
+	case <-time.After(30 * time.Second):
+		t.Fatal("a still waits for b, whose supervisor was killed")
+	}
+	if !m.gone(contract.PodMember{Name: "b", Kind: contract.MemberRegular}) {
+		t.Error("a round would wait for b, whose supervisor was killed")
+	}
+	if m.gone(contract.PodMember{Name: "b", Kind: contract.MemberInit}) {
+		t.Error("an init container's re-run whose supervisor died must be waited for: the kubelet restarts it")
+	}
+	// The container's next supervisor takes the same lock again.
+	startLive(t, dir, "b")
+	if got := readMember(dir, "b").live; got != alive {
+		t.Fatalf("b's new supervisor runs, liveness %d, want alive", got)
+	}
+}
+
+// TestLivenessRefusesPlantedFiles: any container can put a link, a FIFO or
+// a file of its own UID at another's lock. A supervisor does not follow,
+// block on or trust any of them, and a waiter takes none as a sign of
+// life or death.
+func TestLivenessRefusesPlantedFiles(t *testing.T) {
+	dir := t.TempDir()
+	live := filepath.Join(dir, liveDir)
+	if _, err := sharedSubdir(dir, liveDir); err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(dir, "elsewhere")
+	os.WriteFile(target, nil, 0o644)
+	os.Symlink(target, filepath.Join(live, "link.lock"))
+	unix.Mkfifo(filepath.Join(live, "fifo.lock"), 0o666)
+	os.Mkdir(filepath.Join(live, "dir.lock"), 0o755)
+	for _, name := range []string{"link", "fifo", "dir"} {
+		done := make(chan error, 1)
+		go func() {
+			l, err := HoldLiveness(dir, name)
+			l.Release()
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err == nil {
+				t.Errorf("%s: lock taken on a planted file", name)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: HoldLiveness blocks", name)
+		}
+		if got := probeLiveness(dir, name, -1); got != livenessUnknown {
+			t.Errorf("%s: liveness %d, want unknown", name, got)
+		}
+	}
+	// The link's target was not locked either.
+	fd, _ := unix.Open(target, unix.O_RDONLY, 0)
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		t.Errorf("the link's target is locked: %v", err)
+	}
+	unix.Close(fd)
+
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("the other-UID case needs root")
+		}
+		t.Skip("the other-UID case needs root")
+	}
+	// A free lock file of another UID: that UID could remove it while
+	// the member holds it and put a free one in its place.
+	planted := filepath.Join(live, "other.lock")
+	os.WriteFile(planted, nil, 0o644)
+	os.Chown(planted, 1001, 1001)
+	if l, err := HoldLiveness(dir, "other"); err == nil || !strings.Contains(err.Error(), "owned by UID 1001") {
+		l.Release()
+		t.Errorf("a lock file of UID 1001 taken: %v", err)
+	}
+	WriteStatus(dir, Status{Container: "other", State: supervise.Running})
+	if got := readMember(dir, "other").live; got != livenessUnknown {
+		t.Errorf("a lock of another UID than the document's: liveness %d, want unknown", got)
+	}
+}
+
+// TestRecorderRetriesUntilTheVolumeRecovers: a write that fails because
+// the volume is read-only or full at that moment is retried without any
+// further change, and lands once the volume recovers; a failed Sync (an
+// announcement) too.
+func TestRecorderRetriesUntilTheVolumeRecovers(t *testing.T) {
+	readOnly := func(t *testing.T, mnt string) { mount(t, "-o", "remount,ro", mnt) }
+	readWrite := func(t *testing.T, mnt string) { mount(t, "-o", "remount,rw", mnt) }
+	for _, c := range []struct {
+		name           string
+		break_, repair func(t *testing.T, mnt string)
+		sync           bool
+	}{
+		{name: "read-only Sync", break_: readOnly, repair: readWrite, sync: true},
+		{"read-only",
+			func(t *testing.T, mnt string) { mount(t, "-o", "remount,ro", mnt) },
+			func(t *testing.T, mnt string) { mount(t, "-o", "remount,rw", mnt) }, false},
+		{"full",
+			func(t *testing.T, mnt string) {
+				f, err := os.Create(filepath.Join(mnt, "filler"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer f.Close()
+				buf := make([]byte, 4096)
+				for {
+					if _, err := f.Write(buf); err != nil {
+						if !strings.Contains(err.Error(), "no space left") {
+							t.Fatal(err)
+						}
+						return
+					}
+				}
+			},
+			func(t *testing.T, mnt string) { os.Remove(filepath.Join(mnt, "filler")) }, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			mnt := tmpfs(t)
+			var logs testutil.SyncBuffer
+			r, err := NewRecorder(mnt, Status{Container: "a", State: supervise.Running}, slog.New(slog.NewTextHandler(&logs, nil)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			waitFor(t, "the first document", func() bool { st, err := readStatus(mnt, "a"); return err == nil && st.State == supervise.Running })
+			c.break_(t, mnt)
+			if c.sync {
+				if err := r.Sync(func(s *Status) { s.State = supervise.Ended }); err == nil {
+					t.Fatal("Sync on a broken volume succeeded")
+				}
+			} else {
+				r.Update(func(s *Status) { s.State = supervise.Ended })
+			}
+			waitFor(t, "a failed write", func() bool { return r.FailedWrites() > 0 })
+			c.repair(t, mnt)
+			// No further update: only a retry writes it.
+			waitFor(t, "the document written after the volume recovered", func() bool {
+				st, err := readStatus(mnt, "a")
+				return err == nil && st.State == supervise.Ended
+			})
+			if !strings.Contains(logs.String(), "status document written again") {
+				t.Errorf("the recovery is not logged:\n%s", logs.String())
+			}
+		})
+	}
+}
+
+// tmpfs mounts a 64 KiB tmpfs for the test, which needs root.
+func tmpfs(t *testing.T) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("mounting a tmpfs needs root")
+		}
+		t.Skip("mounting a tmpfs needs root")
+	}
+	mnt := t.TempDir()
+	mount(t, "-t", "tmpfs", "-o", "size=64k,mode=0777", "tmpfs", mnt)
+	t.Cleanup(func() { exec.Command("umount", "-l", mnt).Run() })
+	return mnt
+}
+
+func mount(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("mount", args...).CombinedOutput(); err != nil {
+		t.Fatalf("mount %v: %v: %s", args, err, out)
+	}
+}

@@ -1,0 +1,73 @@
+package podstate
+
+import (
+	"testing"
+	"time"
+
+	"github.com/restart-supervisor/restart-supervisor/supervise"
+)
+
+// TestResumeClampsTheFuture: the times in a status document are a
+// writer's claims. A resumed exit or start after now is taken as now, a
+// start after its exit as the exit, and a back-off step out of range is
+// brought into it, so that the resumed wait never exceeds the back-off's
+// maximum from now.
+func TestResumeClampsTheFuture(t *testing.T) {
+	now := time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		name              string
+		exit, start       time.Time
+		backoff, wantStep int
+		wantExit, wantRun time.Time
+	}{
+		{"2100", time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC), 3, 3, now, now},
+		{"an hour on", now.Add(time.Hour), now.Add(-time.Minute), 1 << 62, maxResumedBackoff, now, now.Add(-time.Minute)},
+		{"start after exit", now.Add(-time.Minute), now.Add(-time.Second), -5, 0, now.Add(-time.Minute), now.Add(-time.Minute)},
+		{"in the past", now.Add(-time.Minute), now.Add(-time.Hour), 2, 2, now.Add(-time.Minute), now.Add(-time.Hour)},
+	} {
+		var p Pod
+		p.resumeFrom(Status{LastExit: &Exit{Code: 1, At: c.exit}, StartedAt: c.start, BackoffRestarts: c.backoff}, now)
+		r := p.Resume()
+		if !r.LastExit.Equal(c.wantExit) || !r.LastStart.Equal(c.wantRun) || r.BackoffRestarts != c.wantStep {
+			t.Errorf("%s: resumed %+v, want exit %s start %s step %d", c.name, *r, c.wantExit, c.wantRun, c.wantStep)
+		}
+		if p.handedOver.Code != 1 || !p.handedOver.At.Equal(c.wantExit) {
+			t.Errorf("%s: handed-over exit %+v", c.name, *p.handedOver)
+		}
+	}
+}
+
+// TestRestartsTotalFromThePreviousDocument: restartsTotal goes on from the
+// document the container's earlier supervisor left; a document of an
+// earlier release, without it, gives its restarts; a count out of range
+// (any process of the UID can write one) is brought into it.
+func TestRestartsTotalFromThePreviousDocument(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		prev     Status
+		restarts int
+		want     int
+	}{
+		{"continued", Status{Restarts: 2, RestartsTotal: 7}, 3, 10},
+		{"earlier release", Status{Restarts: 5}, 1, 6},
+		{"negative", Status{Restarts: -9, RestartsTotal: -3}, 1, 1},
+		{"huge", Status{RestartsTotal: 1 << 62}, 1, maxRestartsTotal + 1},
+	} {
+		dir := t.TempDir()
+		c.prev.Container = "app"
+		if err := WriteStatus(dir, c.prev); err != nil {
+			t.Fatal(err)
+		}
+		p, err := Open(dir, "app", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := p.Close(supervise.State{Phase: supervise.Exited, Restarts: c.restarts})
+		if st.RestartsTotal != c.want || st.Restarts != c.restarts {
+			t.Errorf("%s: restarts %d restartsTotal %d, want %d and %d", c.name, st.Restarts, st.RestartsTotal, c.restarts, c.want)
+		}
+		if doc, err := readStatus(dir, "app"); err != nil || doc.RestartsTotal != c.want {
+			t.Errorf("%s: document %+v %v", c.name, doc, err)
+		}
+	}
+}
