@@ -116,7 +116,7 @@ func (s *supervisor) disarmProbes() {
 // not succeeded yet.
 func (s *supervisor) onProbeTick(p *prober) {
 	p.next.Reset(p.spec.Period())
-	if p.run != nil || s.proc == nil || s.probeKill != nil {
+	if p.run != nil || s.proc == nil || s.ending.cause == endProbeKill {
 		return
 	}
 	if p.name == "liveness" && !s.started {
@@ -209,7 +209,7 @@ func itoa(n int) string {
 }
 
 func (s *supervisor) onProbeResult(p *prober, ok bool, why string) {
-	if s.proc == nil || s.probeKill != nil {
+	if s.proc == nil || s.ending.cause == endProbeKill {
 		return
 	}
 	if ok {
@@ -261,27 +261,27 @@ func (s *supervisor) onProbeFailure(p *prober) {
 	s.log.Warn(p.name+" probe failed "+itoa(p.failures)+" times in a row; stopping the workload, then "+then,
 		"pid", s.proc.pid, "signal", unix.SignalName(sig), "gracePeriod", grace, "probeKills", s.probeKills+1)
 	s.probeKills++
-	s.probeKill = &probeKill{probe: p.name, restart: restart}
+	if s.ending.cause == endNone {
+		// A pod restart's kill already under way keeps its cause: its
+		// exit joins the pod restart's round.
+		s.ending = ending{cause: endProbeKill, probe: probeKill{probe: p.name, restart: restart}}
+	}
 	s.disarmProbes()
 	s.deliver(sig)
-	s.armGrace(s.proc.pid, grace)
+	s.grace.arm(s.proc.pid, grace)
 }
 
 // afterProbeKill handles the exit of a workload a probe failure stopped:
 // restarted in place with the container's back-off when upstream would
 // restart the container, otherwise judged by the rules like any exit.
-func (s *supervisor) afterProbeKill(k *probeKill, exit *Exit, ran time.Duration, attrs []any) {
+func (s *supervisor) afterProbeKill(k probeKill, exit *Exit, ran time.Duration, attrs []any) {
 	if !k.restart {
 		s.act(s.judge(exit, ran), exit, append(attrs, "probe", k.probe))
 		return
 	}
 	cfg := s.config()
-	if ran >= cfg.Backoff.ResetAfterDuration() {
-		s.backoffN = 0
-	}
 	v := verdict{decision: rules.Decision{Restart: true, Rule: -1, Action: rules.ActionRestart, Source: rules.SourceContainerPolicy},
-		handling: rules.RestartInPlace, pod: cfg.Pod(), delay: cfg.Backoff.Delay(s.backoffN)}
-	s.backoffN++
+		handling: rules.RestartInPlace, pod: cfg.Pod(), backoff: cfg.Backoff, ran: ran}
 	exit.Action = rules.ActionRestart
 	s.act(v, exit, append(attrs, "probe", k.probe))
 }
