@@ -25,9 +25,9 @@ type backoff struct {
 
 // next returns the delay before the start that follows a run of ran
 // under curve c, and takes the step. A negative ran (no run yet) never
-// resets the curve.
+// resets the curve, since rules.Validate refuses a negative resetAfter.
 func (b *backoff) next(c rules.Backoff, ran time.Duration) time.Duration {
-	if ran >= 0 && ran >= c.ResetAfterDuration() {
+	if ran >= c.ResetAfterDuration() {
 		b.n = 0
 	}
 	d := c.Delay(b.n)
