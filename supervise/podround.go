@@ -151,6 +151,22 @@ func (s *supervisor) onPodRestart(gen uint64) {
 	}
 }
 
+// member is this container's part in the pod's restarts beside the wait
+// for a round (waiting.round): the pod restart's back-off curve, and the
+// round this run has yet to report its start or failure to.
+type member struct {
+	// backoff is the pod restart's curve, one step per round (enterRound).
+	backoff backoff
+	// startedIn is the pod restart whose start is reported to the round
+	// once the startup probe of this run has succeeded (onProbeResult).
+	startedIn *uint64
+	// rerunOf is the pod restart an init container's re-run
+	// (Options.InitRerun) serves; its start is reported once the run
+	// initialized the container, its failure once it failed for good
+	// (endRerun).
+	rerunOf *uint64
+}
+
 // podRound is a pod restart the stopped workload waits to start in
 // (waitRound).
 type podRound struct {
@@ -181,7 +197,7 @@ func (s *supervisor) enterRound(gen uint64) {
 		if !s.lastStart.IsZero() {
 			ran = now.Sub(s.lastStart)
 		}
-		delay := s.podBackoff.next(s.config().Backoff, ran)
+		delay := s.member.backoff.next(s.config().Backoff, ran)
 		r = &podRound{notBefore: now.Add(delay)}
 		if delay > 0 {
 			s.log.Info("pod restart back-off", "generation", gen, "delay", delay)
@@ -212,7 +228,7 @@ func (s *supervisor) startRound() {
 		return
 	}
 	if s.o.InitRerun {
-		s.rerunGen = &gen
+		s.member.rerunOf = &gen
 		return
 	}
 	if s.started {
@@ -222,7 +238,7 @@ func (s *supervisor) startRound() {
 	// As the kubelet starts the containers after a sidecar once its
 	// startup probe has succeeded, the round hears of this start then
 	// (onProbeResult).
-	s.roundStarted = &gen
+	s.member.startedIn = &gen
 }
 
 // endRerun ends an init container's re-run whose exit is not restarted
@@ -233,8 +249,8 @@ func (s *supervisor) startRound() {
 func (s *supervisor) endRerun(v verdict, exit *Exit, attrs []any) {
 	d := v.decision
 	attrs = append(attrs, "rule", d.Rule, "action", string(d.Action), "decidedBy", string(d.Source), "restarts", s.restarts)
-	gen := s.rerunGen
-	s.rerunGen = nil
+	gen := s.member.rerunOf
+	s.member.rerunOf = nil
 	if d.Source == rules.SourceInitialized {
 		s.log.Info("init container re-run succeeded; waiting for the next pod restart", attrs...)
 		if gen != nil {

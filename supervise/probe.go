@@ -107,7 +107,7 @@ func (s *supervisor) disarmProbes() {
 	s.startup, s.liveness = nil, nil
 	// A run that ends or stops before its startup probe succeeded never
 	// reports its start; the others wait for it until their bound.
-	s.roundStarted = nil
+	s.member.startedIn = nil
 }
 
 // onProbeTick runs one check of p, unless one is still in flight (the
@@ -220,8 +220,8 @@ func (s *supervisor) onProbeResult(p *prober, ok bool, why string) {
 			p.next.Stop()
 			s.log.Info("startup probe succeeded", "pid", s.proc.pid, "after", time.Since(s.lastStart).Round(time.Millisecond))
 			s.changed()
-			if gen := s.roundStarted; gen != nil {
-				s.roundStarted = nil
+			if gen := s.member.startedIn; gen != nil {
+				s.member.startedIn = nil
 				s.o.Pod.Started(*gen)
 			}
 		}

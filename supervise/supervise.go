@@ -131,8 +131,9 @@ type Resume struct {
 // by two values that are each set where they change and read where they
 // matter: ending, why the current run is ending, and wait, what the loop
 // waits for while no run is in progress. The rest is the run itself
-// (proc, its probes and its grace period), the two back-off curves, and
-// the record the status document reports.
+// (proc, its probes and its grace period), the container's back-off
+// curve, its part in pod restarts, and the record the status document
+// reports.
 type supervisor struct {
 	o    Options
 	log  Logger
@@ -149,8 +150,8 @@ type supervisor struct {
 	proc  *process // the running workload; nil in every other phase
 	grace grace    // the SIGKILL that ends a stop or a kill
 
-	backoff    backoff // the container's curve, for restarts in place
-	podBackoff backoff // the pod restart's curve, for the rounds (enterRound)
+	backoff backoff // the container's curve, for restarts in place
+	member  member  // this container's part in pod restarts (podround.go)
 
 	last        *Exit
 	lastRestart *Exit
@@ -165,13 +166,6 @@ type supervisor struct {
 	startup, liveness *prober
 	started           bool
 	probeKills        int
-	// roundStarted is the pod restart whose start is reported to the
-	// round once the startup probe of this run has succeeded.
-	roundStarted *uint64
-	// rerunGen is the pod restart an init container's re-run
-	// (Options.InitRerun) serves; its start is reported once the run
-	// initialized the container.
-	rerunGen *uint64
 }
 
 // Run supervises the workload until it is over and returns the status to
