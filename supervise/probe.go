@@ -113,7 +113,7 @@ func (s *supervisor) disarmProbes() {
 	s.startup, s.liveness = nil, nil
 	// A run that ends or stops before its startup probe succeeded never
 	// reports its start; the others wait for it until their bound.
-	s.roundStarted = nil
+	s.member.startedIn = nil
 }
 
 // onProbeTick runs one check of p, unless one is still in flight (the
@@ -122,7 +122,7 @@ func (s *supervisor) disarmProbes() {
 // not succeeded yet.
 func (s *supervisor) onProbeTick(p *prober) {
 	p.next.Reset(p.spec.Period())
-	if p.run != nil || s.proc == nil || s.probeKill != nil {
+	if p.run != nil || s.proc == nil || s.ending.cause == endProbeKill {
 		return
 	}
 	if p.name == "liveness" && !s.started {
@@ -231,7 +231,7 @@ func itoa(n int) string {
 }
 
 func (s *supervisor) onProbeResult(p *prober, ok bool, why string) {
-	if s.proc == nil || s.probeKill != nil {
+	if s.proc == nil || s.ending.cause == endProbeKill {
 		return
 	}
 	if ok {
@@ -242,8 +242,8 @@ func (s *supervisor) onProbeResult(p *prober, ok bool, why string) {
 			p.next.Stop()
 			s.log.Info("startup probe succeeded", "pid", s.proc.pid, "after", time.Since(s.lastStart).Round(time.Millisecond))
 			s.changed()
-			if gen := s.roundStarted; gen != nil {
-				s.roundStarted = nil
+			if gen := s.member.startedIn; gen != nil {
+				s.member.startedIn = nil
 				s.o.Pod.Started(*gen)
 			}
 		}
@@ -283,27 +283,27 @@ func (s *supervisor) onProbeFailure(p *prober) {
 	s.log.Warn(p.name+" probe failed "+itoa(p.failures)+" times in a row; stopping the workload, then "+then,
 		"pid", s.proc.pid, "signal", unix.SignalName(sig), "gracePeriod", grace, "probeKills", s.probeKills+1)
 	s.probeKills++
-	s.probeKill = &probeKill{probe: p.name, restart: restart}
+	if s.ending.cause == endNone {
+		// A pod restart's kill already under way keeps its cause: its
+		// exit joins the pod restart's round.
+		s.ending = ending{cause: endProbeKill, probe: probeKill{probe: p.name, restart: restart}}
+	}
 	s.disarmProbes()
 	s.deliver(sig)
-	s.armGrace(s.proc.pid, grace)
+	s.grace.arm(s.proc.pid, grace)
 }
 
 // afterProbeKill handles the exit of a workload a probe failure stopped:
 // restarted in place with the container's back-off when upstream would
 // restart the container, otherwise judged by the rules like any exit.
-func (s *supervisor) afterProbeKill(k *probeKill, exit *Exit, ran time.Duration, attrs []any) {
+func (s *supervisor) afterProbeKill(k probeKill, exit *Exit, ran time.Duration, attrs []any) {
 	if !k.restart {
 		s.act(s.judge(exit, ran), exit, append(attrs, "probe", k.probe))
 		return
 	}
 	cfg := s.config()
-	if ran >= cfg.Backoff.ResetAfterDuration() {
-		s.backoffN = 0
-	}
 	v := verdict{decision: rules.Decision{Restart: true, Rule: -1, Action: rules.ActionRestart, Source: rules.SourceContainerPolicy},
-		handling: rules.RestartInPlace, pod: cfg.Pod(), delay: cfg.Backoff.Delay(s.backoffN)}
-	s.backoffN++
+		handling: rules.RestartInPlace, pod: cfg.Pod(), backoff: cfg.Backoff, ran: ran}
 	exit.Action = rules.ActionRestart
 	s.act(v, exit, append(attrs, "probe", k.probe))
 }

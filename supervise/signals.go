@@ -3,6 +3,7 @@ package supervise
 import (
 	"os"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -59,4 +60,108 @@ func isForwarded(sig syscall.Signal) bool {
 		}
 	}
 	return false
+}
+
+func (s *supervisor) onSignal(sig syscall.Signal) {
+	if sig == unix.SIGCHLD {
+		s.reap()
+		return
+	}
+	if s.stop[sig] {
+		s.onStop(sig)
+		return
+	}
+	if !isForwarded(sig) {
+		return // caught only, see caughtSignals
+	}
+	if s.proc == nil {
+		s.log.Debug("no workload is running; signal dropped", "signal", unix.SignalName(sig))
+		return
+	}
+	s.deliver(sig)
+}
+
+// deliver passes a signal from outside on to the running workload.
+func (s *supervisor) deliver(sig syscall.Signal) {
+	if !s.o.InitSignals {
+		s.forward(s.proc.pid, sig)
+		return
+	}
+	if !catches(s.proc.pid, sig) {
+		s.log.Debug("the workload has no handler for the signal; dropped, as for a PID namespace's init", "signal", unix.SignalName(sig))
+		return
+	}
+	if err := unix.Kill(s.proc.pid, sig); err != nil && err != unix.ESRCH {
+		s.log.Warn("cannot forward signal", "signal", unix.SignalName(sig), "pid", s.proc.pid, "err", err)
+	}
+}
+
+// forward sends sig to the whole process group, so that a shell's jobs get
+// it too (a shell does not pass SIGINT on to a foreground job). ESRCH
+// means the group is already gone; its exit arrives through SIGCHLD.
+func (s *supervisor) forward(pgid int, sig syscall.Signal) {
+	if err := unix.Kill(-pgid, sig); err != nil && err != unix.ESRCH {
+		s.log.Warn("cannot forward signal", "signal", unix.SignalName(sig), "pgid", pgid, "err", err)
+	}
+}
+
+// onStop handles a request to stop the container. It never leads to a
+// restart. With no workload running (backoff or hold) there is nothing to
+// wait for, so we exit at once with the last run's status.
+func (s *supervisor) onStop(sig syscall.Signal) {
+	first := s.ending.cause != endStop
+	s.phase = Stopping
+	s.disarmProbes()
+	s.wait.leave()
+	switch {
+	case s.proc != nil:
+		// A stop takes the place of a pod restart's or a probe's kill:
+		// its exit ends supervision.
+		s.ending = ending{cause: endStop}
+		if first {
+			s.log.Info("stop requested; forwarding to the workload", "signal", unix.SignalName(sig), "pid", s.proc.pid, "gracePeriod", s.o.GracePeriod)
+		}
+		s.deliver(sig)
+		if !s.grace.armed() && s.o.GracePeriod > 0 {
+			s.grace.arm(s.proc.pid, s.o.GracePeriod)
+		}
+		s.changed()
+	default:
+		s.log.Info("stop requested while no workload runs", "signal", unix.SignalName(sig))
+		s.finish(s.lastStatus())
+	}
+}
+
+// grace is the SIGKILL that follows a stop signal once its grace period
+// is over: a stop's, a pod restart's or a probe kill's.
+type grace struct {
+	timer *time.Timer // nil when disarmed
+	pgid  int
+	d     time.Duration
+}
+
+// C is the timer's channel, nil when disarmed.
+func (g *grace) C() <-chan time.Time { return timerC(g.timer) }
+
+func (g *grace) armed() bool { return g.timer != nil }
+
+// arm (re)starts the grace period d of process group pgid.
+func (g *grace) arm(pgid int, d time.Duration) {
+	if g.timer != nil {
+		g.timer.Stop()
+	}
+	*g = grace{timer: time.NewTimer(d), pgid: pgid, d: d}
+}
+
+func (g *grace) disarm() {
+	if g.timer != nil {
+		g.timer.Stop()
+		g.timer = nil
+	}
+}
+
+func (s *supervisor) onGraceExpired() {
+	s.grace.timer = nil
+	s.log.Warn("grace period expired; killing the workload's process group", "pgid", s.grace.pgid, "gracePeriod", s.grace.d)
+	s.forward(s.grace.pgid, unix.SIGKILL)
 }

@@ -1,0 +1,47 @@
+package supervise
+
+import (
+	"time"
+
+	"github.com/restart-supervisor/restart-supervisor/rules"
+)
+
+// backoff is one CrashLoopBackOff curve: the container's own, for its
+// restarts in place, and the pod restart's, for the rounds this member
+// starts in. It owns the step and is advanced in one place, next, as the
+// kubelet advances its curve only in doBackOff's backOff.Next
+// (pkg/kubelet/kuberuntime/kuberuntime_manager.go and
+// client-go util/flowcontrol/backoff.go Backoff.Next, k8s.io/kubernetes
+// v1.37.2): the first start after a reset is immediate, then
+// rules.Backoff's initial delay doubles up to its max, and a run of
+// Backoff.ResetAfterDuration (10 min by default, the kubelet's
+// HasExpiredFunc in pkg/kubelet/kubelet.go) starts the curve over.
+type backoff struct {
+	// n is the number of restarts since the curve was last reset: the next
+	// one waits rules.Backoff.Delay(n). It is State.BackoffRestarts for
+	// the container's curve.
+	n int
+}
+
+// next returns the delay before the start that follows a run of ran
+// under curve c, and takes the step. A negative ran (no run yet) never
+// resets the curve, since rules.Validate refuses a negative resetAfter.
+func (b *backoff) next(c rules.Backoff, ran time.Duration) time.Duration {
+	if ran >= c.ResetAfterDuration() {
+		b.n = 0
+	}
+	d := c.Delay(b.n)
+	b.n++
+	return d
+}
+
+// resumed is the container's curve as an earlier supervisor of the same
+// container left it (Options.Resume, from the status document's
+// BackoffRestarts), with the step for that supervisor's last exit taken:
+// the kubelet keeps one curve per container across all its exits. It
+// returns the delay that exit asks for, measured from r.LastExit.
+func resumed(c rules.Backoff, r *Resume) (backoff, time.Duration) {
+	b := backoff{n: r.BackoffRestarts}
+	delay := b.next(c, r.LastExit.Sub(r.LastStart))
+	return b, delay
+}

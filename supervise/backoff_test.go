@@ -1,0 +1,70 @@
+package supervise
+
+import (
+	"testing"
+	"time"
+
+	"github.com/restart-supervisor/restart-supervisor/rules"
+)
+
+// TestBackoffCurve pins the container curve to the kubelet's
+// CrashLoopBackOff with its defaults: the first restart at once, then
+// 10 s doubling to the 300 s cap, and a run of 10 min starts it over
+// (flowcontrol.Backoff.Next with the kubelet's HasExpiredFunc,
+// k8s.io/kubernetes v1.37.2).
+func TestBackoffCurve(t *testing.T) {
+	var c rules.Backoff // the defaults
+	var b backoff
+	short := time.Second
+	want := []time.Duration{0, 10 * time.Second, 20 * time.Second, 40 * time.Second, 80 * time.Second,
+		160 * time.Second, 300 * time.Second, 300 * time.Second}
+	for i, w := range want {
+		if d := b.next(c, short); d != w {
+			t.Fatalf("restart %d after a short run: delay %v, want %v", i, d, w)
+		}
+	}
+	if b.n != len(want) {
+		t.Fatalf("step %d after %d restarts", b.n, len(want))
+	}
+	if d := b.next(c, 10*time.Minute-time.Millisecond); d != 300*time.Second {
+		t.Fatalf("a run just short of resetAfter: delay %v, want the cap", d)
+	}
+	if d := b.next(c, 10*time.Minute); d != 0 || b.n != 1 {
+		t.Fatalf("a run of resetAfter: delay %v at step %d, want 0 at step 1", d, b.n)
+	}
+	if d := b.next(c, short); d != 10*time.Second {
+		t.Fatalf("after the reset: delay %v, want the initial 10s", d)
+	}
+}
+
+// TestBackoffNoRunNeverResets: a round entered before any start (an init
+// container's re-run) takes a step but cannot reset the curve, even with
+// resetAfter 0.
+func TestBackoffNoRunNeverResets(t *testing.T) {
+	zero, initial := rules.Duration(0), rules.Duration(time.Second)
+	c := rules.Backoff{Initial: &initial, ResetAfter: &zero}
+	b := backoff{n: 2}
+	if d := b.next(c, -1); d != 2*time.Second || b.n != 3 {
+		t.Fatalf("no run: delay %v at step %d, want 2s at step 3", d, b.n)
+	}
+	if d := b.next(c, 0); d != 0 || b.n != 1 {
+		t.Fatalf("a run of 0 with resetAfter 0: delay %v at step %d, want 0 at step 1", d, b.n)
+	}
+}
+
+// TestBackoffResumed: a supervisor that follows one which handed its exit
+// over continues the container's curve from the status document's
+// BackoffRestarts, unless that supervisor's last run was long enough to
+// reset it.
+func TestBackoffResumed(t *testing.T) {
+	var c rules.Backoff
+	exit := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	b, d := resumed(c, &Resume{BackoffRestarts: 3, LastStart: exit.Add(-time.Second), LastExit: exit})
+	if d != 40*time.Second || b.n != 4 {
+		t.Fatalf("resumed at 3 after a short run: delay %v at step %d, want 40s at step 4", d, b.n)
+	}
+	b, d = resumed(c, &Resume{BackoffRestarts: 3, LastStart: exit.Add(-10 * time.Minute), LastExit: exit})
+	if d != 0 || b.n != 1 {
+		t.Fatalf("resumed at 3 after a run of resetAfter: delay %v at step %d, want 0 at step 1", d, b.n)
+	}
+}
