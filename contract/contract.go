@@ -58,6 +58,19 @@ const (
 	// stop before it starts a new round, and a regular container for the
 	// sidecars to run again.
 	EnvPodMembers = "RESTART_SUPERVISOR_POD_MEMBERS"
+	// The attempt context the supervisor gives the workload at every
+	// start (supervise.attemptEnv); a value the container sets is
+	// replaced. EnvRestartCount: the in-place restarts before this run.
+	EnvRestartCount = "RESTART_SUPERVISOR_RESTART_COUNT"
+	// EnvLastExitCode: the previous run's exit code (128+N for signal N);
+	// unset for a supervisor's first run.
+	EnvLastExitCode = "RESTART_SUPERVISOR_LAST_EXIT_CODE"
+	// EnvLastExitSignal: the signal that ended the previous run
+	// ("SIGKILL"); unset when it exited by itself.
+	EnvLastExitSignal = "RESTART_SUPERVISOR_LAST_EXIT_SIGNAL"
+	// EnvPodRestartGeneration: in a pod using RestartAllContainers, the pod
+	// restart generation the run belongs to (0 before the first).
+	EnvPodRestartGeneration = "RESTART_SUPERVISOR_POD_RESTART_GENERATION"
 	// EnvLogFormat is not written by the injector; users
 	// set them on the container to change the supervisor's defaults.
 	EnvLogFormat = "RESTART_SUPERVISOR_LOG_FORMAT"

@@ -204,6 +204,16 @@ func (p *Pod) Resume() *supervise.Resume {
 	return p.resume
 }
 
+// PodGeneration returns the function supervise.Options.PodGeneration
+// takes: the pod restart generation this container's runs belong to; nil
+// when the container takes no part in pod restarts.
+func (p *Pod) PodGeneration() func() uint64 {
+	if p == nil || p.member == nil {
+		return nil
+	}
+	return p.member.Generation
+}
+
 // Restarter returns the supervise.PodRestarter, nil when this container
 // cannot take part in pod restarts.
 func (p *Pod) Restarter() supervise.PodRestarter {

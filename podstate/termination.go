@@ -3,10 +3,13 @@ package podstate
 import (
 	"github.com/restart-supervisor/restart-supervisor/supervise"
 
+	"errors"
 	"fmt"
 	"os"
 	"strings"
 	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
 )
@@ -66,9 +69,11 @@ func plural(n int, one, many string) string {
 
 // WriteTerminationMessage adds msg as a line to the container's termination
 // message file (DefaultTerminationMessagePath when path is empty). What the
-// workload wrote there itself stays first and whole: the kubelet keeps the
-// first MaxTerminationMessageBytes, and msg is cut (on a UTF-8 boundary) to
-// the room left, or left out when there is none. The file is created if
+// workload wrote there itself stays whole: the kubelet reads the last
+// MaxTerminationMessageBytes of the file (pkg/util/tail ReadAtMost, from
+// kuberuntime_container.go getTerminationMessage, v1.37.2), so msg is cut
+// (on a UTF-8 boundary) to the room left below that, or left out when there
+// is none, and never pushes the workload's own words out. The file is created if
 // missing but its directory is not: without it the kubelet is not reading
 // there, and the error is for the caller to log, not to change the exit
 // status.
@@ -111,4 +116,33 @@ func truncateUTF8(s string, max int) string {
 		cut--
 	}
 	return s[:cut]
+}
+
+// EmptyTerminationMessage empties the termination message file before an
+// in-place run, as the kubelet gives every container instance a new empty
+// one (kuberuntime_container.go makeMounts, v1.37.2): what an earlier run
+// wrote is that run's message, not the next one's. Only a regular file is
+// emptied; the path is not followed if it is a symbolic link, and a FIFO
+// or device is left alone (opened without blocking, never truncated).
+// A missing file is not an error: then the kubelet reads nothing there.
+func EmptyTerminationMessage(path string) error {
+	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENXIO) {
+			return nil
+		}
+		return fmt.Errorf("termination message: %s: %w", path, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("termination message: %s: %w", path, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size == 0 {
+		return nil
+	}
+	if err := unix.Ftruncate(fd, 0); err != nil {
+		return fmt.Errorf("termination message: %s: %w", path, err)
+	}
+	return nil
 }

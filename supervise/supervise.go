@@ -115,6 +115,17 @@ type Options struct {
 	// so the first start waits whatever the container's curve still asks
 	// for, and the curve goes on from there.
 	Resume *Resume
+
+	// PodGeneration, when set, returns the pod restart generation the
+	// next run belongs to, for the workload's environment
+	// (contract.EnvPodRestartGeneration).
+	PodGeneration func() uint64
+
+	// BeforeRestart, when set, is called before each in-place start (not
+	// the first): what the kubelet would give a new container instance,
+	// the supervisor's caller gives the next run (an empty termination
+	// message file).
+	BeforeRestart func()
 }
 
 // Resume is a container's back-off carried from one supervisor process to
@@ -166,6 +177,9 @@ type supervisor struct {
 	startup, liveness *prober
 	started           bool
 	probeKills        int
+
+	// baseEnv is Options.Env without the attempt variables (attempt.go).
+	baseEnv []string
 }
 
 // Run supervises the workload until it is over and returns the status to
@@ -289,7 +303,10 @@ func (s *supervisor) state() State {
 }
 
 func (s *supervisor) start() {
-	p, err := spawn(s.o.Path, s.o.Argv, s.o.Env, s.tty)
+	if s.last != nil && s.o.BeforeRestart != nil {
+		s.o.BeforeRestart()
+	}
+	p, err := spawn(s.o.Path, s.o.Argv, s.attemptEnv(), s.tty)
 	if err != nil {
 		s.onStartError(err.(*StartError))
 		return

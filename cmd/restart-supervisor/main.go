@@ -267,6 +267,12 @@ func supervisorCmd(args []string) int {
 		return usageError("--state-dir %s: container %q is an init container re-run, but pod restarts cannot be watched there", f.stateDir, f.name)
 	}
 	var final supervise.State
+	// The termination message file: the flag's, or the kubelet's default
+	// path in a pod (a state directory means the injector wrapped it).
+	term := f.termPath
+	if term == "" && f.stateDir != "" {
+		term = podstate.DefaultTerminationMessagePath
+	}
 	res := supervise.Run(supervise.Options{
 		Path:           path,
 		Argv:           argv,
@@ -284,7 +290,19 @@ func supervisorCmd(args []string) int {
 		Log:              logger,
 		ProbeCommand:     probeCommand(),
 		Pod:              pod.Restarter(),
+		PodGeneration:    pod.PodGeneration(),
 		Resume:           pod.Resume(),
+		// The kubelet gives each container instance an empty
+		// termination message file (kuberuntime_container.go
+		// makeMounts, v1.37.2); each in-place run starts with one too,
+		// so a message an earlier run wrote never becomes the final one.
+		BeforeRestart: func() {
+			if term != "" {
+				if err := podstate.EmptyTerminationMessage(term); err != nil {
+					logger.Warn("cannot empty the termination message for the next run", "err", err)
+				}
+			}
+		},
 		OnChange: func(st supervise.State) {
 			if st.Phase == supervise.Stopping || st.Phase == supervise.Exited {
 				// No rule decides an exit from here on; an inotify
@@ -304,7 +322,7 @@ func supervisorCmd(args []string) int {
 	summary := pod.Close(final).Summary()
 	// The kubelet shows the termination message in the container status,
 	// the one place where in-place restarts become visible without logs.
-	if term := f.termPath; term != "" || f.stateDir != "" {
+	if term != "" {
 		if err := podstate.WriteTerminationMessage(term, summary); err != nil {
 			logger.Warn("cannot write the termination message", "err", err)
 		}

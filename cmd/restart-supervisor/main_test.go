@@ -976,3 +976,44 @@ func TestInitSignals(t *testing.T) {
 		}
 	}
 }
+
+// TestTerminationMessagePerRun: the kubelet gives every container instance
+// an empty termination message file, so a message one run wrote is never
+// another's. Run 1 writes one and exits 42; run 2 writes nothing and exits
+// 5: the final message is the supervisor's summary alone, not run 1's.
+// A run that writes its own message keeps it, with the summary after it.
+func TestTerminationMessagePerRun(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "cfg.yaml", restart42, 0o644)
+	term := writeFile(t, dir, "termination-log", "", 0o644)
+	w := writeFile(t, dir, "w.sh", fmt.Sprintf(`#!/bin/sh
+case $RESTART_SUPERVISOR_RESTART_COUNT in
+0) echo "run 1: retriable" > %[1]s; exit 42 ;;
+1) exit 42 ;;
+esac
+echo "run 3: fatal" > %[1]s
+exit 5
+`, term), 0o755)
+	s := start(t, nil, bin, "--config", cfg, "--termination-message-path", term, "--", w)
+	if st := s.wait(30 * time.Second); st != 5 {
+		t.Fatalf("exit status = %d, want 5; log:\n%s", st, s.stderr.String())
+	}
+	want := "run 3: fatal\nrestart-supervisor: 2 in-place restarts; last exit 42 (rule 0 Restart); final exit 5"
+	if msg, _ := os.ReadFile(term); string(msg) != want {
+		t.Fatalf("termination message %q, want %q", msg, want)
+	}
+
+	w2 := writeFile(t, dir, "w2.sh", fmt.Sprintf(`#!/bin/sh
+[ "$RESTART_SUPERVISOR_RESTART_COUNT" = 0 ] && { echo "run 1: retriable" > %[1]s; exit 42; }
+exit 5
+`, term), 0o755)
+	os.WriteFile(term, nil, 0o644)
+	s = start(t, nil, bin, "--config", cfg, "--termination-message-path", term, "--", w2)
+	if st := s.wait(30 * time.Second); st != 5 {
+		t.Fatalf("exit status = %d, want 5; log:\n%s", st, s.stderr.String())
+	}
+	want = "restart-supervisor: 1 in-place restart; last exit 42 (rule 0 Restart); final exit 5"
+	if msg, _ := os.ReadFile(term); string(msg) != want {
+		t.Fatalf("termination message %q, want %q (run 1's message left behind)", msg, want)
+	}
+}

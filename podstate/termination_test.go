@@ -1,0 +1,46 @@
+package podstate
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestEmptyTerminationMessage: a regular file is emptied; a symbolic link
+// is not followed (its target keeps its content), a FIFO without a reader
+// neither blocks nor fails, and a missing file is no error.
+func TestEmptyTerminationMessage(t *testing.T) {
+	dir := t.TempDir()
+	reg := filepath.Join(dir, "termination-log")
+	os.WriteFile(reg, []byte("run 1's message"), 0o644)
+	if err := EmptyTerminationMessage(reg); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(reg); len(b) != 0 {
+		t.Fatalf("not emptied: %q", b)
+	}
+
+	target := filepath.Join(dir, "elsewhere")
+	os.WriteFile(target, []byte("keep"), 0o644)
+	link := filepath.Join(dir, "link")
+	os.Symlink(target, link)
+	if err := EmptyTerminationMessage(link); err == nil {
+		t.Error("a symbolic link was accepted")
+	}
+	if b, _ := os.ReadFile(target); string(b) != "keep" {
+		t.Fatalf("the link's target was changed: %q", b)
+	}
+
+	fifo := filepath.Join(dir, "fifo")
+	if err := unix.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := EmptyTerminationMessage(fifo); err != nil {
+		t.Errorf("FIFO: %v", err)
+	}
+	if err := EmptyTerminationMessage(filepath.Join(dir, "missing")); err != nil {
+		t.Errorf("missing file: %v", err)
+	}
+}
