@@ -127,6 +127,9 @@ func Generate(ctx context.Context, data []byte, opts Options) ([]byte, error) {
 			}
 		}
 	}
+	if err := checkMembers(members); err != nil {
+		return nil, err
+	}
 	for _, s := range svcs {
 		if s.cfg == nil && !podWide {
 			continue
@@ -588,4 +591,27 @@ func escapeAll(argv []string) []string {
 		out[i] = escape(a)
 	}
 	return out
+}
+
+// maxMembersOutput bounds what the member list adds to the file: Compose
+// has no downward API, so every member's environment repeats the whole
+// list, and n members cost n times the list.
+const maxMembersOutput = 1 << 20
+
+// checkMembers refuses a member list the supervisor would not read
+// (contract.MaxPodMembers) or whose copies in every member would add more
+// than maxMembersOutput bytes.
+func checkMembers(members []contract.PodMember) error {
+	if len(members) > contract.MaxPodMembers {
+		return fmt.Errorf("services: %d services take part in pod restarts (RestartAllContainers), at most %d may", len(members), contract.MaxPodMembers)
+	}
+	size := 0
+	for _, m := range members {
+		size += len(m.Name) + len(m.Kind) + 2
+	}
+	if size*len(members) > maxMembersOutput {
+		return fmt.Errorf("services: the %d services that take part in pod restarts (RestartAllContainers) would each carry %s of %d bytes, %d in all, more than %d",
+			len(members), contract.EnvPodMembers, size, size*len(members), maxMembersOutput)
+	}
+	return nil
 }

@@ -27,6 +27,44 @@ import (
 // review the API server sent.
 const MaxRequestBytes = 3<<20 + 64<<10
 
+// MaxPatchBytes caps the JSON patch of one review. etcd refuses an object
+// over 1.5 MiB (its default --max-request-bytes), the API server a request
+// body over 3 MiB; the patch is added to the pod and sent base64-encoded in
+// the response, so 1 MiB leaves the pod room. The caps of the mutation
+// (contract.MaxPodMembers, the lookup's argv caps) keep a patch far below
+// it for any pod the API server accepts; this bound holds whatever the
+// pod.
+const MaxPatchBytes = 1 << 20
+
+var errPatchTooLarge = errors.New("patch too large")
+
+// encodePatch encodes ops as one JSON array, op by op, giving up once the
+// array passes max bytes: each op is bounded by the review it came from,
+// the whole by max.
+func encodePatch(ops []injector.PatchOp, max int) ([]byte, error) {
+	out := make([]byte, 0, 4096)
+	out = append(out, '[')
+	for i, op := range ops {
+		b, err := patchJSON.Marshal(op)
+		if err != nil {
+			return nil, err
+		}
+		if i > 0 {
+			out = append(out, ',')
+		}
+		if len(out)+len(b)+1 > max {
+			return nil, fmt.Errorf("%w: %d of %d operations take %d bytes", errPatchTooLarge, i+1, len(ops), len(out)+len(b)+1)
+		}
+		out = append(out, b...)
+	}
+	return append(out, ']'), nil
+}
+
+// patchJSON is fastJSON without HTML escapes: "<", ">" and "&" in a
+// command stay one byte in the patch instead of six, and the API server
+// reads either.
+var patchJSON = jsoniter.Config{EscapeHTML: false, SortMapKeys: true, ValidateJsonRawMessage: true}.Froze()
+
 // Mutator is what the webhook needs from the injector: the patch, not a
 // mutated copy of the pod (see injector.Injector.PodPatch).
 type Mutator interface {
@@ -313,7 +351,13 @@ func (h *Handler) review(ctx context.Context, req *admissionv1.AdmissionRequest,
 		}
 		return resp, ResultUntouched
 	}
-	patch, err := fastJSON.Marshal(res.Patch)
+	patch, err := encodePatch(res.Patch, MaxPatchBytes)
+	if errors.Is(err, errPatchTooLarge) {
+		msg := fmt.Sprintf("%s: the injection's JSON patch would exceed %d bytes (containers %d, init containers %d): %v",
+			podName, MaxPatchBytes, len(pod.Spec.Containers), len(pod.Spec.InitContainers), err)
+		log.Info("denied", "err", msg)
+		return deny(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, msg), ResultDenied
+	}
 	if err != nil {
 		log.Error("encode JSON patch", "err", err)
 		return deny(http.StatusInternalServerError, metav1.StatusReasonInternalError, "encode JSON patch: "+err.Error()), ResultDenied
