@@ -28,6 +28,7 @@ import (
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/dockerrun"
+	"github.com/restart-supervisor/restart-supervisor/internal/yamlbound"
 	"github.com/restart-supervisor/restart-supervisor/internal/yamlstyle"
 	"github.com/restart-supervisor/restart-supervisor/rules"
 )
@@ -79,6 +80,11 @@ func Generate(ctx context.Context, data []byte, opts Options) ([]byte, error) {
 	var extra textyaml.Node
 	if dec.Decode(&extra) == nil {
 		return nil, errors.New("compose file: holds more than one YAML document")
+	}
+	// Before any service is decoded into values: yaml.v3's check of
+	// repeated keys, and aliases, cost far more than the file's size.
+	if err := yamlbound.Check(&doc, yamlbound.Default); err != nil {
+		return nil, fmt.Errorf("compose file: %v", err)
 	}
 	if doc.Kind != textyaml.DocumentNode || len(doc.Content) != 1 || doc.Content[0].Kind != textyaml.MappingNode {
 		return nil, errors.New("compose file: must be a mapping with a services key")

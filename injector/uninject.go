@@ -11,6 +11,7 @@ import (
 	textyaml "go.yaml.in/yaml/v3"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/restart-supervisor/restart-supervisor/internal/yamlbound"
 	"github.com/restart-supervisor/restart-supervisor/internal/yamlstyle"
 )
 
@@ -167,7 +168,11 @@ func sameObject(doc *textyaml.Node, text string) bool {
 	if err := doc.Decode(&a); err != nil {
 		return false
 	}
-	if err := textyaml.Unmarshal([]byte(text), &b); err != nil {
+	var tn textyaml.Node
+	if err := textyaml.Unmarshal([]byte(text), &tn); err != nil || yamlbound.Check(&tn, yamlbound.Default) != nil {
+		return false
+	}
+	if err := tn.Decode(&b); err != nil {
 		return false
 	}
 	ja, err1 := jsonValue(a)
@@ -223,9 +228,12 @@ func undoRecordOps(doc *textyaml.Node, owned map[*textyaml.Node]bool, root strin
 	default:
 		return fmt.Errorf("%s: invalid: made %q", recField, rec.Made)
 	}
+	// What the record gives back is decoded too (digests): its members
+	// share one budget.
+	budget := yamlbound.Default
 	for k := len(rec.Undo) - 1; k >= 0; k-- {
 		u := rec.Undo[k]
-		if err := undoOne(doc, owned, root, u); err != nil {
+		if err := undoOne(doc, owned, root, u, &budget); err != nil {
 			return fmt.Errorf("%s: %v", fieldPath(u.Path), err)
 		}
 	}
@@ -236,7 +244,7 @@ func undoRecordOps(doc *textyaml.Node, owned map[*textyaml.Node]bool, root strin
 // wrote it: the inverse would have to guess.
 const edited = "changed since restart-injector inject wrote it; restore it, or edit the original manifest and inject it again"
 
-func undoOne(doc *textyaml.Node, owned map[*textyaml.Node]bool, root string, u undoOp) error {
+func undoOne(doc *textyaml.Node, owned map[*textyaml.Node]bool, root string, u undoOp, budget *yamlbound.Budget) error {
 	toks, err := pointerTokens(u.Path)
 	if err != nil || len(toks) == 0 {
 		return fmt.Errorf("invalid path in %s", AnnotationUndo)
@@ -258,7 +266,7 @@ func undoOne(doc *textyaml.Node, owned map[*textyaml.Node]bool, root string, u u
 			return fmt.Errorf("%s", edited)
 		}
 		if u.Op == "replace" {
-			_, val, err := wasMember(u.Was)
+			_, val, err := wasMember(u.Was, budget)
 			if err != nil {
 				return err
 			}
@@ -272,7 +280,7 @@ func undoOne(doc *textyaml.Node, owned map[*textyaml.Node]bool, root string, u u
 		}
 		return nil
 	case "insert":
-		key, val, err := wasMember(u.Was)
+		key, val, err := wasMember(u.Was, budget)
 		if err != nil {
 			return err
 		}
@@ -300,11 +308,14 @@ func undoOne(doc *textyaml.Node, owned map[*textyaml.Node]bool, root string, u u
 	return fmt.Errorf("unknown operation %q in %s", u.Op, AnnotationUndo)
 }
 
-// wasMember parses an undoOp's Was.
-func wasMember(was string) (key, val *textyaml.Node, err error) {
+// wasMember parses an undoOp's Was, within what is left of budget.
+func wasMember(was string, budget *yamlbound.Budget) (key, val *textyaml.Node, err error) {
 	var d textyaml.Node
 	if err := textyaml.Unmarshal([]byte(was), &d); err != nil {
 		return nil, nil, fmt.Errorf("invalid value in %s: %s", AnnotationUndo, oneLine(err))
+	}
+	if err := budget.Take(&d); err != nil {
+		return nil, nil, fmt.Errorf("invalid value in %s: %v", AnnotationUndo, err)
 	}
 	if d.Kind != textyaml.DocumentNode || len(d.Content) != 1 || d.Content[0].Kind != textyaml.MappingNode || len(d.Content[0].Content) != 2 {
 		return nil, nil, fmt.Errorf("invalid value in %s: want one member", AnnotationUndo)
