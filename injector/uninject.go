@@ -99,7 +99,7 @@ func uninjectDoc(d *Document) ([]ObjectReport, error) {
 	var text string
 	for _, t := range todo {
 		var err error
-		if text, err = undoObject(doc.Content[0], owned, t.root, t.record); err != nil {
+		if text, err = undoObject(doc.Content[0], owned, t.root, t.record, templatePrefixes(t.obj)); err != nil {
 			return nil, fmt.Errorf("line %d: %s: %v", d.Line, t.name, err)
 		}
 	}
@@ -155,10 +155,11 @@ func wrappedTemplates(u *unstructured.Unstructured) bool {
 }
 
 // undoObject takes the injection of the object at root back, following
-// record. Errors name the field.
+// record, whose operations must each undo an edit inject makes to one of
+// the pod templates at templates (checkUndoOp). Errors name the field.
 // It returns the record's Text.
-func undoObject(doc *textyaml.Node, owned map[*textyaml.Node]bool, root, record string) (string, error) {
-	rec, err := undoObjectRecord(doc, owned, root, record)
+func undoObject(doc *textyaml.Node, owned map[*textyaml.Node]bool, root, record string, templates []string) (string, error) {
+	rec, err := undoObjectRecord(doc, owned, root, record, templates)
 	return rec.Text, err
 }
 
@@ -185,7 +186,7 @@ func sameObject(doc *textyaml.Node, text string) bool {
 	return bytes.Equal(x, y)
 }
 
-func undoObjectRecord(doc *textyaml.Node, owned map[*textyaml.Node]bool, root, record string) (undoRecord, error) {
+func undoObjectRecord(doc *textyaml.Node, owned map[*textyaml.Node]bool, root, record string, templates []string) (undoRecord, error) {
 	recField := "metadata.annotations[" + AnnotationUndo + "]"
 	var rec undoRecord
 	dec := json.NewDecoder(strings.NewReader(record))
@@ -193,7 +194,112 @@ func undoObjectRecord(doc *textyaml.Node, owned map[*textyaml.Node]bool, root, r
 	if err := dec.Decode(&rec); err != nil {
 		return rec, fmt.Errorf("%s: invalid: %s", recField, oneLine(err))
 	}
+	// The record is text anyone who edits the file may have written: it
+	// is followed only where it undoes what inject does, so that it can
+	// never add to the object what inject could not have taken out
+	// (privileged, hostPID, another image).
+	for _, u := range rec.Undo {
+		if err := checkUndoOp(u, templates); err != nil {
+			return rec, fmt.Errorf("%s: %v", recField, err)
+		}
+	}
 	return rec, undoRecordOps(doc, owned, root, rec)
+}
+
+// templatePrefixes are the JSON Pointers of obj's pod templates, "" for
+// a Pod.
+func templatePrefixes(obj map[string]any) []string {
+	u := &unstructured.Unstructured{Object: obj}
+	ts, _, err := templatesOf(obj, u.GetAPIVersion(), u.GetKind())
+	if err != nil {
+		return nil
+	}
+	out := make([]string, 0, len(ts))
+	for _, t := range ts {
+		var b strings.Builder
+		for _, tok := range t.path {
+			b.WriteString("/" + escapePointer(tok))
+		}
+		out = append(out, b.String())
+	}
+	return out
+}
+
+// undoFields are, per operation of an undo record, the fields of a
+// wrapped container whose edit by inject that operation undoes: inject
+// adds startupProbe, readinessProbe, command, env and volumeMounts
+// (undone by remove, or by replace where the container had its own), and
+// takes restartPolicyRules, restartPolicy and livenessProbe out (undone by
+// insert). mutation.wrap makes these edits.
+var undoFields = map[string]map[string]bool{
+	"remove":  {"startupProbe": true, "readinessProbe": true, "command": true, "env": true, "volumeMounts": true},
+	"replace": {"startupProbe": true, "readinessProbe": true, "command": true},
+	"insert":  {"restartPolicyRules": true, "restartPolicy": true, "livenessProbe": true},
+}
+
+// checkUndoOp refuses an operation that undoes no edit inject makes to a
+// pod template at one of templates: its op and path must be one of those
+// of mutate (the template's restart-supervisor.dev annotations, the
+// volumes and init containers it adds, the fields of a container in
+// undoFields, an item it appends to env or volumeMounts), and the member
+// an insert gives back must be the one its path names.
+func checkUndoOp(u undoOp, templates []string) error {
+	bad := fmt.Errorf("%s %q: not an edit restart-injector inject makes; refusing to follow the record", u.Op, clipLen(u.Path, 128))
+	if _, ok := undoFields[u.Op]; !ok {
+		return bad
+	}
+	for _, t := range templates {
+		rest, ok := strings.CutPrefix(u.Path, t+"/")
+		if !ok {
+			continue
+		}
+		toks, err := pointerTokens("/" + rest)
+		if err != nil {
+			return bad
+		}
+		if undoable(u.Op, toks) {
+			if u.Op == "insert" || u.Op == "replace" {
+				budget := yamlbound.Default
+				key, _, err := wasMember(u.Was, &budget)
+				if err != nil || key.Kind != textyaml.ScalarNode || key.Value != toks[len(toks)-1] {
+					return fmt.Errorf("%s %q: the value it gives back is not that member; refusing to follow the record", u.Op, clipLen(u.Path, 128))
+				}
+			}
+			return nil
+		}
+	}
+	return bad
+}
+
+// undoable: op at toks (relative to a pod template) undoes an edit of
+// mutate.
+func undoable(op string, toks []string) bool {
+	isIndex := func(s string) bool {
+		_, err := strconv.Atoi(s)
+		return err == nil && s != "" && (s == "0" || s[0] != '0')
+	}
+	containers := func(s string) bool { return s == "containers" || s == "initContainers" }
+	switch {
+	case toks[0] == "metadata":
+		switch len(toks) {
+		case 1, 2:
+			return op == "remove" && (len(toks) == 1 || toks[1] == "annotations")
+		case 3:
+			return toks[1] == "annotations" && strings.HasPrefix(toks[2], "restart-supervisor.dev/") && (op == "remove" || op == "replace")
+		}
+	case toks[0] == "spec" && len(toks) >= 2:
+		switch {
+		case len(toks) == 2:
+			return op == "remove" && (toks[1] == "volumes" || toks[1] == "initContainers")
+		case len(toks) == 3:
+			return op == "remove" && (toks[1] == "volumes" || toks[1] == "initContainers") && isIndex(toks[2])
+		case len(toks) == 4:
+			return containers(toks[1]) && isIndex(toks[2]) && undoFields[op][toks[3]]
+		case len(toks) == 5:
+			return op == "remove" && containers(toks[1]) && isIndex(toks[2]) && (toks[3] == "env" || toks[3] == "volumeMounts") && isIndex(toks[4])
+		}
+	}
+	return false
 }
 
 func undoRecordOps(doc *textyaml.Node, owned map[*textyaml.Node]bool, root string, rec undoRecord) error {
