@@ -406,3 +406,39 @@ spec:
 		t.Errorf("%s is HTML-escaped or missing: %.80q", EnvPlatformCommands, env)
 	}
 }
+
+// Each image's commands are capped, but every container of the image gets
+// a copy: 64 containers of an image of 32 platforms with 1 KiB entrypoints
+// would build 2.3 MB of commands. The mutation counts them as it adds
+// them and stops past MaxImageCommandsBytes.
+func TestImageCommandsPerPodCapped(t *testing.T) {
+	tr := newTestRegistry(t)
+	var pis []platformImage
+	for i := range 32 {
+		p := v1.Platform{OS: "linux", Architecture: fmt.Sprintf("arch%d", i)}
+		pis = append(pis, platformImage{p, testImage(t, "linux", p.Architecture, []string{fmt.Sprintf("/%d", i), strings.Repeat("A", 1<<10)}, nil)})
+	}
+	tr.pushIndex(t, "registry.test/wide:1", testIndex(pis...))
+	inj := New(Options{Resolver: NewResolver(ResolverOptions{Transport: tr.transport})})
+	var b strings.Builder
+	b.WriteString("apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: apps}\nspec:\n  restartPolicy: Never\n  containers:\n")
+	for i := range 64 {
+		fmt.Fprintf(&b, "  - name: c%d\n    image: registry.test/wide:1\n    restartPolicy: Never\n    restartPolicyRules: [{action: Restart, exitCodes: {operator: In, values: [75]}}]\n", i)
+	}
+	pod := podYAML(t, b.String())
+	var err error
+	var res *Result
+	cost := heapCost(func() { res, err = inj.PodPatch(context.Background(), pod) })
+	t.Logf("64 containers: %d MiB allocated, %v", cost>>20, err)
+	want := fmt.Sprintf("the commands taken from the images of the pod's containers pass %d bytes", MaxImageCommandsBytes)
+	if err == nil || !strings.Contains(err.Error(), want) {
+		size := 0
+		if res != nil {
+			size = patchBytes(t, res)
+		}
+		t.Errorf("want an error with %q, got %v (patch of %d bytes)", want, err, size)
+	}
+	if cost > 32<<20 {
+		t.Errorf("%d MiB allocated", cost>>20)
+	}
+}

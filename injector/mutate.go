@@ -93,6 +93,9 @@ type mutation struct {
 	object    string // names the input in messages
 	p         patchBuilder
 	res       *Result
+	// imageCommands counts the bytes of the commands taken from images
+	// (MaxImageCommandsBytes).
+	imageCommands int
 	// members: the pod has a RestartAllContainers rule, and its member
 	// list goes into AnnotationPodMembers, which every member's
 	// EnvPodMembers reads.
@@ -438,6 +441,15 @@ func (m *mutation) supervision(cr ContainerRules, c *corev1.Container, name stri
 	if err != nil {
 		return s, err
 	}
+	// What the image lookups add is counted as it is added: one image's
+	// commands are capped, but every container of it gets a copy.
+	if !l.fromPod {
+		_, size := argvSize(l.argv)
+		if m.imageCommands += size + len(l.platforms); m.imageCommands > MaxImageCommandsBytes {
+			return s, fmt.Errorf("%s: container %q: the commands taken from the images of the pod's containers pass %d bytes; set command on some of them",
+				m.object, c.Name, MaxImageCommandsBytes)
+		}
+	}
 	m.res.Warnings = append(m.res.Warnings, l.warnings...)
 	for _, vm := range c.VolumeMounts {
 		if vm.MountPath == BinDir || vm.MountPath == StateDir {
@@ -551,6 +563,9 @@ type launch struct {
 	// looked up for its entrypoint.
 	stopSignal string
 	warnings   []string
+	// fromPod: argv is the pod's own (command, or the entrypoint
+	// annotation), not an image's.
+	fromPod bool
 }
 
 // entrypoint works out the container's launch from its command, the
@@ -563,14 +578,14 @@ func (m *mutation) entrypoint(c *corev1.Container) (launch, error) {
 		if hasOverride {
 			warnings = append(warnings, fmt.Sprintf("%s: container %q sets command; annotation %s%s is ignored", object, c.Name, AnnotationEntrypoint, c.Name))
 		}
-		return launch{argv: c.Command, warnings: warnings}, nil
+		return launch{argv: c.Command, warnings: warnings, fromPod: true}, nil
 	}
 	if hasOverride {
 		var v []string
 		if err := json.Unmarshal([]byte(override), &v); err != nil || len(v) == 0 {
 			return launch{}, fmt.Errorf("%s: metadata.annotations[%s%s]: want a non-empty JSON array of strings", object, AnnotationEntrypoint, c.Name)
 		}
-		return launch{argv: v}, nil
+		return launch{argv: v, fromPod: true}, nil
 	}
 	eerr := func(e error) error {
 		return &EntrypointError{Object: object, Container: c.Name, Image: c.Image, Err: e}
@@ -613,6 +628,13 @@ func (m *mutation) entrypoint(c *corev1.Container) (launch, error) {
 	}
 	return launch{platforms: platforms, stopSignal: img.StopSignal(), warnings: warnings}, nil
 }
+
+// MaxImageCommandsBytes caps the commands the image lookups add to one
+// pod, all containers together: each container of an image gets its own
+// copy, so the per-image caps alone would let many containers of one
+// image build a patch of many MiB before the webhook's final bound
+// (1 MiB) refused it.
+const MaxImageCommandsBytes = 1 << 20
 
 // MaxPlatformCommandsBytes caps the value of EnvPlatformCommands: one
 // environment string, which the kernel refuses over 128 KiB
