@@ -138,3 +138,23 @@ func TestEncodePatch(t *testing.T) {
 		t.Errorf("exactly at the bound: %v", err)
 	}
 }
+
+// The warning of a workload whose rules go into its template annotation
+// listed every ruled container: one line per object, whatever it holds.
+func TestTemplateWarningBounded(t *testing.T) {
+	h := newHandler()
+	ts := startServer(t, h)
+	var b strings.Builder
+	b.WriteString("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: shop}\nspec:\n  template:\n    spec:\n      restartPolicy: Always\n      containers:\n")
+	for i := range 300 {
+		fmt.Fprintf(&b, "      - {name: c%03d-%s, image: x, restartPolicy: Never, restartPolicyRules: [{action: Restart, exitCodes: {operator: In, values: [3]}}]}\n", i, strings.Repeat("n", 50))
+	}
+	_, body := workloadReview(t, b.String(), deploymentGVK, "deployments")
+	resp := admit(t, ts, body)
+	if !resp.Allowed || len(resp.Warnings) != 1 {
+		t.Fatalf("%+v", resp.Result)
+	}
+	if w := resp.Warnings[0]; len(w) > 1024 || !strings.Contains(w, "and 292 more") {
+		t.Errorf("warning of %d bytes: %.200s", len(w), w)
+	}
+}
