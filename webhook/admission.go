@@ -10,6 +10,7 @@ import (
 	"mime"
 	"net/http"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	jsoniter "github.com/json-iterator/go"
@@ -347,7 +348,7 @@ func (h *Handler) review(ctx context.Context, req *admissionv1.AdmissionRequest,
 	if res == nil || !res.Injected || len(res.Patch) == 0 {
 		resp := &admissionv1.AdmissionResponse{Allowed: true}
 		if res != nil {
-			resp.Warnings = res.Warnings
+			resp.Warnings = boundWarnings(res.Warnings)
 		}
 		return resp, ResultUntouched
 	}
@@ -363,8 +364,8 @@ func (h *Handler) review(ctx context.Context, req *admissionv1.AdmissionRequest,
 		return deny(http.StatusInternalServerError, metav1.StatusReasonInternalError, "encode JSON patch: "+err.Error()), ResultDenied
 	}
 	pt := admissionv1.PatchTypeJSONPatch
-	log.Info("injected", "containers", res.Containers)
-	return &admissionv1.AdmissionResponse{Allowed: true, Patch: patch, PatchType: &pt, Warnings: res.Warnings}, ResultInjected
+	log.Info("injected", "containers", len(res.Containers), "names", someNames(res.Containers, 8), "patchBytes", len(patch))
+	return &admissionv1.AdmissionResponse{Allowed: true, Patch: patch, PatchType: &pt, Warnings: boundWarnings(res.Warnings)}, ResultInjected
 }
 
 // allowNative admits a pod untouched under --native=on, warning when the pod
@@ -389,4 +390,34 @@ func podFeature(pod *corev1.Pod) NativeFeature {
 		}
 	}
 	return FeatureRestartRules
+}
+
+// Warnings of one answer: kubectl prints each on its own line, and the API
+// server keeps 4096 runes of them whole and cuts each further one to 256
+// (k8s.io/apiserver v0.34.4 pkg/endpoints/filters/warning.go,
+// truncateAtTotalRunes, truncateItemRunes): a pod of a thousand
+// containers must not bring a thousand lines.
+const (
+	maxWarnings   = 8
+	maxWarningLen = 512
+)
+
+// boundWarnings keeps the first maxWarnings, each clipped to
+// maxWarningLen bytes, and says how many more there were.
+func boundWarnings(ws []string) []string {
+	out := make([]string, 0, min(len(ws), maxWarnings+1))
+	for i, w := range ws {
+		if i == maxWarnings {
+			out = append(out, fmt.Sprintf("and %d more warnings", len(ws)-maxWarnings))
+			break
+		}
+		if len(w) > maxWarningLen {
+			w = strings.ToValidUTF8(w[:maxWarningLen], "") + "…"
+		}
+		out = append(out, w)
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }

@@ -158,3 +158,27 @@ func TestTemplateWarningBounded(t *testing.T) {
 		t.Errorf("warning of %d bytes: %.200s", len(w), w)
 	}
 }
+
+// A warning per container (here: command set, so the entrypoint
+// annotation is ignored) made as many warnings as containers.
+func TestPodWarningsBounded(t *testing.T) {
+	h := &Handler{Mutator: injector.New(injector.Options{SupervisorImage: "example.test/restart-supervisor:test"}),
+		Entrypoint: EntrypointDeny, Native: NativeOff}
+	ts := startServer(t, h)
+	var b strings.Builder
+	b.WriteString("apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  namespace: apps\n  annotations:\n")
+	for i := range 40 {
+		fmt.Fprintf(&b, "    restart-supervisor.dev/entrypoint.c%d: '[\"/x\"]'\n", i)
+	}
+	b.WriteString("spec:\n  restartPolicy: Never\n  containers:\n")
+	for i := range 40 {
+		fmt.Fprintf(&b, "  - {name: c%d, image: x, command: [/app], restartPolicy: Never, restartPolicyRules: [{action: Restart, exitCodes: {operator: In, values: [3]}}]}\n", i)
+	}
+	resp := admit(t, ts, podReview(t, b.String()))
+	if !resp.Allowed {
+		t.Fatalf("%+v", resp.Result)
+	}
+	if len(resp.Warnings) != maxWarnings+1 || resp.Warnings[maxWarnings] != "and 32 more warnings" {
+		t.Errorf("%d warnings: %q", len(resp.Warnings), resp.Warnings)
+	}
+}
