@@ -28,6 +28,7 @@ import (
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/dockerrun"
+	"github.com/restart-supervisor/restart-supervisor/internal/yamlbound"
 	"github.com/restart-supervisor/restart-supervisor/internal/yamlstyle"
 	"github.com/restart-supervisor/restart-supervisor/rules"
 )
@@ -80,6 +81,11 @@ func Generate(ctx context.Context, data []byte, opts Options) ([]byte, error) {
 	if dec.Decode(&extra) == nil {
 		return nil, errors.New("compose file: holds more than one YAML document")
 	}
+	// Before any service is decoded into values: yaml.v3's check of
+	// repeated keys, and aliases, cost far more than the file's size.
+	if err := yamlbound.Check(&doc, yamlbound.Default); err != nil {
+		return nil, fmt.Errorf("compose file: %v", err)
+	}
 	if doc.Kind != textyaml.DocumentNode || len(doc.Content) != 1 || doc.Content[0].Kind != textyaml.MappingNode {
 		return nil, errors.New("compose file: must be a mapping with a services key")
 	}
@@ -126,6 +132,9 @@ func Generate(ctx context.Context, data []byte, opts Options) ([]byte, error) {
 				members = append(members, contract.PodMember{Name: s.name, Kind: contract.MemberRegular})
 			}
 		}
+	}
+	if err := checkMembers(members); err != nil {
+		return nil, err
 	}
 	for _, s := range svcs {
 		if s.cfg == nil && !podWide {
@@ -588,4 +597,27 @@ func escapeAll(argv []string) []string {
 		out[i] = escape(a)
 	}
 	return out
+}
+
+// maxMembersOutput bounds what the member list adds to the file: Compose
+// has no downward API, so every member's environment repeats the whole
+// list, and n members cost n times the list.
+const maxMembersOutput = 1 << 20
+
+// checkMembers refuses a member list the supervisor would not read
+// (contract.MaxPodMembers) or whose copies in every member would add more
+// than maxMembersOutput bytes.
+func checkMembers(members []contract.PodMember) error {
+	if len(members) > contract.MaxPodMembers {
+		return fmt.Errorf("services: %d services take part in pod restarts (RestartAllContainers), at most %d may", len(members), contract.MaxPodMembers)
+	}
+	size := 0
+	for _, m := range members {
+		size += len(m.Name) + len(m.Kind) + 2
+	}
+	if size*len(members) > maxMembersOutput {
+		return fmt.Errorf("services: the %d services that take part in pod restarts (RestartAllContainers) would each carry %s of %d bytes, %d in all, more than %d",
+			len(members), contract.EnvPodMembers, size, size*len(members), maxMembersOutput)
+	}
+	return nil
 }

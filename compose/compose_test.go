@@ -319,3 +319,24 @@ func TestYAML11Quoting(t *testing.T) {
 		t.Errorf("output:\n%s", got)
 	}
 }
+
+// Every member of a Compose file under RestartAllContainers carries the
+// whole member list (Compose has no downward API): 400 services of
+// 40-character names would add 400 copies of 17 kB. The file is refused
+// before any service is wrapped.
+func TestMembersOutputBounded(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("services:\n")
+	for i := range 400 {
+		fmt.Fprintf(&b, "  %s-%03d:\n    image: demo/busybox\n    entrypoint: [/app]\n", strings.Repeat("s", 36), i)
+		if i == 0 {
+			b.WriteString("    x-restart-rules:\n      restartPolicy: Never\n      restartPolicyRules: [{action: RestartAllContainers, exitCodes: {operator: In, values: [88]}}]\n")
+		}
+	}
+	out, err := Generate(t.Context(), []byte(b.String()), testOptions(nil))
+	want := fmt.Sprintf("more than %d", maxMembersOutput)
+	if err == nil || !strings.Contains(err.Error(), want) || len(err.Error()) > 300 {
+		t.Fatalf("input of %d bytes: output of %d bytes, error %v; want one with %q", b.Len(), len(out), err, want)
+	}
+	t.Logf("input of %d bytes: %v", b.Len(), err)
+}

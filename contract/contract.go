@@ -53,10 +53,13 @@ const (
 	// take part in pod restarts (RestartAllContainers): FormatPodMembers
 	// of the pod's wrapped sidecars and init re-runs (MemberInit) in
 	// spec.initContainers order, then its wrapped regular containers.
-	// The injector sets it on every wrapped container of a pod whose rules
-	// use RestartAllContainers; every supervisor waits for the others to
-	// stop before it starts a new round, and a regular container for the
-	// sidecars to run again.
+	// The injector writes the list once, in the pod's AnnotationPodMembers,
+	// and sets the variable on every wrapped container of a pod whose rules
+	// use RestartAllContainers from that annotation (a downward API
+	// fieldRef), so that the patch grows with the members, not with their
+	// square; compose sets the value itself. Every supervisor waits for the
+	// others to stop before it starts a new round, and a regular container
+	// for the sidecars to run again.
 	EnvPodMembers = "RESTART_SUPERVISOR_POD_MEMBERS"
 	// The attempt context the supervisor gives the workload at every
 	// start (supervise.attemptEnv); a value the container sets is
@@ -148,4 +151,11 @@ const (
 	// AnnotationRestarts is kept by the node agent with --annotate: the
 	// in-place restarts per container, a JSON object {"name": count}.
 	AnnotationRestarts = "restart-supervisor.dev/restarts"
+	// AnnotationPodMembers holds EnvPodMembers once per pod; each wrapped
+	// container reads it through a fieldRef (PodMembersFieldPath).
+	AnnotationPodMembers = "restart-supervisor.dev/pod-members"
 )
+
+// PodMembersFieldPath is the downward API field path of
+// AnnotationPodMembers, the source of EnvPodMembers in a wrapped pod.
+const PodMembersFieldPath = "metadata.annotations['" + AnnotationPodMembers + "']"

@@ -32,8 +32,13 @@ type PodMember struct {
 	Kind string
 }
 
-// maxPodMembers bounds EnvPodMembers; a pod has far fewer containers.
-const maxPodMembers = 1024
+// MaxPodMembers bounds EnvPodMembers: the supervisor refuses a longer
+// list, and the injector and compose refuse a pod (or Compose file) with
+// more members. The API server sets no limit on a pod's containers; a pod
+// restart's round walks every member's status document, and the list of
+// 1024 names of 63 characters is 73 KiB, under the 128 KiB the kernel
+// allows one environment string (MAX_ARG_STRLEN).
+const MaxPodMembers = 1024
 
 // FormatPodMembers writes EnvPodMembers: "name:kind" entries separated by
 // commas, in start order.
@@ -53,8 +58,8 @@ func ParsePodMembers(s string) ([]PodMember, error) {
 		return nil, nil
 	}
 	entries := strings.Split(s, ",")
-	if len(entries) > maxPodMembers {
-		return nil, fmt.Errorf("more than %d pod members", maxPodMembers)
+	if len(entries) > MaxPodMembers {
+		return nil, fmt.Errorf("more than %d pod members", MaxPodMembers)
 	}
 	out := make([]PodMember, 0, len(entries))
 	seen := map[string]bool{}

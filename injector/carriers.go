@@ -308,10 +308,22 @@ func limitsWouldChange(pod *corev1.Pod) string {
 // RestartAllContainers, "" for any other: the wrapped sidecars and the
 // re-run sidecars in spec.initContainers order, then the wrapped regular
 // containers in spec order, which is the order the kubelet starts them in.
-// wrap is wrapped(crs), rerun is reruns' result.
-func podMembers(crs []ContainerRules, wrap []bool, rerun map[int]string) string {
+// wrap is wrapped(crs), rerun is reruns' result. A pod of more than
+// contract.MaxPodMembers members is refused: the supervisor reads no
+// longer list.
+func podMembers(crs []ContainerRules, wrap []bool, rerun map[int]string, specPath, object string) (string, error) {
 	if !restartsAll(crs) {
-		return ""
+		return "", nil
+	}
+	n := len(rerun)
+	for i, cr := range crs {
+		if wrap[i] && (cr.Kind == KindSidecar || cr.Kind == KindRegular) {
+			n++
+		}
+	}
+	if n > contract.MaxPodMembers {
+		return "", fmt.Errorf("%s: %s: %d containers take part in pod restarts (RestartAllContainers), at most %d may",
+			object, specPath, n, contract.MaxPodMembers)
 	}
 	var members []contract.PodMember
 	for i, cr := range crs {
@@ -325,7 +337,7 @@ func podMembers(crs []ContainerRules, wrap []bool, rerun map[int]string) string 
 			members = append(members, contract.PodMember{Name: name, Kind: contract.MemberInit})
 		}
 	}
-	return contract.FormatPodMembers(members)
+	return contract.FormatPodMembers(members), nil
 }
 
 // supervised returns the rules the supervisor of cr applies: none of its

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -295,5 +296,149 @@ func TestResolveRefusesRedirectToPlainHTTP(t *testing.T) {
 	_, err := NewResolver(ResolverOptions{Transport: tr.transport}).Resolve(context.Background(), "registry.test/redir:1", "", nil)
 	if err == nil || err.Error() != "registry registry.test: plain HTTP is used only for registries the operator lists with --insecure-registry" {
 		t.Errorf("got %v", err)
+	}
+}
+
+// patchBytes is the size of res's patch encoded as JSON.
+func patchBytes(t *testing.T, res *Result) int {
+	t.Helper()
+	// As the webhook encodes it (webhook.encodePatch): without HTML
+	// escapes.
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(res.Patch); err != nil {
+		t.Fatal(err)
+	}
+	return b.Len()
+}
+
+// H2: an index of 32 platforms whose configs (each under MaxConfigBytes)
+// hold entrypoints of about 1 MiB of "<" was copied into
+// RESTART_SUPERVISOR_PLATFORM_COMMANDS, JSON-escaped six times over: a
+// 306 MB patch and a 1.96 GB webhook for one container. The lookup now
+// keeps at most MaxArgvBytes per platform and MaxImageArgvBytes in all.
+func TestEntrypointArgvCapped(t *testing.T) {
+	tr := newTestRegistry(t)
+	// "A", not "<": the registry's configs are written by Go, which
+	// escapes "<" in them; the fine image has one "<" per platform.
+	big := strings.Repeat("A", 1000<<10)
+	var huge, wide, fine []platformImage
+	for i := range 32 {
+		p := v1.Platform{OS: "linux", Architecture: fmt.Sprintf("arch%d", i)}
+		// Each platform differs, so that no uniform command applies.
+		huge = append(huge, platformImage{p, testImage(t, "linux", p.Architecture, []string{fmt.Sprintf("/%d", i), big}, nil)})
+		wide = append(wide, platformImage{p, testImage(t, "linux", p.Architecture, []string{fmt.Sprintf("/%d", i), big[:3<<10]}, nil)})
+		fine = append(fine, platformImage{p, testImage(t, "linux", p.Architecture, []string{fmt.Sprintf("/%d<", i), big[:1<<10]}, nil)})
+	}
+	tr.pushIndex(t, "registry.test/huge:1", testIndex(huge...))
+	tr.pushIndex(t, "registry.test/wide:1", testIndex(wide...))
+	tr.pushIndex(t, "registry.test/fine:1", testIndex(fine...))
+	inj := New(Options{Resolver: NewResolver(ResolverOptions{Transport: tr.transport})})
+	pod := func(image string) *corev1.Pod {
+		return podYAML(t, `
+apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: apps}
+spec:
+  restartPolicy: Never
+  containers:
+  - name: app
+    image: `+image+`
+    restartPolicy: Never
+    restartPolicyRules: [{action: Restart, exitCodes: {operator: In, values: [75]}}]
+`)
+	}
+
+	for _, tc := range []struct{ image, want string }{
+		{"registry.test/huge:1", "ENTRYPOINT and CMD hold 2 strings of 1024002 bytes, over the cap of 1024 strings and 32 KiB"},
+		{"registry.test/wide:1", "the ENTRYPOINT and CMD of its platforms hold more than 64 KiB together, over the cap"},
+	} {
+		var err error
+		var res *Result
+		cost := heapCost(func() { res, err = inj.PodPatch(context.Background(), pod(tc.image)) })
+		t.Logf("%s: %d MiB allocated (registry and lookup included)", tc.image, cost>>20)
+		var ee *EntrypointError
+		if !errors.As(err, &ee) || !strings.Contains(err.Error(), tc.want) {
+			size := 0
+			if res != nil {
+				size = patchBytes(t, res)
+			}
+			t.Errorf("%s: want an entrypoint error with %q, got %v (patch of %d bytes)", tc.image, tc.want, err, size)
+		}
+		if err != nil && len(err.Error()) > 512 {
+			t.Errorf("%s: error of %d bytes", tc.image, len(err.Error()))
+		}
+		// The registry serves 32 MiB of configs; the lookup holds a few
+		// of them at once and keeps none.
+		if cost > 64<<20 {
+			t.Errorf("%s: %d MiB allocated", tc.image, cost>>20)
+		}
+	}
+
+	res, err := inj.PodPatch(context.Background(), pod("registry.test/fine:1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := patchBytes(t, res)
+	t.Logf("32 platforms of 1 KiB entrypoints: patch of %d bytes", size)
+	if size > MaxPlatformCommandsBytes+8<<10 {
+		t.Errorf("patch of %d bytes", size)
+	}
+	var env string
+	for _, op := range res.Patch {
+		if c, ok := op.Value.(corev1.Container); ok {
+			for _, e := range c.Env {
+				if e.Name == EnvPlatformCommands {
+					env = e.Value
+				}
+			}
+		}
+		if e, ok := op.Value.([]corev1.EnvVar); ok {
+			for _, e := range e {
+				if e.Name == EnvPlatformCommands {
+					env = e.Value
+				}
+			}
+		}
+	}
+	if strings.Contains(env, `\u003c`) || !strings.Contains(env, "/31<") {
+		t.Errorf("%s is HTML-escaped or missing: %.80q", EnvPlatformCommands, env)
+	}
+}
+
+// Each image's commands are capped, but every container of the image gets
+// a copy: 64 containers of an image of 32 platforms with 1 KiB entrypoints
+// would build 2.3 MB of commands. The mutation counts them as it adds
+// them and stops past MaxImageCommandsBytes.
+func TestImageCommandsPerPodCapped(t *testing.T) {
+	tr := newTestRegistry(t)
+	var pis []platformImage
+	for i := range 32 {
+		p := v1.Platform{OS: "linux", Architecture: fmt.Sprintf("arch%d", i)}
+		pis = append(pis, platformImage{p, testImage(t, "linux", p.Architecture, []string{fmt.Sprintf("/%d", i), strings.Repeat("A", 1<<10)}, nil)})
+	}
+	tr.pushIndex(t, "registry.test/wide:1", testIndex(pis...))
+	inj := New(Options{Resolver: NewResolver(ResolverOptions{Transport: tr.transport})})
+	var b strings.Builder
+	b.WriteString("apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: apps}\nspec:\n  restartPolicy: Never\n  containers:\n")
+	for i := range 64 {
+		fmt.Fprintf(&b, "  - name: c%d\n    image: registry.test/wide:1\n    restartPolicy: Never\n    restartPolicyRules: [{action: Restart, exitCodes: {operator: In, values: [75]}}]\n", i)
+	}
+	pod := podYAML(t, b.String())
+	var err error
+	var res *Result
+	cost := heapCost(func() { res, err = inj.PodPatch(context.Background(), pod) })
+	t.Logf("64 containers: %d MiB allocated, %v", cost>>20, err)
+	want := fmt.Sprintf("the commands taken from the images of the pod's containers pass %d bytes", MaxImageCommandsBytes)
+	if err == nil || !strings.Contains(err.Error(), want) {
+		size := 0
+		if res != nil {
+			size = patchBytes(t, res)
+		}
+		t.Errorf("want an error with %q, got %v (patch of %d bytes)", want, err, size)
+	}
+	if cost > 32<<20 {
+		t.Errorf("%d MiB allocated", cost>>20)
 	}
 }

@@ -18,6 +18,8 @@ import (
 	textyaml "go.yaml.in/yaml/v3"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	kubeyaml "sigs.k8s.io/yaml"
+
+	"github.com/restart-supervisor/restart-supervisor/internal/yamlbound"
 )
 
 // Format of a manifest stream.
@@ -105,6 +107,11 @@ func decodeYAMLDoc(doc *Document) error {
 	var node textyaml.Node
 	if err := textyaml.Unmarshal(doc.Raw, &node); err != nil {
 		return fmt.Errorf("document at line %d: %s", doc.Line, oneLine(err))
+	}
+	// Before any decoding into values: yaml.v3's own check of repeated
+	// keys, and aliases, cost far more than the document's size.
+	if err := yamlbound.Check(&node, yamlbound.Default); err != nil {
+		return fmt.Errorf("document at line %d: %v", doc.Line, err)
 	}
 	if node.Kind == textyaml.DocumentNode && len(node.Content) == 1 && node.Content[0].Kind == textyaml.MappingNode {
 		var obj any
@@ -222,6 +229,11 @@ func (m *Manifests) encode(d Document) ([]byte, error) {
 func jsonTree(raw []byte) (*textyaml.Node, bool) {
 	var doc textyaml.Node
 	if err := textyaml.Unmarshal(bytes.ToValidUTF8(raw, []byte("\uFFFD")), &doc); err != nil || doc.Kind != textyaml.DocumentNode || len(doc.Content) != 1 {
+		return nil, false
+	}
+	// Repeated keys: the tree's values are decoded (digests of the undo
+	// record), which would cost their square.
+	if yamlbound.Check(&doc, yamlbound.Default) != nil {
 		return nil, false
 	}
 	return &doc, true

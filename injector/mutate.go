@@ -93,9 +93,13 @@ type mutation struct {
 	object    string // names the input in messages
 	p         patchBuilder
 	res       *Result
-	// members is EnvPodMembers for every wrapped container, "" when the
-	// pod has no RestartAllContainers rule.
-	members string
+	// imageCommands counts the bytes of the commands taken from images
+	// (MaxImageCommandsBytes).
+	imageCommands int
+	// members: the pod has a RestartAllContainers rule, and its member
+	// list goes into AnnotationPodMembers, which every member's
+	// EnvPodMembers reads.
+	members bool
 }
 
 // mutate computes the injection of in as a patch relative to its root.
@@ -124,7 +128,11 @@ func (i *Injector) mutate(ctx context.Context, in *corev1.Pod, namespace, specPa
 
 	rerun, warnings := reruns(in, crs, object)
 	res.Warnings = append(res.Warnings, warnings...)
-	m := &mutation{Injector: i, ctx: ctx, pod: in, namespace: namespace, object: object, res: res, members: podMembers(crs, wrap, rerun)}
+	members, err := podMembers(crs, wrap, rerun, specPath, object)
+	if err != nil {
+		return nil, err
+	}
+	m := &mutation{Injector: i, ctx: ctx, pod: in, namespace: namespace, object: object, res: res, members: members != ""}
 	status := Status{Version: contract.Version}
 
 	// Pod-level additions first: the container edits below address
@@ -166,11 +174,15 @@ func (i *Injector) mutate(ctx context.Context, in *corev1.Pod, namespace, specPa
 	res.Warnings = uniqueStrings(res.Warnings)
 
 	st, _ := json.Marshal(status)
-	m.p.setAnnotation(&in.ObjectMeta, AnnotationStatus, string(st))
-	// The annotation op goes first so that a reader of the patch sees what
+	annotations := [][2]string{{AnnotationStatus, string(st)}}
+	if members != "" {
+		annotations = append(annotations, [2]string{contract.AnnotationPodMembers, members})
+	}
+	body := len(m.p.ops)
+	m.p.setAnnotations(&in.ObjectMeta, annotations...)
+	// The annotation ops go first so that a reader of the patch sees what
 	// it is about; order does not matter for correctness here.
-	ops := m.p.ops
-	ops = append(ops[len(ops)-1:], ops[:len(ops)-1]...)
+	ops := append(m.p.ops[body:len(m.p.ops):len(m.p.ops)], m.p.ops[:body]...)
 
 	res.Patch, res.Injected, res.Containers = ops, true, status.Containers
 	return res, nil
@@ -429,6 +441,15 @@ func (m *mutation) supervision(cr ContainerRules, c *corev1.Container, name stri
 	if err != nil {
 		return s, err
 	}
+	// What the image lookups add is counted as it is added: one image's
+	// commands are capped, but every container of it gets a copy.
+	if !l.fromPod {
+		_, size := argvSize(l.argv)
+		if m.imageCommands += size + len(l.platforms); m.imageCommands > MaxImageCommandsBytes {
+			return s, fmt.Errorf("%s: container %q: the commands taken from the images of the pod's containers pass %d bytes; set command on some of them",
+				m.object, c.Name, MaxImageCommandsBytes)
+		}
+	}
 	m.res.Warnings = append(m.res.Warnings, l.warnings...)
 	for _, vm := range c.VolumeMounts {
 		if vm.MountPath == BinDir || vm.MountPath == StateDir {
@@ -477,8 +498,11 @@ func (m *mutation) supervision(cr ContainerRules, c *corev1.Container, name stri
 	if l.platforms != "" {
 		s.env = append(s.env, corev1.EnvVar{Name: EnvPlatformCommands, Value: l.platforms})
 	}
-	if m.members != "" && member {
-		s.env = append(s.env, corev1.EnvVar{Name: EnvPodMembers, Value: m.members})
+	if m.members && member {
+		// One fieldRef per container, not the list itself: the list
+		// repeated in each of N containers made the patch grow with N².
+		s.env = append(s.env, corev1.EnvVar{Name: EnvPodMembers, ValueFrom: &corev1.EnvVarSource{
+			FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: contract.PodMembersFieldPath}}})
 	}
 	if sig, ok := stopSignal(c, l); ok {
 		// The runtime stops the container with this signal instead of
@@ -539,6 +563,9 @@ type launch struct {
 	// looked up for its entrypoint.
 	stopSignal string
 	warnings   []string
+	// fromPod: argv is the pod's own (command, or the entrypoint
+	// annotation), not an image's.
+	fromPod bool
 }
 
 // entrypoint works out the container's launch from its command, the
@@ -551,14 +578,14 @@ func (m *mutation) entrypoint(c *corev1.Container) (launch, error) {
 		if hasOverride {
 			warnings = append(warnings, fmt.Sprintf("%s: container %q sets command; annotation %s%s is ignored", object, c.Name, AnnotationEntrypoint, c.Name))
 		}
-		return launch{argv: c.Command, warnings: warnings}, nil
+		return launch{argv: c.Command, warnings: warnings, fromPod: true}, nil
 	}
 	if hasOverride {
 		var v []string
 		if err := json.Unmarshal([]byte(override), &v); err != nil || len(v) == 0 {
 			return launch{}, fmt.Errorf("%s: metadata.annotations[%s%s]: want a non-empty JSON array of strings", object, AnnotationEntrypoint, c.Name)
 		}
-		return launch{argv: v}, nil
+		return launch{argv: v, fromPod: true}, nil
 	}
 	eerr := func(e error) error {
 		return &EntrypointError{Object: object, Container: c.Name, Image: c.Image, Err: e}
@@ -595,8 +622,41 @@ func (m *mutation) entrypoint(c *corev1.Container) (launch, error) {
 		return launch{}, eerr(fmt.Errorf("image %s has neither ENTRYPOINT nor CMD on any platform", img.Digest))
 	}
 	sort.Strings(warnings)
-	b, _ := json.Marshal(perPlatform) // map keys are sorted: the output is deterministic
-	return launch{platforms: escapeExpansion(string(b)), stopSignal: img.StopSignal(), warnings: warnings}, nil
+	platforms, err := platformCommands(perPlatform)
+	if err != nil {
+		return launch{}, eerr(err)
+	}
+	return launch{platforms: platforms, stopSignal: img.StopSignal(), warnings: warnings}, nil
+}
+
+// MaxImageCommandsBytes caps the commands the image lookups add to one
+// pod, all containers together: each container of an image gets its own
+// copy, so the per-image caps alone would let many containers of one
+// image build a patch of many MiB before the webhook's final bound
+// (1 MiB) refused it.
+const MaxImageCommandsBytes = 1 << 20
+
+// MaxPlatformCommandsBytes caps the value of EnvPlatformCommands: one
+// environment string, which the kernel refuses over 128 KiB
+// (MAX_ARG_STRLEN), and which every container of the image carries.
+const MaxPlatformCommandsBytes = 96 << 10
+
+// platformCommands encodes the argv of each platform as
+// EnvPlatformCommands, escaped for the kubelet's expansion. HTML is not
+// escaped ("<" stays one byte, not six); the caps of the lookup
+// (MaxImageArgvBytes) bound the input, MaxPlatformCommandsBytes the
+// encoding, in which control characters and "$" still grow.
+func platformCommands(perPlatform map[string][]string) (string, error) {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(perPlatform) // map keys are sorted: the output is deterministic
+	out := escapeExpansion(strings.TrimSuffix(b.String(), "\n"))
+	if len(out) > MaxPlatformCommandsBytes {
+		return "", fmt.Errorf("the entrypoints of the image's %d platforms take %d bytes in %s, over the cap of %d",
+			len(perPlatform), len(out), EnvPlatformCommands, MaxPlatformCommandsBytes)
+	}
+	return out, nil
 }
 
 // imageArgv is what the image contributes before the container's args:
@@ -647,13 +707,25 @@ func (p *patchBuilder) remove(path string) {
 // whose metadata is meta. Pod templates may have no metadata or no
 // annotations at all, and an "add" below a missing member fails.
 func (p *patchBuilder) setAnnotation(meta *metav1.ObjectMeta, key, value string) {
+	p.setAnnotations(meta, [2]string{key, value})
+}
+
+// setAnnotations records setting each key to its value, in one op when
+// the object has no annotations yet.
+func (p *patchBuilder) setAnnotations(meta *metav1.ObjectMeta, kv ...[2]string) {
+	all := map[string]string{}
+	for _, e := range kv {
+		all[e[0]] = e[1]
+	}
 	switch {
 	case reflect.DeepEqual(*meta, metav1.ObjectMeta{}):
-		p.add("/metadata", map[string]any{"annotations": map[string]string{key: value}})
+		p.add("/metadata", map[string]any{"annotations": all})
 	case len(meta.Annotations) == 0:
-		p.add("/metadata/annotations", map[string]string{key: value})
+		p.add("/metadata/annotations", all)
 	default:
-		p.add("/metadata/annotations/"+escapePointer(key), value)
+		for _, e := range kv {
+			p.add("/metadata/annotations/"+escapePointer(e[0]), e[1])
+		}
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 )
 
@@ -38,7 +39,43 @@ const (
 	// Windows a few versions); attestation entries (unknown/unknown) and
 	// nested indexes are not counted, as they are never fetched.
 	MaxIndexPlatforms = 32
+	// MaxArgvEntries and MaxArgvBytes cap the ENTRYPOINT and CMD a lookup
+	// keeps of one platform's config (entries, and the bytes of their
+	// strings): the config's cap bounds what is read, these what is
+	// copied into the pod. Real entrypoints are a few entries of a few
+	// dozen bytes; the kernel refuses one argv or environment string over
+	// 128 KiB (MAX_ARG_STRLEN) and all of them over a quarter of the
+	// stack limit (2 MiB by default), so an image past these caps could
+	// not be started under the supervisor anyway.
+	MaxArgvEntries = 1024
+	MaxArgvBytes   = 32 << 10
+	// MaxImageArgvBytes caps the ENTRYPOINT and CMD kept of all the
+	// platforms of an index together: with platforms that differ, all of
+	// them go into one environment string
+	// (RESTART_SUPERVISOR_PLATFORM_COMMANDS, MaxPlatformCommandsBytes).
+	MaxImageArgvBytes = 64 << 10
 )
+
+// keptConfig is what a lookup keeps of one platform's config, refused
+// when its ENTRYPOINT and CMD pass MaxArgvEntries or MaxArgvBytes.
+func keptConfig(host, digest, platform string, cf *v1.ConfigFile) (ImageConfig, error) {
+	entries, size := argvSize(cf.Config.Entrypoint, cf.Config.Cmd)
+	if entries > MaxArgvEntries || size > MaxArgvBytes {
+		return ImageConfig{}, lookupErrorf(nil, "registry %s: image %s: platform %s: ENTRYPOINT and CMD hold %d strings of %d bytes, over the cap of %d strings and %s",
+			host, digest, platform, entries, size, MaxArgvEntries, sizeString(MaxArgvBytes))
+	}
+	return ImageConfig{cf.Config.Entrypoint, cf.Config.Cmd, cf.Config.StopSignal}, nil
+}
+
+func argvSize(lists ...[]string) (entries, size int) {
+	for _, l := range lists {
+		entries += len(l)
+		for _, s := range l {
+			size += len(s)
+		}
+	}
+	return entries, size
+}
 
 // LookupError is a failed lookup described for the pod author: it names the
 // registry and what went wrong in the project's own words, never text the
@@ -79,6 +116,9 @@ func (e *tooLargeError) Error() string {
 func sizeString(n int64) string {
 	if n >= 1<<20 && n%(1<<20) == 0 {
 		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	if n >= 1<<10 && n%(1<<10) == 0 {
+		return fmt.Sprintf("%d KiB", n>>10)
 	}
 	return fmt.Sprintf("%d bytes", n)
 }

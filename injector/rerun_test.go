@@ -48,6 +48,22 @@ func envOf(c *corev1.Container, name string) (string, bool) {
 	return "", false
 }
 
+// membersOf is c's EnvPodMembers as the kubelet resolves it in pod: a
+// fieldRef to the annotation that holds the list; ok false when c has no
+// such variable.
+func membersOf(pod *corev1.Pod, c *corev1.Container) (string, bool) {
+	for _, e := range c.Env {
+		if e.Name != EnvPodMembers {
+			continue
+		}
+		if e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != contract.PodMembersFieldPath || e.Value != "" {
+			return "<not a fieldRef to " + contract.AnnotationPodMembers + ">", true
+		}
+		return pod.Annotations[contract.AnnotationPodMembers], true
+	}
+	return "", false
+}
+
 // TestRerunSidecar: on the webhook's path, each regular init container of
 // a pod that restarts all containers is followed by its re-run sidecar:
 // the init container's own fields, wrapped with the configuration the init
@@ -110,10 +126,13 @@ func TestRerunSidecar(t *testing.T) {
 		if len(rc.Command) < 2 || rc.Command[0] != SupervisorPath {
 			t.Errorf("%s: command %q", rc.Name, rc.Command)
 		}
-		for name, want := range map[string]string{EnvContainerName: rc.Name, EnvStateDir: StateDir, EnvPodMembers: members} {
+		for name, want := range map[string]string{EnvContainerName: rc.Name, EnvStateDir: StateDir} {
 			if got, _ := envOf(rc, name); got != want {
 				t.Errorf("%s: %s=%q, want %q", rc.Name, name, got, want)
 			}
+		}
+		if got, _ := membersOf(out, rc); got != members {
+			t.Errorf("%s: %s=%q, want %q", rc.Name, EnvPodMembers, got, members)
 		}
 		var cfg rules.Config
 		for _, cr := range crs {
@@ -133,11 +152,11 @@ func TestRerunSidecar(t *testing.T) {
 		t.Errorf("fetch changed:\n%+v\n%+v", fetch, orig)
 	}
 	_, rdv := containerNamed(t, out.Spec.InitContainers, "rendezvous")
-	if _, ok := envOf(rdv, EnvPodMembers); ok || rdv.Command[0] != SupervisorPath {
+	if _, ok := membersOf(out, rdv); ok || rdv.Command[0] != SupervisorPath {
 		t.Errorf("rendezvous: command %q, env %+v", rdv.Command, rdv.Env)
 	}
 	for _, c := range []*corev1.Container{&out.Spec.InitContainers[3], &out.Spec.Containers[0]} {
-		if got, _ := envOf(c, EnvPodMembers); got != members {
+		if got, _ := membersOf(out, c); got != members {
 			t.Errorf("%s: %s=%q, want %q", c.Name, EnvPodMembers, got, members)
 		}
 	}
@@ -243,7 +262,7 @@ func TestRerunOnlyWhereLimitsStay(t *testing.T) {
 			if !slices.Equal(names, want) {
 				t.Errorf("init containers %q, want %q", names, want)
 			}
-			if got, _ := envOf(&res.Pod.Spec.Containers[0], EnvPodMembers); got != members {
+			if got, _ := membersOf(res.Pod, &res.Pod.Spec.Containers[0]); got != members {
 				t.Errorf("members %q, want %q", got, members)
 			}
 			if tc.warning == "" {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -318,7 +319,10 @@ func (r *Resolver) fetch(ctx context.Context, ref name.Reference, kc authn.Keych
 		if err != nil {
 			return nil, registryErr(ctx, host, err)
 		}
-		res.Platforms[platformKey(cf.OS, cf.Architecture, cf.Variant)] = ImageConfig{cf.Config.Entrypoint, cf.Config.Cmd, cf.Config.StopSignal}
+		key := platformKey(cf.OS, cf.Architecture, cf.Variant)
+		if res.Platforms[key], err = keptConfig(host, res.Digest, key, cf); err != nil {
+			return nil, err
+		}
 		return res, nil
 	}
 	idx, err := desc.ImageIndex()
@@ -345,23 +349,45 @@ func (r *Resolver) fetch(ctx context.Context, ref name.Reference, kc authn.Keych
 			host, res.Digest, len(runnable), MaxIndexPlatforms)
 	}
 	var mu sync.Mutex
+	total := 0 // argv bytes kept, under mu
+	var failed atomic.Bool
 	g, _ := errgroup.WithContext(ctx)
 	g.SetLimit(4)
 	for _, m := range runnable {
 		g.Go(func() error {
-			img, err := idx.Image(m.Digest)
-			if err != nil {
-				return err
+			// After a refusal, the platforms not yet fetched are not:
+			// the refusal stands whatever they hold.
+			if failed.Load() {
+				return nil
 			}
-			cf, err := configFile(host, img)
+			err := func() error {
+				img, err := idx.Image(m.Digest)
+				if err != nil {
+					return err
+				}
+				cf, err := configFile(host, img)
+				if err != nil {
+					return err
+				}
+				key := platformKey(m.Platform.OS, m.Platform.Architecture, m.Platform.Variant)
+				kept, err := keptConfig(host, res.Digest, key, cf)
+				if err != nil {
+					return err
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				_, size := argvSize(kept.Entrypoint, kept.Cmd)
+				if total += size; total > MaxImageArgvBytes {
+					return lookupErrorf(nil, "registry %s: image index %s: the ENTRYPOINT and CMD of its platforms hold more than %s together, over the cap",
+						host, res.Digest, sizeString(MaxImageArgvBytes))
+				}
+				res.Platforms[key] = kept
+				return nil
+			}()
 			if err != nil {
-				return err
+				failed.Store(true)
 			}
-			key := platformKey(m.Platform.OS, m.Platform.Architecture, m.Platform.Variant)
-			mu.Lock()
-			res.Platforms[key] = ImageConfig{cf.Config.Entrypoint, cf.Config.Cmd, cf.Config.StopSignal}
-			mu.Unlock()
-			return nil
+			return err
 		})
 	}
 	if err := g.Wait(); err != nil {

@@ -11,6 +11,7 @@ import (
 	textyaml "go.yaml.in/yaml/v3"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/restart-supervisor/restart-supervisor/internal/yamlbound"
 	"github.com/restart-supervisor/restart-supervisor/internal/yamlstyle"
 )
 
@@ -98,7 +99,7 @@ func uninjectDoc(d *Document) ([]ObjectReport, error) {
 	var text string
 	for _, t := range todo {
 		var err error
-		if text, err = undoObject(doc.Content[0], owned, t.root, t.record); err != nil {
+		if text, err = undoObject(doc.Content[0], owned, t.root, t.record, templatePrefixes(t.obj)); err != nil {
 			return nil, fmt.Errorf("line %d: %s: %v", d.Line, t.name, err)
 		}
 	}
@@ -154,10 +155,11 @@ func wrappedTemplates(u *unstructured.Unstructured) bool {
 }
 
 // undoObject takes the injection of the object at root back, following
-// record. Errors name the field.
+// record, whose operations must each undo an edit inject makes to one of
+// the pod templates at templates (checkUndoOp). Errors name the field.
 // It returns the record's Text.
-func undoObject(doc *textyaml.Node, owned map[*textyaml.Node]bool, root, record string) (string, error) {
-	rec, err := undoObjectRecord(doc, owned, root, record)
+func undoObject(doc *textyaml.Node, owned map[*textyaml.Node]bool, root, record string, templates []string) (string, error) {
+	rec, err := undoObjectRecord(doc, owned, root, record, templates)
 	return rec.Text, err
 }
 
@@ -167,7 +169,11 @@ func sameObject(doc *textyaml.Node, text string) bool {
 	if err := doc.Decode(&a); err != nil {
 		return false
 	}
-	if err := textyaml.Unmarshal([]byte(text), &b); err != nil {
+	var tn textyaml.Node
+	if err := textyaml.Unmarshal([]byte(text), &tn); err != nil || yamlbound.Check(&tn, yamlbound.Default) != nil {
+		return false
+	}
+	if err := tn.Decode(&b); err != nil {
 		return false
 	}
 	ja, err1 := jsonValue(a)
@@ -180,7 +186,7 @@ func sameObject(doc *textyaml.Node, text string) bool {
 	return bytes.Equal(x, y)
 }
 
-func undoObjectRecord(doc *textyaml.Node, owned map[*textyaml.Node]bool, root, record string) (undoRecord, error) {
+func undoObjectRecord(doc *textyaml.Node, owned map[*textyaml.Node]bool, root, record string, templates []string) (undoRecord, error) {
 	recField := "metadata.annotations[" + AnnotationUndo + "]"
 	var rec undoRecord
 	dec := json.NewDecoder(strings.NewReader(record))
@@ -188,7 +194,112 @@ func undoObjectRecord(doc *textyaml.Node, owned map[*textyaml.Node]bool, root, r
 	if err := dec.Decode(&rec); err != nil {
 		return rec, fmt.Errorf("%s: invalid: %s", recField, oneLine(err))
 	}
+	// The record is text anyone who edits the file may have written: it
+	// is followed only where it undoes what inject does, so that it can
+	// never add to the object what inject could not have taken out
+	// (privileged, hostPID, another image).
+	for _, u := range rec.Undo {
+		if err := checkUndoOp(u, templates); err != nil {
+			return rec, fmt.Errorf("%s: %v", recField, err)
+		}
+	}
 	return rec, undoRecordOps(doc, owned, root, rec)
+}
+
+// templatePrefixes are the JSON Pointers of obj's pod templates, "" for
+// a Pod.
+func templatePrefixes(obj map[string]any) []string {
+	u := &unstructured.Unstructured{Object: obj}
+	ts, _, err := templatesOf(obj, u.GetAPIVersion(), u.GetKind())
+	if err != nil {
+		return nil
+	}
+	out := make([]string, 0, len(ts))
+	for _, t := range ts {
+		var b strings.Builder
+		for _, tok := range t.path {
+			b.WriteString("/" + escapePointer(tok))
+		}
+		out = append(out, b.String())
+	}
+	return out
+}
+
+// undoFields are, per operation of an undo record, the fields of a
+// wrapped container whose edit by inject that operation undoes: inject
+// adds startupProbe, readinessProbe, command, env and volumeMounts
+// (undone by remove, or by replace where the container had its own), and
+// takes restartPolicyRules, restartPolicy and livenessProbe out (undone by
+// insert). mutation.wrap makes these edits.
+var undoFields = map[string]map[string]bool{
+	"remove":  {"startupProbe": true, "readinessProbe": true, "command": true, "env": true, "volumeMounts": true},
+	"replace": {"startupProbe": true, "readinessProbe": true, "command": true},
+	"insert":  {"restartPolicyRules": true, "restartPolicy": true, "livenessProbe": true},
+}
+
+// checkUndoOp refuses an operation that undoes no edit inject makes to a
+// pod template at one of templates: its op and path must be one of those
+// of mutate (the template's restart-supervisor.dev annotations, the
+// volumes and init containers it adds, the fields of a container in
+// undoFields, an item it appends to env or volumeMounts), and the member
+// an insert gives back must be the one its path names.
+func checkUndoOp(u undoOp, templates []string) error {
+	bad := fmt.Errorf("%s %q: not an edit restart-injector inject makes; refusing to follow the record", u.Op, clipLen(u.Path, 128))
+	if _, ok := undoFields[u.Op]; !ok {
+		return bad
+	}
+	for _, t := range templates {
+		rest, ok := strings.CutPrefix(u.Path, t+"/")
+		if !ok {
+			continue
+		}
+		toks, err := pointerTokens("/" + rest)
+		if err != nil {
+			return bad
+		}
+		if undoable(u.Op, toks) {
+			if u.Op == "insert" || u.Op == "replace" {
+				budget := yamlbound.Default
+				key, _, err := wasMember(u.Was, &budget)
+				if err != nil || key.Kind != textyaml.ScalarNode || key.Value != toks[len(toks)-1] {
+					return fmt.Errorf("%s %q: the value it gives back is not that member; refusing to follow the record", u.Op, clipLen(u.Path, 128))
+				}
+			}
+			return nil
+		}
+	}
+	return bad
+}
+
+// undoable: op at toks (relative to a pod template) undoes an edit of
+// mutate.
+func undoable(op string, toks []string) bool {
+	isIndex := func(s string) bool {
+		_, err := strconv.Atoi(s)
+		return err == nil && s != "" && (s == "0" || s[0] != '0')
+	}
+	containers := func(s string) bool { return s == "containers" || s == "initContainers" }
+	switch {
+	case toks[0] == "metadata":
+		switch len(toks) {
+		case 1, 2:
+			return op == "remove" && (len(toks) == 1 || toks[1] == "annotations")
+		case 3:
+			return toks[1] == "annotations" && strings.HasPrefix(toks[2], "restart-supervisor.dev/") && (op == "remove" || op == "replace")
+		}
+	case toks[0] == "spec" && len(toks) >= 2:
+		switch {
+		case len(toks) == 2:
+			return op == "remove" && (toks[1] == "volumes" || toks[1] == "initContainers")
+		case len(toks) == 3:
+			return op == "remove" && (toks[1] == "volumes" || toks[1] == "initContainers") && isIndex(toks[2])
+		case len(toks) == 4:
+			return containers(toks[1]) && isIndex(toks[2]) && undoFields[op][toks[3]]
+		case len(toks) == 5:
+			return op == "remove" && containers(toks[1]) && isIndex(toks[2]) && (toks[3] == "env" || toks[3] == "volumeMounts") && isIndex(toks[4])
+		}
+	}
+	return false
 }
 
 func undoRecordOps(doc *textyaml.Node, owned map[*textyaml.Node]bool, root string, rec undoRecord) error {
@@ -223,9 +334,12 @@ func undoRecordOps(doc *textyaml.Node, owned map[*textyaml.Node]bool, root strin
 	default:
 		return fmt.Errorf("%s: invalid: made %q", recField, rec.Made)
 	}
+	// What the record gives back is decoded too (digests): its members
+	// share one budget.
+	budget := yamlbound.Default
 	for k := len(rec.Undo) - 1; k >= 0; k-- {
 		u := rec.Undo[k]
-		if err := undoOne(doc, owned, root, u); err != nil {
+		if err := undoOne(doc, owned, root, u, &budget); err != nil {
 			return fmt.Errorf("%s: %v", fieldPath(u.Path), err)
 		}
 	}
@@ -236,7 +350,7 @@ func undoRecordOps(doc *textyaml.Node, owned map[*textyaml.Node]bool, root strin
 // wrote it: the inverse would have to guess.
 const edited = "changed since restart-injector inject wrote it; restore it, or edit the original manifest and inject it again"
 
-func undoOne(doc *textyaml.Node, owned map[*textyaml.Node]bool, root string, u undoOp) error {
+func undoOne(doc *textyaml.Node, owned map[*textyaml.Node]bool, root string, u undoOp, budget *yamlbound.Budget) error {
 	toks, err := pointerTokens(u.Path)
 	if err != nil || len(toks) == 0 {
 		return fmt.Errorf("invalid path in %s", AnnotationUndo)
@@ -258,7 +372,7 @@ func undoOne(doc *textyaml.Node, owned map[*textyaml.Node]bool, root string, u u
 			return fmt.Errorf("%s", edited)
 		}
 		if u.Op == "replace" {
-			_, val, err := wasMember(u.Was)
+			_, val, err := wasMember(u.Was, budget)
 			if err != nil {
 				return err
 			}
@@ -272,7 +386,7 @@ func undoOne(doc *textyaml.Node, owned map[*textyaml.Node]bool, root string, u u
 		}
 		return nil
 	case "insert":
-		key, val, err := wasMember(u.Was)
+		key, val, err := wasMember(u.Was, budget)
 		if err != nil {
 			return err
 		}
@@ -300,11 +414,14 @@ func undoOne(doc *textyaml.Node, owned map[*textyaml.Node]bool, root string, u u
 	return fmt.Errorf("unknown operation %q in %s", u.Op, AnnotationUndo)
 }
 
-// wasMember parses an undoOp's Was.
-func wasMember(was string) (key, val *textyaml.Node, err error) {
+// wasMember parses an undoOp's Was, within what is left of budget.
+func wasMember(was string, budget *yamlbound.Budget) (key, val *textyaml.Node, err error) {
 	var d textyaml.Node
 	if err := textyaml.Unmarshal([]byte(was), &d); err != nil {
 		return nil, nil, fmt.Errorf("invalid value in %s: %s", AnnotationUndo, oneLine(err))
+	}
+	if err := budget.Take(&d); err != nil {
+		return nil, nil, fmt.Errorf("invalid value in %s: %v", AnnotationUndo, err)
 	}
 	if d.Kind != textyaml.DocumentNode || len(d.Content) != 1 || d.Content[0].Kind != textyaml.MappingNode || len(d.Content[0].Content) != 2 {
 		return nil, nil, fmt.Errorf("invalid value in %s: want one member", AnnotationUndo)

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	kubeyaml "sigs.k8s.io/yaml"
 )
 
 func uninjectBytes(t testing.TB, in []byte) ([]byte, []ObjectReport, error) {
@@ -284,5 +286,62 @@ func TestUninjectListNamesTheItem(t *testing.T) {
 	_, _, err = uninjectBytes(t, []byte(edited))
 	if err == nil || !strings.Contains(err.Error(), `Deployment "shop/second": spec.template.spec.containers[0].command: changed since`) {
 		t.Errorf("error %v, want it to name the second Deployment", err)
+	}
+}
+
+// TestUninjectRefusesForeignRecord (L1): the undo record is text in the
+// file, and whoever edits the file may rewrite it. uninject followed any
+// operation, so a record could add hostPID or a privileged container to
+// what it gave back. Now every operation must undo an edit inject makes,
+// and give back the member its path names.
+func TestUninjectRefusesForeignRecord(t *testing.T) {
+	inj, _ := goldenInjector(t)
+	injected, _ := injectBytes(t, inj, []byte(uninjectDeploy))
+	var obj map[string]any
+	if err := kubeyaml.Unmarshal(injected, &obj); err != nil {
+		t.Fatal(err)
+	}
+	ann := obj["metadata"].(map[string]any)["annotations"].(map[string]any)
+	record := ann[AnnotationUndo].(string)
+	for _, tc := range []struct {
+		name string
+		op   undoOp
+		want string
+	}{
+		{"hostPID", undoOp{Op: "insert", Path: "/spec/template/spec/hostPID", Was: "hostPID: true\n"},
+			`insert "/spec/template/spec/hostPID": not an edit restart-injector inject makes`},
+		{"privileged", undoOp{Op: "insert", Path: "/spec/template/spec/containers/0/securityContext", Was: "securityContext: {privileged: true}\n"},
+			`insert "/spec/template/spec/containers/0/securityContext": not an edit restart-injector inject makes`},
+		{"privileged under another name", undoOp{Op: "insert", Path: "/spec/template/spec/containers/0/livenessProbe", Was: "securityContext: {privileged: true}\n"},
+			`insert "/spec/template/spec/containers/0/livenessProbe": the value it gives back is not that member`},
+		{"image", undoOp{Op: "replace", Path: "/spec/template/spec/containers/0/image", Was: "image: evil:1\n", Sum: "x"},
+			`replace "/spec/template/spec/containers/0/image": not an edit`},
+		{"outside the template", undoOp{Op: "remove", Path: "/spec/selector", Sum: "x"},
+			`remove "/spec/selector": not an edit`},
+		{"another annotation", undoOp{Op: "replace", Path: "/spec/template/metadata/annotations/other", Was: "other: x\n"},
+			`replace "/spec/template/metadata/annotations/other": not an edit`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var rec undoRecord
+			if err := json.Unmarshal([]byte(record), &rec); err != nil {
+				t.Fatal(err)
+			}
+			// Undone last first: the forged operation goes first.
+			rec.Undo = append(rec.Undo, tc.op)
+			b, _ := json.Marshal(rec)
+			ann[AnnotationUndo] = string(b)
+			edited, err := kubeyaml.Marshal(obj)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, _, err := uninjectBytes(t, edited)
+			want := `line 1: Deployment "shop/api": metadata.annotations[restart-supervisor.dev/uninject]: ` + tc.want
+			if err == nil || !strings.HasPrefix(err.Error(), want) || strings.Contains(err.Error(), "\n") {
+				t.Errorf("error %v\nwant one line starting %q", err, want)
+			}
+			if string(out) != string(edited) {
+				t.Errorf("a refused record changed the document:\n%s", lineDiff(string(edited), string(out)))
+			}
+		})
 	}
 }

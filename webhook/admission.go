@@ -10,6 +10,7 @@ import (
 	"mime"
 	"net/http"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	jsoniter "github.com/json-iterator/go"
@@ -26,6 +27,44 @@ import (
 // updates, which this webhook never receives), so anything larger is not a
 // review the API server sent.
 const MaxRequestBytes = 3<<20 + 64<<10
+
+// MaxPatchBytes caps the JSON patch of one review. etcd refuses an object
+// over 1.5 MiB (its default --max-request-bytes), the API server a request
+// body over 3 MiB; the patch is added to the pod and sent base64-encoded in
+// the response, so 1 MiB leaves the pod room. The caps of the mutation
+// (contract.MaxPodMembers, the lookup's argv caps) keep a patch far below
+// it for any pod the API server accepts; this bound holds whatever the
+// pod.
+const MaxPatchBytes = 1 << 20
+
+var errPatchTooLarge = errors.New("patch too large")
+
+// encodePatch encodes ops as one JSON array, op by op, giving up once the
+// array passes max bytes: each op is bounded by the review it came from,
+// the whole by max.
+func encodePatch(ops []injector.PatchOp, max int) ([]byte, error) {
+	out := make([]byte, 0, 4096)
+	out = append(out, '[')
+	for i, op := range ops {
+		b, err := patchJSON.Marshal(op)
+		if err != nil {
+			return nil, err
+		}
+		if i > 0 {
+			out = append(out, ',')
+		}
+		if len(out)+len(b)+1 > max {
+			return nil, fmt.Errorf("%w: %d of %d operations take %d bytes", errPatchTooLarge, i+1, len(ops), len(out)+len(b)+1)
+		}
+		out = append(out, b...)
+	}
+	return append(out, ']'), nil
+}
+
+// patchJSON is fastJSON without HTML escapes: "<", ">" and "&" in a
+// command stay one byte in the patch instead of six, and the API server
+// reads either.
+var patchJSON = jsoniter.Config{EscapeHTML: false, SortMapKeys: true, ValidateJsonRawMessage: true}.Froze()
 
 // Mutator is what the webhook needs from the injector: the patch, not a
 // mutated copy of the pod (see injector.Injector.PodPatch).
@@ -309,18 +348,24 @@ func (h *Handler) review(ctx context.Context, req *admissionv1.AdmissionRequest,
 	if res == nil || !res.Injected || len(res.Patch) == 0 {
 		resp := &admissionv1.AdmissionResponse{Allowed: true}
 		if res != nil {
-			resp.Warnings = res.Warnings
+			resp.Warnings = boundWarnings(res.Warnings)
 		}
 		return resp, ResultUntouched
 	}
-	patch, err := fastJSON.Marshal(res.Patch)
+	patch, err := encodePatch(res.Patch, MaxPatchBytes)
+	if errors.Is(err, errPatchTooLarge) {
+		msg := fmt.Sprintf("%s: the injection's JSON patch would exceed %d bytes (containers %d, init containers %d): %v",
+			podName, MaxPatchBytes, len(pod.Spec.Containers), len(pod.Spec.InitContainers), err)
+		log.Info("denied", "err", msg)
+		return deny(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, msg), ResultDenied
+	}
 	if err != nil {
 		log.Error("encode JSON patch", "err", err)
 		return deny(http.StatusInternalServerError, metav1.StatusReasonInternalError, "encode JSON patch: "+err.Error()), ResultDenied
 	}
 	pt := admissionv1.PatchTypeJSONPatch
-	log.Info("injected", "containers", res.Containers)
-	return &admissionv1.AdmissionResponse{Allowed: true, Patch: patch, PatchType: &pt, Warnings: res.Warnings}, ResultInjected
+	log.Info("injected", "containers", len(res.Containers), "names", someNames(res.Containers, 8), "patchBytes", len(patch))
+	return &admissionv1.AdmissionResponse{Allowed: true, Patch: patch, PatchType: &pt, Warnings: boundWarnings(res.Warnings)}, ResultInjected
 }
 
 // allowNative admits a pod untouched under --native=on, warning when the pod
@@ -345,4 +390,34 @@ func podFeature(pod *corev1.Pod) NativeFeature {
 		}
 	}
 	return FeatureRestartRules
+}
+
+// Warnings of one answer: kubectl prints each on its own line, and the API
+// server keeps 4096 runes of them whole and cuts each further one to 256
+// (k8s.io/apiserver v0.34.4 pkg/endpoints/filters/warning.go,
+// truncateAtTotalRunes, truncateItemRunes): a pod of a thousand
+// containers must not bring a thousand lines.
+const (
+	maxWarnings   = 8
+	maxWarningLen = 512
+)
+
+// boundWarnings keeps the first maxWarnings, each clipped to
+// maxWarningLen bytes, and says how many more there were.
+func boundWarnings(ws []string) []string {
+	out := make([]string, 0, min(len(ws), maxWarnings+1))
+	for i, w := range ws {
+		if i == maxWarnings {
+			out = append(out, fmt.Sprintf("and %d more warnings", len(ws)-maxWarnings))
+			break
+		}
+		if len(w) > maxWarningLen {
+			w = strings.ToValidUTF8(w[:maxWarningLen], "") + "…"
+		}
+		out = append(out, w)
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }

@@ -12,6 +12,7 @@ const (
 	ResultWarned    = "warned"    // allowed uninjected because the entrypoint could not be resolved
 	ResultDenied    = "denied"    // allowed=false: invalid rules, unresolvable entrypoint in deny mode
 	ResultBadInput  = "bad_request"
+	ResultBusy      = "busy" // 429: as many reviews in flight as the memory holds (Server.MaxInFlight)
 )
 
 // Metrics are the server's Prometheus collectors, kept in their own registry
@@ -50,7 +51,7 @@ func NewMetrics(extra ...prometheus.Collector) *Metrics {
 	}
 	m.Registry.MustRegister(m.Reviews, m.Latency, m.NativeHonoured, m.CertExpiry,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	for _, r := range []string{ResultInjected, ResultUntouched, ResultWarned, ResultDenied, ResultBadInput} {
+	for _, r := range []string{ResultInjected, ResultUntouched, ResultWarned, ResultDenied, ResultBadInput, ResultBusy} {
 		m.Reviews.WithLabelValues(r) // export zeros so rate() works from the first scrape
 	}
 	for _, c := range extra {

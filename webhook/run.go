@@ -139,6 +139,13 @@ type Config struct {
 	// ShutdownTimeout bounds the drain of in-flight reviews. If it is
 	// zero, it is twenty seconds.
 	ShutdownTimeout time.Duration
+
+	// MaxInFlight bounds the reviews answered at once; one more gets 429
+	// with Retry-After, which the API server retries. If MaxInFlight is
+	// zero, it is MaxInFlightFor the container's memory limit
+	// (MemoryLimit), which also sets the Go runtime's soft limit
+	// (GOMEMLIMIT, unless set) to 90 % of it. Negative: no bound.
+	MaxInFlight int
 }
 
 // serviceAccountNamespaceFile is where the kubelet tells a pod its
@@ -341,8 +348,18 @@ func Run(ctx context.Context, c Config) error {
 		mutateLn.Close()
 		return fmt.Errorf("health endpoint: %w", err)
 	}
+	limit, from, err := MemoryLimit()
+	if err != nil {
+		log.Warn("memory limit unknown; sizing as without one", "err", err)
+	}
+	soft := setMemoryLimit(limit)
+	inFlight := c.MaxInFlight
+	if inFlight == 0 {
+		inFlight = MaxInFlightFor(limit)
+	}
+	log.Info("memory", "limit", limit, "from", from, "goMemLimit", soft, "maxInFlight", inFlight)
 	srv := &Server{Handler: h, Certs: certs, Metrics: metrics, Log: log, ClientCAs: clientCAs,
-		ShutdownDelay: c.ShutdownDelay, ShutdownTimeout: c.ShutdownTimeout}
+		ShutdownDelay: c.ShutdownDelay, ShutdownTimeout: c.ShutdownTimeout, MaxInFlight: inFlight}
 	log.Info("restart-injector starting", "version", contract.Version, "certMode", c.CertMode,
 		"native", c.Native, "onEntrypointError", c.OnEntrypointError, "registryLookup", c.RegistryLookup,
 		"insecureRegistries", c.InsecureRegistries, "allowedRegistries", c.AllowedRegistries, "clientCA", c.ClientCAFile != "")

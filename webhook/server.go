@@ -46,6 +46,9 @@ type Server struct {
 	// ClientCAs, when set, make /mutate require a client certificate
 	// signed by one of them (the API server's, see Config.ClientCAFile).
 	ClientCAs *x509.CertPool
+	// MaxInFlight, when positive, bounds the reviews /mutate answers at
+	// once; one more gets 429 with Retry-After (limitInFlight).
+	MaxInFlight int
 
 	stopping atomic.Bool
 }
@@ -68,7 +71,11 @@ func (s *Server) TLSConfig() *tls.Config {
 // MutateMux routes the admission endpoint.
 func (s *Server) MutateMux() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/mutate", s.Handler)
+	h := s.Handler
+	if s.MaxInFlight > 0 {
+		h = limitInFlight(h, s.MaxInFlight, s.Metrics)
+	}
+	mux.Handle("/mutate", h)
 	return mux
 }
 

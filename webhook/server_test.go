@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
 
+	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/injector"
 )
 
@@ -671,8 +672,9 @@ func TestRerunSidecarThroughWebhook(t *testing.T) {
 	}
 	members := ""
 	for _, e := range pod.Spec.Containers[0].Env {
-		if e.Name == injector.EnvPodMembers {
-			members = e.Value
+		if e.Name == injector.EnvPodMembers && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil &&
+			e.ValueFrom.FieldRef.FieldPath == contract.PodMembersFieldPath {
+			members = pod.Annotations[contract.AnnotationPodMembers]
 		}
 	}
 	if members != "fetch-rerun:init,trainer:regular" {

@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -65,12 +66,25 @@ func (h *Handler) reviewTemplate(req *admissionv1.AdmissionRequest) (*admissionv
 	if len(res.Patch) == 0 {
 		return &admissionv1.AdmissionResponse{Allowed: true}, ResultUntouched
 	}
-	patch, err := fastJSON.Marshal(res.Patch)
+	patch, err := encodePatch(res.Patch, MaxPatchBytes)
+	if errors.Is(err, errPatchTooLarge) {
+		return deny(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid,
+			fmt.Sprintf("%s: copying the restart rules into the pod templates would take a JSON patch of more than %d bytes: %v", req.Kind.Kind, MaxPatchBytes, err)), ResultDenied
+	}
 	if err != nil {
 		return deny(http.StatusInternalServerError, metav1.StatusReasonInternalError, "encode JSON patch: "+err.Error()), ResultDenied
 	}
 	pt := admissionv1.PatchTypeJSONPatch
 	return &admissionv1.AdmissionResponse{Allowed: true, Patch: patch, PatchType: &pt, Warnings: []string{fmt.Sprintf(
 		"this API server drops restartPolicyRules from pod templates (ContainerRestartRules off): the rules of %s were copied into the annotation %s, and pods are run under restart-supervisor",
-		strings.Join(res.Containers, ", "), injector.AnnotationRules)}}, ResultInjected
+		someNames(res.Containers, 8), injector.AnnotationRules)}}, ResultInjected
+}
+
+// someNames lists the first n of names, and how many more there are: a
+// warning is one short line whatever the object holds.
+func someNames(names []string, n int) string {
+	if len(names) <= n {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:n], ", "), len(names)-n)
 }

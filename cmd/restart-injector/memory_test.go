@@ -81,3 +81,55 @@ func TestInjectMemoryFollowsDocuments(t *testing.T) {
 		}
 	}
 }
+
+// repeatedKeys is a YAML mapping body of n times the same key, indented.
+func repeatedKeys(indent string, n int) string {
+	return strings.Repeat(indent+"a: b\n", n)
+}
+
+// TestHostileYAMLBounded: a few tens of kB of one key repeated took inject
+// past 2 GB (36 kB), compose to 994 MiB with a 110 MB error (22 kB) and
+// uninject to 900 MiB (28 kB): yaml.v3 compares every pair of keys and
+// keeps a message for each equal pair. The offline readers now check the
+// node tree first (internal/yamlbound): the real binary exits 1 with one
+// short line, its peak resident set that of any small run.
+func TestHostileYAMLBounded(t *testing.T) {
+	dir := t.TempDir()
+	pod := "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  labels:\n" + repeatedKeys("    ", 5000) +
+		"spec:\n  containers:\n  - name: app\n    image: app:1\n    command: [/app]\n    restartPolicy: Never\n    restartPolicyRules: [{action: Restart, exitCodes: {operator: In, values: [3]}}]\n"
+	laughs := "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata:\n  a0: &a0 [x]\n"
+	for i := 1; i <= 8; i++ {
+		laughs += fmt.Sprintf("  a%d: &a%d [%s]\n", i, i, strings.TrimSuffix(strings.Repeat(fmt.Sprintf("*a%d,", i-1), 10), ","))
+	}
+	compose := "services:\n  web:\n    image: demo/busybox\n" + repeatedKeys("    ", 3500) +
+		"    x-restart-rules: {restartPolicy: Never}\n"
+	for _, tc := range []struct {
+		name, input, want string
+		args              []string
+	}{
+		{"inject", pod, `mapping key "a" already defined at line 6`, []string{"inject", "--no-lookup", "-q"}},
+		{"inject aliases", laughs, "aliases expand the document by more than 1048576 nodes", []string{"inject", "--no-lookup", "-q"}},
+		{"uninject", pod, `mapping key "a" already defined at line 6`, []string{"uninject", "-q"}},
+		{"compose", compose, `mapping key "a" already defined at line 4`, []string{"compose"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := writeFile(t, filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-")+".yaml"), tc.input)
+			cmd := exec.Command(injectorBinary(t), append(tc.args, "-f", f)...)
+			var out, errb bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &errb
+			err := cmd.Run()
+			rss := cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss << 10
+			msg := strings.TrimSpace(errb.String())
+			t.Logf("%d bytes of input: exit %d, peak RSS %.1f MB, %d bytes of error: %.200s", len(tc.input), cmd.ProcessState.ExitCode(), float64(rss)/(1<<20), len(msg), msg)
+			if err == nil || cmd.ProcessState.ExitCode() != 1 {
+				t.Errorf("exit %v, want 1", err)
+			}
+			if !strings.Contains(msg, tc.want) || len(msg) > 1024 {
+				t.Errorf("want one short error with %q, got %d bytes: %.300s", tc.want, len(msg), msg)
+			}
+			if rss > 100<<20 {
+				t.Errorf("peak RSS %d MiB", rss>>20)
+			}
+		})
+	}
+}

@@ -50,6 +50,7 @@ func runServe(ctx context.Context, args []string) int {
 	logLevel := fs.String("log-level", "info", "log `LEVEL`: debug, info, warn, error")
 	fs.DurationVar(&c.ShutdownDelay, "shutdown-delay", 5*time.Second, "keep serving this long after SIGTERM while reporting not ready")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 20*time.Second, "bound of the drain of in-flight reviews")
+	fs.IntVar(&c.MaxInFlight, "max-in-flight", 0, "`N` reviews answered at once, 429 beyond (0: from the memory limit, $"+webhook.EnvMemoryLimit+" or cgroup memory.max; negative: no bound)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK

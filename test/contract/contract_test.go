@@ -73,10 +73,12 @@ type node struct {
 	root    string
 	volumes map[string]string // pod volume name -> host directory
 	image   string            // the supervisor image's binary on the host
+	// annotations of the pod, which a fieldRef of an env var reads
+	annotations map[string]string
 }
 
 func newNode(t *testing.T, pod *corev1.Pod, supervisorBuild string) *node {
-	n := &node{t: t, root: t.TempDir(), volumes: map[string]string{}, image: supervisorBuild}
+	n := &node{t: t, root: t.TempDir(), volumes: map[string]string{}, image: supervisorBuild, annotations: pod.Annotations}
 	for _, v := range pod.Spec.Volumes {
 		dir := filepath.Join(n.root, "volumes", v.Name)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -134,7 +136,17 @@ func (n *node) process(c *corev1.Container) (argv, env []string, mounts map[stri
 	vars := map[string]string{}
 	for _, e := range c.Env {
 		if e.ValueFrom != nil {
-			n.t.Fatalf("container %q: env %s uses valueFrom, which this test does not emulate", c.Name, e.Name)
+			// The kubelet's downward API for the one form the injector
+			// writes: a pod annotation (pkg/fieldpath
+			// ExtractFieldPathAsString, Kubernetes v1.37.2), "" when
+			// the annotation is missing, and never $(VAR)-expanded.
+			key, ok := annotationField(e.ValueFrom)
+			if !ok {
+				n.t.Fatalf("container %q: env %s uses a valueFrom this test does not emulate", c.Name, e.Name)
+			}
+			vars[e.Name] = n.annotations[key]
+			env = append(env, e.Name+"="+vars[e.Name])
+			continue
 		}
 		vars[e.Name] = expand(e.Value, vars)
 		env = append(env, e.Name+"="+hostPath(mounts, vars[e.Name]))
@@ -149,6 +161,19 @@ func (n *node) process(c *corev1.Container) (argv, env []string, mounts map[stri
 	// test's environment leaks in.
 	env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
 	return argv, env, mounts
+}
+
+// annotationField returns the key of a fieldRef to
+// metadata.annotations['key'].
+func annotationField(src *corev1.EnvVarSource) (string, bool) {
+	if src.FieldRef == nil || src.ConfigMapKeyRef != nil || src.SecretKeyRef != nil || src.ResourceFieldRef != nil {
+		return "", false
+	}
+	rest, ok := strings.CutPrefix(src.FieldRef.FieldPath, "metadata.annotations['")
+	if !ok {
+		return "", false
+	}
+	return strings.CutSuffix(rest, "']")
 }
 
 // expand applies the kubelet's $(VAR) expansion: "$$" is "$", $(NAME) of a
@@ -411,10 +436,11 @@ func TestInjectedPodRestartsTogether(t *testing.T) {
 		// fetch-rerun, the re-run sidecar of the init container, is
 		// listed but not run here: a member without a status document is
 		// not waited for.
-		if envValue(t, c, contract.EnvPodMembers) != "fetch-rerun:init,proxy:sidecar,watcher:regular,worker:regular,helper:regular" {
-			t.Errorf("container %q: %s=%q", c.Name, contract.EnvPodMembers, envValue(t, c, contract.EnvPodMembers))
-		}
 		argv, env, mounts := n.process(c)
+		want := contract.EnvPodMembers + "=fetch-rerun:init,proxy:sidecar,watcher:regular,worker:regular,helper:regular"
+		if !slices.Contains(env, want) {
+			t.Errorf("container %q: want %s in its environment, have %q", c.Name, want, env)
+		}
 		host = hostPath(mounts, envValue(t, c, contract.EnvStateDir))
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Env = env
