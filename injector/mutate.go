@@ -461,6 +461,9 @@ func (m *mutation) supervision(cr ContainerRules, c *corev1.Container, name stri
 	if c.TerminationMessagePath != "" && c.TerminationMessagePath != contract.DefaultTerminationMessagePath {
 		cmd = append(cmd, "--termination-message-path", c.TerminationMessagePath)
 	}
+	if c.TerminationMessagePolicy == corev1.TerminationMessageFallbackToLogsOnError {
+		cmd = append(cmd, "--termination-message-policy", string(corev1.TerminationMessageFallbackToLogsOnError))
+	}
 	cmd = append(cmd, "--")
 	s.cmd = append(cmd, l.argv...)
 

@@ -78,6 +78,14 @@ func plural(n int, one, many string) string {
 // there, and the error is for the caller to log, not to change the exit
 // status.
 func WriteTerminationMessage(path, msg string) error {
+	return WriteTerminationMessageUnlessEmpty(path, msg, false)
+}
+
+// WriteTerminationMessageUnlessEmpty is WriteTerminationMessage, except that
+// with keepEmpty a file the workload left empty stays empty: a container
+// under terminationMessagePolicy FallbackToLogsOnError that failed then
+// shows its log's tail, as it would natively.
+func WriteTerminationMessageUnlessEmpty(path, msg string, keepEmpty bool) error {
 	if path == "" {
 		path = DefaultTerminationMessagePath
 	}
@@ -91,6 +99,9 @@ func WriteTerminationMessage(path, msg string) error {
 		return fmt.Errorf("termination message: %w", err)
 	}
 	size := fi.Size()
+	if keepEmpty && size == 0 {
+		return nil
+	}
 	if size > 0 && fi.Mode().IsRegular() {
 		last := make([]byte, 1)
 		if _, err := f.ReadAt(last, size-1); err == nil && last[0] != '\n' {

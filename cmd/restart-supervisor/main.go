@@ -127,10 +127,10 @@ func usage() string {
 }
 
 type cliFlags struct {
-	config, logFormat, stateDir, name, termPath, stopSignals, startError string
-	grace, configWatch                                                   string
-	initSignals                                                          bool
-	kubeVersion                                                          rules.KubeVersion
+	config, logFormat, stateDir, name, termPath, termPolicy, stopSignals, startError string
+	grace, configWatch                                                               string
+	initSignals                                                                      bool
+	kubeVersion                                                                      rules.KubeVersion
 }
 
 func supervisorCmd(args []string) int {
@@ -146,6 +146,7 @@ func supervisorCmd(args []string) int {
 	fs.StringVar(&f.stateDir, "state-dir", os.Getenv(envStateDir), "directory for the status file shared by the pod's containers ($"+envStateDir+")")
 	fs.StringVar(&f.name, "name", os.Getenv(envName), "container name used in logs and the status file ($"+envName+")")
 	fs.StringVar(&f.termPath, "termination-message-path", "", "file for the restart summary written on exit (default "+podstate.DefaultTerminationMessagePath+" when --state-dir is set)")
+	fs.StringVar(&f.termPolicy, "termination-message-policy", "File", "the container's terminationMessagePolicy: with FallbackToLogsOnError a failed exit whose last run wrote no message gets no summary either, so the kubelet shows the log's tail")
 	fs.StringVar(&f.stopSignals, "stop-signals", envOr(envStopSignals, "SIGTERM,SIGINT"), "comma-separated signals that stop the container instead of being only forwarded ($"+envStopSignals+")")
 	fs.Var(&f.kubeVersion, "kubernetes-version", "validate the config with the API-server messages and rules of this Kubernetes release, 1.34 to "+rules.NewestKube.String()+" ($"+envKubeVersion+", default "+rules.NewestKube.String()+")")
 	if v, ok := os.LookupEnv(envKubeVersion); ok {
@@ -169,6 +170,9 @@ func supervisorCmd(args []string) int {
 	startErrorCode, err := startErrorCode(f.startError)
 	if err != nil {
 		return usageError("--start-error: %v", err)
+	}
+	if f.termPolicy != "File" && f.termPolicy != "FallbackToLogsOnError" {
+		return usageError("--termination-message-policy: %q is neither File nor FallbackToLogsOnError", f.termPolicy)
 	}
 	argv := fs.Args()
 
@@ -319,17 +323,23 @@ func supervisorCmd(args []string) int {
 	if res.StartErr != nil {
 		fmt.Fprintf(os.Stderr, "restart-supervisor: %v\n", res.StartErr)
 	}
+	// Stopped before any run of its own ended, the container exits with
+	// the exit its earlier supervisor handed over.
+	status := pod.ExitStatus(final, res.Status)
 	summary := pod.Close(final).Summary()
 	// The kubelet shows the termination message in the container status,
 	// the one place where in-place restarts become visible without logs.
+	// Under FallbackToLogsOnError it shows the log's tail instead when the
+	// exit is not 0 and the file is empty (kuberuntime_container.go
+	// convertToKubeContainerStatus, getTerminationMessage, v1.37.2): the
+	// summary would fill the file and hide the log, so it is left out.
+	fallback := f.termPolicy == "FallbackToLogsOnError" && status != 0
 	if term != "" {
-		if err := podstate.WriteTerminationMessage(term, summary); err != nil {
+		if err := podstate.WriteTerminationMessageUnlessEmpty(term, summary, fallback); err != nil {
 			logger.Warn("cannot write the termination message", "err", err)
 		}
 	}
-	// Stopped before any run of its own ended, the container exits with
-	// the exit its earlier supervisor handed over.
-	return pod.ExitStatus(final, res.Status)
+	return status
 }
 
 // announcesPodRestarts reports whether cfg, the rules the supervisor

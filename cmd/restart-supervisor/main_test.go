@@ -1017,3 +1017,41 @@ exit 5
 		t.Fatalf("termination message %q, want %q (run 1's message left behind)", msg, want)
 	}
 }
+
+// TestTerminationMessageFallbackToLogs: under terminationMessagePolicy
+// FallbackToLogsOnError the kubelet shows the log's tail for a failed
+// exit with an empty message file (kuberuntime_container.go, v1.37.2).
+// The summary is then left out, so the file stays empty and the log shows;
+// an exit 0 still gets its summary, as under File.
+func TestTerminationMessageFallbackToLogs(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "cfg.yaml", restart42, 0o644)
+	term := writeFile(t, dir, "termination-log", "", 0o644)
+	for _, tc := range []struct {
+		last int
+		want string
+	}{
+		{5, ""},
+		{0, "restart-supervisor: 1 in-place restart; last exit 42 (rule 0 Restart); final exit 0"},
+	} {
+		os.WriteFile(term, nil, 0o644)
+		w := writeFile(t, dir, "w.sh", fmt.Sprintf(`#!/bin/sh
+[ "$RESTART_SUPERVISOR_RESTART_COUNT" = 0 ] && { echo "run 1" > %s; exit 42; }
+exit %d
+`, term, tc.last), 0o755)
+		s := start(t, nil, bin, "--config", cfg, "--termination-message-path", term,
+			"--termination-message-policy", "FallbackToLogsOnError", "--", w)
+		if st := s.wait(30 * time.Second); st != tc.last {
+			t.Fatalf("exit status = %d, want %d; log:\n%s", st, tc.last, s.stderr.String())
+		}
+		if msg, _ := os.ReadFile(term); string(msg) != tc.want {
+			t.Errorf("exit %d: termination message %q, want %q", tc.last, msg, tc.want)
+		}
+	}
+	c := exec.Command(bin, "--termination-message-policy", "Logs", "--", "true")
+	var stderr strings.Builder
+	c.Stderr = &stderr
+	if code := exitCode(c.Run()); code != 2 || !strings.Contains(stderr.String(), "--termination-message-policy") {
+		t.Errorf("a bad policy: exit %d, %q; want 2 naming the flag", code, stderr.String())
+	}
+}
