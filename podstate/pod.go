@@ -178,7 +178,7 @@ func (p *Pod) resumeFrom(prev Status, now time.Time) {
 	p.handedOver, p.lastStart = &exit, start
 	p.resume = &supervise.Resume{
 		BackoffRestarts: min(max(prev.BackoffRestarts, 0), maxResumedBackoff),
-		LastStart:       start, LastExit: exit.At,
+		LastStart:       start, LastExit: exit.At, Stopped: exit.Stopped,
 	}
 }
 
@@ -319,7 +319,7 @@ func exitOf(e *supervise.Exit) *Exit {
 	if e == nil {
 		return nil
 	}
-	x := &Exit{Code: int32(e.Code), Action: e.Action, PodRestart: e.PodRestart, At: e.At}
+	x := &Exit{Code: int32(e.Code), Action: e.Action, PodRestart: e.PodRestart, Stopped: e.Stopped, At: e.At}
 	if e.Signal != 0 {
 		x.Signal = unix.SignalName(e.Signal)
 	}

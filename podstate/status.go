@@ -56,8 +56,12 @@ type Exit struct {
 	// PodRestart is set when the workload was stopped by a pod restart:
 	// the generation that did it. A 137 then is the SIGKILL at the end of
 	// the pod restart's grace period, not an out-of-memory kill.
-	PodRestart uint64    `json:"podRestart,omitempty"`
-	At         time.Time `json:"at"`
+	PodRestart uint64 `json:"podRestart,omitempty"`
+	// Stopped is set when the exit ended a stop of the container (the
+	// kubelet's or the runtime's): the next supervisor does not take it
+	// for a crash to back off from.
+	Stopped bool      `json:"stopped,omitempty"`
+	At      time.Time `json:"at"`
 }
 
 // Status is one container's status document.

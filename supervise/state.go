@@ -47,7 +47,11 @@ type Exit struct {
 	// PodRestart is the pod restart generation whose kill ended this run,
 	// 0 when the workload ended on its own.
 	PodRestart uint64
-	At         time.Time
+	// Stopped: the exit ended a stop asked of the container (the kubelet's
+	// or the runtime's), not one the workload chose; the kubelet's
+	// back-off does not count it.
+	Stopped bool
+	At      time.Time
 }
 
 // State is a snapshot for status reporting.

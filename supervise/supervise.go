@@ -136,6 +136,15 @@ type Resume struct {
 	BackoffRestarts int
 	// LastStart and LastExit bound the earlier supervisor's last run.
 	LastStart, LastExit time.Time
+	// Stopped: that run ended because the container was stopped (an
+	// in-place resize with RestartContainer, an image change, a sandbox
+	// re-created), not by a crash. The kubelet stops and starts such a
+	// container in one sync, and doBackOff measures the back-off from the
+	// last container instance that exited before it
+	// (kuberuntime_manager.go, v1.37.2), never from the stop: the first
+	// start is at once, and the curve goes on from BackoffRestarts without
+	// a step for the stop.
+	Stopped bool
 }
 
 // supervisor is the loop's state. What the loop is doing is phase, refined
@@ -332,6 +341,12 @@ func (s *supervisor) resume() {
 		return
 	}
 	r := s.o.Resume
+	if r != nil && r.Stopped {
+		s.backoff = backoff{n: r.BackoffRestarts}
+		s.log.Info("the earlier supervisor was stopped, not crashed: starting at once, the back-off goes on from its count", "backoffRestarts", r.BackoffRestarts)
+		s.start()
+		return
+	}
 	if r == nil || r.LastExit.IsZero() {
 		s.start()
 		return
@@ -441,6 +456,7 @@ func (s *supervisor) onWorkloadExit(st ExitStatus) {
 	attrs := exitAttrs(p.pid, st, ran)
 
 	if end.cause == endStop {
+		exit.Stopped = true
 		s.endStoppedRun(st, attrs)
 		return
 	}

@@ -116,3 +116,51 @@ func TestRestartsTotalContinuesAcrossHandOver(t *testing.T) {
 		}
 	}
 }
+
+// TestResumeAfterAStopStartsAtOnce: a container the kubelet stops and
+// starts again (an in-place resize with RestartContainer, an image change)
+// is not backed off from the stop: the kubelet measures the back-off from
+// the last instance that exited before (kuberuntime_manager.go doBackOff,
+// v1.37.2). The first supervisor restarts twice in place (delays 0, 1s),
+// then is stopped while run 3 runs; the second starts at once, and its
+// first crash waits the curve's next step (2s), not a fresh 0.
+func TestResumeAfterAStopStartsAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	os.Mkdir(state, 0o777)
+	env := []string{"RESTART_SUPERVISOR_STATE_DIR=" + state, "RESTART_SUPERVISOR_CONTAINER_NAME=trainer",
+		`RESTART_SUPERVISOR_CONFIG={"restartPolicy":"Never","podRestartPolicy":"Never","backoff":{"initial":"1s","max":"10s"},
+		  "restartPolicyRules":[{"action":"Restart","exitCodes":{"operator":"In","values":[42]}}]}`}
+	w := filepath.Join(dir, "w.sh")
+	os.WriteFile(w, []byte(`#!/bin/sh
+n=$(cat `+dir+`/count 2>/dev/null || echo 0); n=$((n+1)); echo $n > `+dir+`/count
+case $n in 1|2|4) exit 42 ;; 3) touch `+dir+`/running ;; esac
+exec sleep 60
+`), 0o755)
+	first := start(t, env, bin, "--", w)
+	first.waitLog("restarts=2", 15*time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "running")); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	first.signal(syscall.SIGTERM)
+	if st := first.wait(10 * time.Second); st != 143 {
+		t.Fatalf("first supervisor: exit %d, want 143 (stopped)\n%s", st, first.stderr.String())
+	}
+	if d := readStatusDoc(t, state, "trainer"); d["lastExit"].(map[string]any)["stopped"] != true {
+		t.Fatalf("the final document does not say the run was stopped: %v", d["lastExit"])
+	}
+	second := start(t, env, bin, "--", w)
+	second.waitLog("restarts=1 delay=", 15*time.Second)
+	out := second.stderr.String()
+	if !regexp.MustCompile(`stopped, not crashed.*backoffRestarts=2`).MatchString(out) || regexp.MustCompile(`continuing the container's back-off`).MatchString(out) {
+		t.Errorf("the second supervisor waited out a back-off from the stop:\n%s", out)
+	}
+	if !regexp.MustCompile(`exitCode=42 .*restarts=1 delay=2s`).MatchString(out) {
+		t.Errorf("the first crash after the stop does not continue the curve (want delay=2s):\n%s", out)
+	}
+	second.signal(syscall.SIGTERM)
+	second.wait(10 * time.Second)
+}
