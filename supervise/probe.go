@@ -296,14 +296,15 @@ func (s *supervisor) onProbeFailure(p *prober) {
 // afterProbeKill handles the exit of a workload a probe failure stopped:
 // restarted in place with the container's back-off when upstream would
 // restart the container, otherwise judged by the rules like any exit.
-func (s *supervisor) afterProbeKill(k probeKill, exit *Exit, ran time.Duration, attrs []any) {
+func (s *supervisor) afterProbeKill(k probeKill, exit *Exit, previous time.Time, ran time.Duration, attrs []any) {
 	if !k.restart {
 		s.act(s.judge(exit, ran), exit, append(attrs, "probe", k.probe))
 		return
 	}
 	cfg := s.config()
 	v := verdict{decision: rules.Decision{Restart: true, Rule: -1, Action: rules.ActionRestart, Source: rules.SourceContainerPolicy},
-		handling: rules.RestartInPlace, pod: cfg.Pod(), backoff: cfg.Backoff, ran: ran}
+		handling: rules.RestartInPlace, pod: cfg.Pod(), backoff: cfg.Backoff, ran: ran,
+		killedByProbe: true, previous: previous}
 	exit.Action = rules.ActionRestart
 	s.act(v, exit, append(attrs, "probe", k.probe))
 }

@@ -218,3 +218,38 @@ sleep 2; touch up-$n; exec sleep 600`, dir))
 		t.Fatalf("the round never heard of the start; log:\n%s", log.String())
 	}
 }
+
+// TestProbeKillBackoffFromThePreviousExit: the kubelet kills and restarts
+// a container its liveness probe failed in one sync, and doBackOff measures
+// the back-off from the instance that exited before
+// (kuberuntime_manager.go, v1.37.2): the first kill has none before it (no
+// back-off, no step), the second waits Delay(0) = 0, the third Delay(1) =
+// 4 s less the second run's second. Measured from each kill, as before,
+// they were 0, 4 s, 8 s. Each run lasts the probe's 1 s initial delay; the
+// fourth exits 0 before its first check.
+func TestProbeKillBackoffFromThePreviousExit(t *testing.T) {
+	dir := t.TempDir()
+	script := fmt.Sprintf(`cd %s; n=$(cat n 2>/dev/null || echo 0); n=$((n+1)); echo $n > n
+[ $n -ge 4 ] && exit 0
+exec sleep 600`, dir)
+	r, log := runProbed(t, script, `{"restartPolicy":"OnFailure","podRestartPolicy":"Never","backoff":{"initial":"4s","max":"60s"},
+	  "probes":{"liveness":{"exec":{"command":["false"]},"initialDelaySeconds":1,"periodSeconds":1,"failureThreshold":1}}}`)
+	if r.Status != 0 || r.Restarts != 3 {
+		t.Fatalf("result %+v, want status 0 after 3 restarts; log:\n%s", r, log)
+	}
+	var delays []time.Duration
+	for _, l := range strings.Split(log, "\n") {
+		if !strings.Contains(l, "restarting in place") || !strings.Contains(l, "probe=liveness") {
+			continue
+		}
+		i := strings.Index(l, "delay=")
+		d, err := time.ParseDuration(strings.Fields(l[i+len("delay="):])[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		delays = append(delays, d)
+	}
+	if len(delays) != 3 || delays[0] != 0 || delays[1] != 0 || delays[2] <= 0 || delays[2] >= 4*time.Second {
+		t.Fatalf("delays after the probe kills %v, want 0, 0, and less than 4s; log:\n%s", delays, log)
+	}
+}

@@ -451,6 +451,7 @@ func (s *supervisor) onWorkloadExit(st ExitStatus) {
 	end := s.ending
 	s.ending = ending{}
 	exit := &Exit{ExitStatus: st, Rule: -1, At: time.Now()}
+	previous := s.previousExit()
 	s.last = exit
 	ran := exit.At.Sub(p.started)
 	attrs := exitAttrs(p.pid, st, ran)
@@ -476,7 +477,7 @@ func (s *supervisor) onWorkloadExit(st ExitStatus) {
 		s.log.Info("workload stopped for a pod restart", append(attrs, "generation", end.gen, "restarts", s.restarts)...)
 		s.enterRound(end.gen)
 	case endProbeKill:
-		s.afterProbeKill(end.probe, exit, ran, attrs)
+		s.afterProbeKill(end.probe, exit, previous, ran, attrs)
 	default:
 		s.act(s.judge(exit, ran), exit, attrs)
 	}
@@ -507,6 +508,14 @@ type verdict struct {
 	ran     time.Duration
 	// minDelay is the shortest wait before a restart in place.
 	minDelay time.Duration
+	// killedByProbe: the run was killed by its liveness or startup probe
+	// and previous is when the run before it exited (zero when there was
+	// none): the kubelet kills and restarts such a container in one sync,
+	// so its back-off is measured from the instance that exited before
+	// (kuberuntime_manager.go doBackOff, v1.37.2), and with none there is
+	// no back-off and no step at all.
+	killedByProbe bool
+	previous      time.Time
 }
 
 // judge decides an exit with the configuration in force.
@@ -575,12 +584,35 @@ func (s *supervisor) restart(v verdict, exit *Exit, attrs []any) {
 	// alone under RestartAllContainers follows it too, as KEP-5532 says the
 	// container backoff applies to pod restarts: a workload that hits the
 	// rule on every start then spaces its restarts out instead of looping.
-	delay := max(s.backoff.next(v.backoff, v.ran), v.minDelay)
+	var delay time.Duration
+	switch {
+	case v.killedByProbe && v.previous.IsZero():
+		// No earlier instance: doBackOff finds no exited container and
+		// neither waits nor takes a step.
+	case v.killedByProbe:
+		delay = max(s.backoff.next(v.backoff, v.ran)-exit.At.Sub(v.previous), 0)
+	default:
+		delay = max(s.backoff.next(v.backoff, v.ran), v.minDelay)
+	}
 	s.log.Info("workload exited; restarting in place", append(attrs, "delay", delay)...)
 	if podWide {
 		s.log.Warn("RestartAllContainers: restarting this container only; the other containers of the pod were not restarted (no pod state directory)")
 	}
 	s.restartAfter(delay)
+}
+
+// previousExit is when the run before the current one exited: this
+// supervisor's last exit, else the one an earlier supervisor of the
+// container handed over; zero when the current run is the container's
+// first.
+func (s *supervisor) previousExit() time.Time {
+	if s.last != nil {
+		return s.last.At
+	}
+	if s.o.Resume != nil {
+		return s.o.Resume.LastExit
+	}
+	return time.Time{}
 }
 
 // restartAfter starts the workload at once, or after delay through the
