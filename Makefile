@@ -20,7 +20,7 @@ FUZZMINIMIZETIME ?= 2s
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := bin/golangci-lint-$(GOLANGCI_LINT_VERSION)
 
-.PHONY: build example unit race lint fuzz check test conformance bench e2e-up e2e-down clean
+.PHONY: build example unit race lint fuzz check test training conformance bench e2e-up e2e-down clean
 
 build:
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o bin/restart-supervisor ./cmd/restart-supervisor
@@ -87,6 +87,14 @@ conformance:
 		dir=$$(KUBE_VERSION=$$v hack/kube-binaries.sh etcd kube-apiserver kubectl kubelet kube-controller-manager | tail -1) || exit 1; \
 		E2E_MODES=$(CONFORMANCE_MODES) E2E_WRITE_REPORT=1 KUBE_BIN_DIR=$$dir go test -count=1 -run TestConformance -v -timeout 60m ./test/e2e/ || rc=1; \
 	done; exit $$rc
+
+# examples/training (PyTorch DDP over gloo, Debian's python3-torch) under the
+# real supervisor, one per rank, on loopback: a rank's exit 42 and its SIGKILL,
+# RUNS (default 5) runs each, and docs/training-process.md written from the run.
+# Root the first time (installs python3-torch, about 150 MB); about 5 minutes.
+training:
+	dpkg -s python3-torch >/dev/null 2>&1 || hack/apt-install.sh python3-torch
+	go test -tags training -count=1 -v -timeout 30m ./test/training -update
 
 e2e-up:
 	hack/e2e-up.sh

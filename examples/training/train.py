@@ -1,0 +1,119 @@
+#!/usr/bin/python3
+"""A small distributed training job that recovers from a fault by resuming
+from its checkpoint: DDP over gloo on seeded synthetic data.
+
+Each rank runs this program (under torchrun, or started by hand with RANK,
+WORLD_SIZE, MASTER_ADDR and MASTER_PORT). Rank 0 writes a checkpoint every
+--ckpt-every steps into --ckpt-dir (an emptyDir in a pod: it survives a
+container restart); every rank resumes from the newest one. The data of a
+step depends only on (seed, step, rank), so a run that resumes reaches the
+same final loss as one that never failed.
+
+A fault fires once (a marker in --ckpt-dir remembers it across restarts):
+--fault-kind exit (exit with --fault-code), kill (SIGKILL itself) or hang
+(sleep forever), on --fault-rank at --fault-step.
+
+One JSON line per step on stdout: rank, step, loss, time (Unix seconds),
+attempt (the supervisor's RESTART_SUPERVISOR_RESTART_COUNT, or torchrun's
+TORCHELASTIC_RESTART_COUNT).
+"""
+import argparse
+import datetime
+import json
+import os
+import signal
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def parse():
+    p = argparse.ArgumentParser()
+    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--ckpt-every", type=int, default=10)
+    p.add_argument("--ckpt-dir", default=os.environ.get("CKPT_DIR", "/ckpt"))
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--timeout", type=float, default=60, help="collective timeout, seconds")
+    p.add_argument("--step-time", type=float, default=0.0, help="extra seconds per step, to make steps measurable")
+    p.add_argument("--fault-kind", choices=["none", "exit", "kill", "hang"], default=os.environ.get("FAULT_KIND", "none"))
+    p.add_argument("--fault-rank", type=int, default=int(os.environ.get("FAULT_RANK", "1")))
+    p.add_argument("--fault-step", type=int, default=int(os.environ.get("FAULT_STEP", "25")))
+    p.add_argument("--fault-code", type=int, default=int(os.environ.get("FAULT_CODE", "42")))
+    return p.parse_args()
+
+
+def attempt():
+    for name in ("RESTART_SUPERVISOR_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"):
+        if name in os.environ:
+            return int(os.environ[name])
+    return 0
+
+
+def batch(seed, step, rank, n=32, d=16):
+    g = torch.Generator().manual_seed(seed * 1_000_003 + step * 101 + rank)
+    x = torch.randn(n, d, generator=g)
+    w = torch.arange(1, d + 1, dtype=torch.float32) / d
+    y = (x @ w).unsqueeze(1) + 0.01 * torch.randn(n, 1, generator=g)
+    return x, y
+
+
+def save(path, step, model, opt):
+    tmp = path + ".tmp"
+    torch.save({"step": step, "model": model.state_dict(), "opt": opt.state_dict()}, tmp)
+    os.replace(tmp, path)
+
+
+def main():
+    a = parse()
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=a.timeout))
+    torch.manual_seed(a.seed)
+    model = DDP(torch.nn.Linear(16, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    os.makedirs(a.ckpt_dir, exist_ok=True)
+    ckpt = os.path.join(a.ckpt_dir, "checkpoint.pt")
+    start = 0
+    if os.path.exists(ckpt):
+        state = torch.load(ckpt)
+        model.module.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        start = state["step"]
+    env = {k: v for k, v in os.environ.items() if k.startswith("RESTART_SUPERVISOR_") and k != "RESTART_SUPERVISOR_CONFIG"}
+    print(json.dumps({"rank": rank, "event": "start", "resumeFrom": start, "attempt": attempt(), "time": time.time(), "env": env}), flush=True)
+    marker = os.path.join(a.ckpt_dir, "fault-done-rank%d" % a.fault_rank)
+    loss = None
+    for step in range(start + 1, a.steps + 1):
+        if a.fault_kind != "none" and rank == a.fault_rank and step == a.fault_step and not os.path.exists(marker):
+            open(marker, "w").close()
+            print(json.dumps({"rank": rank, "event": "fault", "kind": a.fault_kind, "step": step, "time": time.time()}), flush=True)
+            if a.fault_kind == "exit":
+                os._exit(a.fault_code)
+            if a.fault_kind == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            while True:
+                time.sleep(3600)
+        x, y = batch(a.seed, step, rank)
+        opt.zero_grad()
+        out = torch.nn.functional.mse_loss(model(x), y)
+        out.backward()
+        opt.step()
+        loss = out.item()
+        if a.step_time:
+            time.sleep(a.step_time)
+        print(json.dumps({"rank": rank, "step": step, "loss": loss, "time": time.time(), "attempt": attempt()}), flush=True)
+        if step % a.ckpt_every == 0:
+            if rank == 0:
+                save(ckpt, step, model.module, opt)
+            dist.barrier()
+    # The final loss every rank agrees on: the mean over ranks of the last step's loss.
+    t = torch.tensor([loss if loss is not None else float("nan")])
+    dist.all_reduce(t)
+    print(json.dumps({"rank": rank, "event": "done", "finalLoss": t.item() / world, "time": time.time()}), flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
