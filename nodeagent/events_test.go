@@ -71,7 +71,11 @@ func TestStatusTrustsOnlyTheAgentsEvents(t *testing.T) {
 		{"the agent's", agentEvent("node-a", Component, good), true},
 		{"a node without an agent pod", agentEvent("node-z", Component, good), false},
 		{"no reportingController (core/v1 by hand)", agentEvent("node-a", "", good), false},
-		{"another source", func() corev1.Event { e := agentEvent("node-a", Component, good); e.Source.Component = "kubelet"; return e }(), false},
+		{"another source", func() corev1.Event {
+			e := agentEvent("node-a", Component, good)
+			e.Source.Component = "kubelet"
+			return e
+		}(), false},
 		{"an instance that is not the source host", func() corev1.Event { e := agentEvent("node-a", Component, good); e.ReportingInstance = "x"; return e }(), false},
 	} {
 		if got := trustedEvent(tc.e, nodes); got != tc.want {
