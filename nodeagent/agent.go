@@ -203,9 +203,11 @@ func (a *Agent) observe(p PodDocs) (annotation, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if pod == nil {
-		// Not (yet) in the informer: no series, Event or generation
-		// an adversary can invent.
+		// Not (yet) in the informer, or gone from it: no series, Event
+		// or generation an adversary can invent, and nothing kept.
 		delete(a.samples, p.UID)
+		delete(a.state, p.UID)
+		delete(a.annotated, p.UID)
 		return annotation{}, false
 	}
 	d := diffPod(a.state[p.UID], podInfoOf(pod, a.started), p.Docs, a.started)

@@ -3,6 +3,7 @@ package apiserver_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -370,6 +371,29 @@ func TestNodeAgent(t *testing.T) {
 	t.Logf("1000 in-place restarts: %d Event writes, %d Event objects, counts summing to %d", w, objects, n)
 	if w == 0 || w > 100 {
 		t.Errorf("1000 restarts made %d Event writes; want between 1 and 100", w)
+	}
+	// The correlator aggregated them ("(combined from similar events)"),
+	// which drops annotations and reporting fields: every Event object
+	// still carries the values of its latest message, for status.
+	l, err := client.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{
+		FieldSelector: "involvedObject.uid=" + string(loop.UID) + ",reason=" + nodeagent.ReasonRestarted})
+	if err != nil {
+		t.Fatal(err)
+	}
+	combined := 0
+	for _, e := range l.Items {
+		if strings.HasPrefix(e.Message, "(combined from similar events): ") {
+			combined++
+		}
+		var r nodeagent.Restart
+		if err := json.Unmarshal([]byte(e.Annotations[contract.EventAnnotationRestart]), &r); err != nil ||
+			!strings.Contains(e.Message, fmt.Sprintf("(restart %d)", r.Total)) || e.ReportingController != nodeagent.Component || e.ReportingInstance != agentNode {
+			t.Errorf("Event %q: annotation %q (%v), reporting %q/%q", e.Message, e.Annotations[contract.EventAnnotationRestart], err, e.ReportingController, e.ReportingInstance)
+		}
+	}
+	t.Logf("%d of %d Event objects combined", combined, len(l.Items))
+	if combined == 0 {
+		t.Error("no Event was combined: the aggregation path is not exercised")
 	}
 	agent.stop(t)
 }
