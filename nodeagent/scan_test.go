@@ -51,6 +51,18 @@ func hostileNode(t *testing.T, pods, docs int) (string, []*corev1.Pod) {
 	return podsDir, objs
 }
 
+// docSize is the size of one document hostileNode wrote.
+func docSize(t *testing.T, podsDir string) int64 {
+	t.Helper()
+	matches, _ := filepath.Glob(filepath.Join(podsDir, "*", "volumes", "*", "*", contract.StatusDir, "*"))
+	if len(matches) == 0 {
+		t.Fatal("no document")
+	}
+	st, err := os.Stat(matches[0])
+	must(t, err)
+	return st.Size()
+}
+
 func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
@@ -72,8 +84,18 @@ func liveHeap() uint64 {
 // the agent did) is the baseline; the agent's own scan, pod by pod with
 // the default caps, must hold a small fraction of it at any point, and
 // report what it did not read.
+//
+// The second node is 64 such pods with 16 documents each, more than one
+// scan reads (64 × 9 documents of 63 KiB are over 32 MiB): the rest are
+// skipped and said so.
 func TestScanMemoryIsBounded(t *testing.T) {
-	podsDir, pods := hostileNode(t, 8, 128)
+	for _, n := range []struct{ pods, docs int }{{8, 128}, {64, 16}} {
+		t.Run(fmt.Sprintf("%dx%d", n.pods, n.docs), func(t *testing.T) { scanMemory(t, n.pods, n.docs) })
+	}
+}
+
+func scanMemory(t *testing.T, npods, ndocs int) {
+	podsDir, pods := hostileNode(t, npods, ndocs)
 
 	unbounded := DefaultLimits
 	unbounded.MaxBytesPerPod, unbounded.MaxBytesPerScan = 1<<40, 1<<40
@@ -81,8 +103,8 @@ func TestScanMemoryIsBounded(t *testing.T) {
 	docs, _ := Scan(podsDir, unbounded)
 	whole := liveHeap() - base
 	runtime.KeepAlive(docs)
-	if len(docs) != 8*128 {
-		t.Fatalf("baseline read %d documents, want %d", len(docs), 8*128)
+	if len(docs) != npods*ndocs {
+		t.Fatalf("baseline read %d documents, want %d", len(docs), npods*ndocs)
 	}
 	docs = nil
 
@@ -119,8 +141,8 @@ func TestScanMemoryIsBounded(t *testing.T) {
 	a.scan(context.Background())
 	close(stop)
 	<-sampled
-	t.Logf("8 pods × 128 documents of 63 KiB: the whole scan held %.1f MiB; pod by pod at most %.1f MiB",
-		float64(whole)/(1<<20), float64(peak)/(1<<20))
+	t.Logf("%d pods × %d documents of 63 KiB: the whole scan held %.1f MiB; pod by pod at most %.1f MiB",
+		npods, ndocs, float64(whole)/(1<<20), float64(peak)/(1<<20))
 	if whole < 60<<20 {
 		t.Errorf("the baseline held %d bytes: the documents are not as large as they should be", whole)
 	}
@@ -136,8 +158,29 @@ func TestScanMemoryIsBounded(t *testing.T) {
 		n += len(s)
 	}
 	a.mu.Unlock()
-	// 512 KiB per pod: the ninth document of 63 KiB passes it.
-	if want := 8 * 9; n != want {
+	// 512 KiB per pod: the ninth document of 63 KiB passes it; 32 MiB per
+	// scan: the 58th pod's documents pass it.
+	want := npods * 9
+	if npods == 64 {
+		want = 0
+		left := DefaultLimits.MaxBytesPerScan
+		for range npods {
+			if left <= 0 {
+				break
+			}
+			for range 9 {
+				if left <= 0 {
+					break
+				}
+				want++
+				left -= docSize(t, podsDir)
+			}
+		}
+		if !strings.Contains(logs.String(), "pod directories are not read this time") {
+			t.Errorf("nothing reported the pods left unread:\n%s", logs.String())
+		}
+	}
+	if n != want {
 		t.Errorf("%d containers have metrics, want the %d read", n, want)
 	}
 }
@@ -148,10 +191,7 @@ func TestScanMemoryIsBounded(t *testing.T) {
 func TestScanBudgetSkipsPodsAndSaysSo(t *testing.T) {
 	podsDir, _ := hostileNode(t, 4, 4)
 	lim := DefaultLimits
-	matches, _ := filepath.Glob(filepath.Join(podsDir, "*", "volumes", "*", "*", contract.StatusDir, "*"))
-	st, err := os.Stat(matches[0])
-	must(t, err)
-	lim.MaxBytesPerScan = 8 * st.Size() // two pods' worth
+	lim.MaxBytesPerScan = 8 * docSize(t, podsDir) // two pods' worth
 	var read, skipped int
 	errs := ScanEach(podsDir, lim, func(p PodDocs) {
 		if p.Skipped {
