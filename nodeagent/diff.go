@@ -126,47 +126,13 @@ func diffPod(prev *podState, pod podInfo, docs []Doc, started time.Time) podDiff
 		podGen = max(podGen, d.Generation)
 	}
 	for _, d := range valid {
-		c := next.containers[d.Container]
-		prevTotal := c.total()
-		if d.RestartsTotal != nil {
-			// Carried across hand-overs by the supervisor: the count
-			// itself. base is kept so that a later document without
-			// the field (an older supervisor) goes on from here.
-			c.base, c.last = max(0, *d.RestartsTotal-d.Restarts), d.Restarts
-		} else {
-			if c.seen && d.Restarts < c.last {
-				c.base += c.last // a new supervisor counts from 0
-			}
-			c.last = d.Restarts
-		}
-		if c.seen && c.total() < prevTotal {
-			c.base, c.last = prevTotal-d.Restarts, d.Restarts // never backwards
-		}
+		c, n := countRestarts(next.containers[d.Container], d, pod.createdSinceStart, started)
+		next.containers[d.Container] = c
 		total := c.total()
-		n := 0
-		switch {
-		case !c.seen:
-			// First sight. A pod created after this agent started has had
-			// no other agent: all its restarts are new (the first one, at
-			// back-off 0, often comes before the informer or a scan has
-			// seen the pod). Otherwise (the agent restarted) past restarts
-			// were reported by the agent that saw them, and only a restart
-			// after this agent started is new.
-			switch {
-			case pod.createdSinceStart && d.Restarts > 0:
-				n = total
-			case d.LastRestart != nil && d.LastRestart.At.After(started) && d.Restarts > 0:
-				n = 1
-			}
-		case total > prevTotal:
-			n = total - prevTotal
-		}
 		if n > 0 {
 			out.events = append(out.events, event{reason: ReasonRestarted, container: d.Container,
 				times: min(n, maxEventsPerScan), restart: restartOf(d.Status, total)})
 		}
-		c.seen = true
-		next.containers[d.Container] = c
 		s := sample{namespace: pod.namespace, pod: pod.name, container: d.Container,
 			restarts: total, podRestarts: podGen, inBackoff: d.State == supervise.BackingOff}
 		if d.LastExit != nil {
@@ -177,22 +143,69 @@ func diffPod(prev *podState, pod podInfo, docs []Doc, started time.Time) podDiff
 		out.counts[d.Container] = total
 	}
 	if len(valid) > 0 {
-		// A pod first seen (or first seen by a restarted agent) sets the
-		// baseline: the documents do not date a generation. A pod created
-		// after this agent started is the exception, as for container
-		// restarts above: every generation is new.
 		var n uint64
-		switch {
-		case next.genSeen && podGen > next.gen:
-			n = podGen - next.gen
-		case !next.genSeen && podGen > 0 && pod.createdSinceStart:
-			n = podGen
-		}
+		next.gen, next.genSeen, n = countPodRestarts(next.gen, next.genSeen, podGen, pod.createdSinceStart)
 		if n > 0 {
 			out.events = append(out.events, event{reason: ReasonPodRestarted, times: int(min(n, maxEventsPerScan)), podGen: podGen})
 		}
-		next.gen, next.genSeen = max(next.gen, podGen), true
 	}
 	out.state = next
 	return out
+}
+
+// countRestarts advances a container's counter by its document d and says
+// how many of the restarts are new, to be recorded as Events.
+func countRestarts(c containerCount, d Doc, podIsNew bool, started time.Time) (containerCount, int) {
+	prevTotal := c.total()
+	if d.RestartsTotal != nil {
+		// Carried across hand-overs by the supervisor: the count itself.
+		// base is kept so that a later document without the field (an
+		// older supervisor) goes on from here.
+		c.base, c.last = max(0, *d.RestartsTotal-d.Restarts), d.Restarts
+	} else {
+		if c.seen && d.Restarts < c.last {
+			c.base += c.last // a new supervisor counts from 0
+		}
+		c.last = d.Restarts
+	}
+	if c.seen && c.total() < prevTotal {
+		c.base, c.last = prevTotal-d.Restarts, d.Restarts // never backwards
+	}
+	n := 0
+	switch {
+	case !c.seen:
+		// First sight. A pod created after this agent started has had no
+		// other agent: all its restarts are new (the first one, at
+		// back-off 0, often comes before the informer or a scan has seen
+		// the pod). Otherwise (the agent restarted) past restarts were
+		// reported by the agent that saw them, and only a restart after
+		// this agent started is new.
+		switch {
+		case podIsNew && d.Restarts > 0:
+			n = c.total()
+		case d.LastRestart != nil && d.LastRestart.At.After(started) && d.Restarts > 0:
+			n = 1
+		}
+	case c.total() > prevTotal:
+		n = c.total() - prevTotal
+	}
+	c.seen = true
+	return c, n
+}
+
+// countPodRestarts advances a pod's highest generation gen by the highest
+// of this scan's documents, podGen, and says how many pod restarts are
+// new. A pod first seen (or first seen by a restarted agent) sets the
+// baseline: the documents do not date a generation. A pod created after
+// this agent started is the exception, as for container restarts: every
+// generation is new.
+func countPodRestarts(gen uint64, seen bool, podGen uint64, podIsNew bool) (uint64, bool, uint64) {
+	var n uint64
+	switch {
+	case seen && podGen > gen:
+		n = podGen - gen
+	case !seen && podGen > 0 && podIsNew:
+		n = podGen
+	}
+	return max(gen, podGen), true, n
 }
