@@ -18,7 +18,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -36,16 +35,6 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
-	"github.com/restart-supervisor/restart-supervisor/podstate"
-	"github.com/restart-supervisor/restart-supervisor/supervise"
-)
-
-// Event reasons the agent records, and `restart-injector status` reads.
-const (
-	ReasonRestarted    = "RestartedInPlace"
-	ReasonPodRestarted = "PodRestartedInPlace"
-	// Component is the Events' source.component.
-	Component = "restart-supervisor-node-agent"
 )
 
 // Config is what Run works with.
@@ -83,35 +72,14 @@ type Agent struct {
 	log      *slog.Logger
 	pods     cache.Indexer
 	recorder record.EventRecorder
+	sink     *eventSink
 	started  time.Time
 
-	mu         sync.Mutex
-	containers map[containerKey]*containerCount
-	podGens    map[string]uint64 // pod UID → highest generation seen
-	snapshot   []sample
-	annotated  map[string]annotation // pod UID → the last patch
-	errSeen    map[string]bool       // errors already logged, so a hostile file is reported once
-}
-
-type containerKey struct{ uid, container string }
-
-// containerCount keeps a container's restart counter monotonic across its
-// supervisors: the kubelet restarting the container starts a new supervisor
-// whose document counts from 0 again. base is what the previous
-// supervisors counted; a document whose count went down belongs to a new
-// supervisor, and the last count seen is added to base.
-type containerCount struct {
-	base, last int
-	seen       bool
-}
-
-// sample is one container's metrics as of the last scan.
-type sample struct {
-	namespace, pod, container string
-	restarts                  int
-	podRestarts               uint64
-	lastExit                  *int32
-	inBackoff                 bool
+	mu        sync.Mutex
+	state     map[string]*podState  // pod UID → what the scans saw
+	samples   map[string][]sample   // pod UID → its metrics as of its last scan
+	annotated map[string]annotation // pod UID → the last patch
+	errSeen   map[string]bool       // errors already logged, so a hostile file is reported once
 }
 
 const podUIDIndex = "uid"
@@ -124,18 +92,14 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Interval <= 0 {
 		cfg.Interval = 2 * time.Second
 	}
-	if cfg.Limits == (Limits{}) {
-		cfg.Limits = DefaultLimits
-	}
+	cfg.Limits = cfg.Limits.withDefaults()
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
 	if cfg.AnnotateEvery <= 0 {
 		cfg.AnnotateEvery = 10 * time.Second
 	}
-	a := &Agent{cfg: cfg, log: cfg.Log, started: time.Now(),
-		containers: map[containerKey]*containerCount{}, podGens: map[string]uint64{}, errSeen: map[string]bool{},
-		annotated: map[string]annotation{}}
+	a := newAgent(cfg, time.Now())
 
 	factory := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
@@ -153,7 +117,8 @@ func Run(ctx context.Context, cfg Config) error {
 	a.pods = inf.GetIndexer()
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cfg.Client.CoreV1().Events("")})
+	a.sink.EventSink = &typedcorev1.EventSinkImpl{Interface: cfg.Client.CoreV1().Events("")}
+	broadcaster.StartRecordingToSink(a.sink)
 	defer broadcaster.Shutdown()
 	a.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: Component, Host: cfg.NodeName})
 
@@ -201,21 +166,94 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 }
 
-// scan reads the documents, records Events for what changed since the last
-// scan and replaces the metrics snapshot.
+func newAgent(cfg Config, started time.Time) *Agent {
+	return &Agent{cfg: cfg, log: cfg.Log, started: started, sink: newEventSink(cfg.NodeName),
+		state: map[string]*podState{}, samples: map[string][]sample{},
+		annotated: map[string]annotation{}, errSeen: map[string]bool{}}
+}
+
+// scan reads the documents pod by pod, records Events for what changed
+// since the last scan, replaces the pod's metrics and patches the
+// annotations due. Only one pod's documents are held at a time.
 func (a *Agent) scan(ctx context.Context) {
-	docs, errs := Scan(a.cfg.PodsDir, a.cfg.Limits)
+	var due []annotation
+	visited := map[string]bool{}
+	errs := ScanEach(a.cfg.PodsDir, a.cfg.Limits, func(p PodDocs) {
+		visited[p.UID] = true
+		if p.Skipped {
+			return // its state and metrics stay as the last scan left them
+		}
+		if an, ok := a.observe(p); ok {
+			due = append(due, an)
+		}
+	})
 	a.mu.Lock()
-	patches := a.update(docs, errs)
+	a.logErrors(errs)
+	a.forget(visited)
 	a.mu.Unlock()
-	for _, p := range patches {
+	for _, p := range due {
 		a.annotate(ctx, p)
 	}
 }
 
-// update takes in one scan's documents, records the Events, replaces the
-// snapshot and returns the annotation patches due.
-func (a *Agent) update(docs []Doc, errs []error) []annotation {
+// observe takes in one pod's documents: diffPod's Events are recorded, the
+// pod's state and metrics replaced, and the annotation patch due returned.
+func (a *Agent) observe(p PodDocs) (annotation, bool) {
+	pod := a.pod(p.UID)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if pod == nil {
+		// Not (yet) in the informer, or gone from it: no series, Event
+		// or generation an adversary can invent, and nothing kept.
+		delete(a.samples, p.UID)
+		delete(a.state, p.UID)
+		delete(a.annotated, p.UID)
+		return annotation{}, false
+	}
+	d := diffPod(a.state[p.UID], podInfoOf(pod, a.started), p.Docs, a.started)
+	a.state[p.UID] = &d.state
+	if len(d.samples) == 0 {
+		delete(a.samples, p.UID)
+	} else {
+		a.samples[p.UID] = d.samples
+	}
+	for _, e := range d.events {
+		a.record(pod, e)
+	}
+	if !a.cfg.Annotate || len(d.counts) == 0 {
+		return annotation{}, false
+	}
+	b, _ := json.Marshal(d.counts) // sorted keys
+	now := time.Now()
+	prev, seen := a.annotated[p.UID]
+	if string(b) == pod.Annotations[contract.AnnotationRestarts] || seen && (string(b) == prev.value || now.Sub(prev.at) < a.cfg.AnnotateEvery) {
+		return annotation{}, false
+	}
+	an := annotation{namespace: pod.Namespace, name: pod.Name, uid: pod.UID, value: string(b), at: now}
+	a.annotated[p.UID] = an
+	return an, true
+}
+
+// record records e on pod, its structured values in the annotations.
+func (a *Agent) record(pod *corev1.Pod, e event) {
+	var ref *corev1.ObjectReference
+	var msg string
+	var ann map[string]string
+	switch e.reason {
+	case ReasonRestarted:
+		ref, msg, ann = containerRef(pod, e.container), e.restart.String(), e.restart.annotations()
+	case ReasonPodRestarted:
+		ref, msg, ann = podRef(pod), podRestartMessage(e.podGen), podRestartAnnotations(e.podGen)
+	default:
+		return
+	}
+	a.sink.remember(msg, ann)
+	for range e.times {
+		a.recorder.AnnotatedEventf(ref, ann, corev1.EventTypeWarning, e.reason, "%s", msg)
+	}
+}
+
+func (a *Agent) logErrors(errs []error) {
 	for _, err := range errs {
 		if msg := err.Error(); !a.errSeen[msg] {
 			if len(a.errSeen) < 10000 {
@@ -224,114 +262,23 @@ func (a *Agent) update(docs []Doc, errs []error) []annotation {
 			a.log.Warn("state volume entry refused", "error", msg)
 		}
 	}
-	var snap []sample
-	live := map[containerKey]bool{}
-	livePods := map[string]bool{}
-	podGen := map[string]uint64{}
-	pods := map[string]*corev1.Pod{}
-	valid := docs[:0:0]
-	for _, d := range docs {
-		pod := a.pod(d.PodUID)
-		if pod == nil || !hasContainer(pod, d.Container) {
-			// Not (yet) in the informer, or a document under a name that
-			// is none of the pod's containers: no series, Event or
-			// generation an adversary can invent.
-			continue
-		}
-		pods[d.PodUID] = pod
-		valid = append(valid, d)
-		podGen[d.PodUID] = max(podGen[d.PodUID], d.Generation)
-	}
-	for _, d := range valid {
-		pod := pods[d.PodUID]
-		k := containerKey{d.PodUID, d.Container}
-		live[k] = true
-		livePods[d.PodUID] = true
-		c := a.containers[k]
-		if c == nil {
-			c = &containerCount{}
-			a.containers[k] = c
-		}
-		prev := c.base + c.last
-		if c.seen && d.Restarts < c.last {
-			c.base += c.last // a new supervisor counts from 0
-		}
-		c.last = d.Restarts
-		total := c.base + c.last
-		switch {
-		case !c.seen:
-			// First sight. A pod created after this agent started has had
-			// no other agent: all its restarts are new (the first one, at
-			// back-off 0, often comes before the informer or a scan has
-			// seen the pod). Otherwise (the agent restarted) past restarts
-			// were reported by the agent that saw them, and only a restart
-			// after this agent started is new.
-			switch {
-			case a.createdSinceStart(pod) && d.Restarts > 0:
-				a.restartEvents(pod, d, d.Restarts, total)
-			case d.LastRestart != nil && d.LastRestart.At.After(a.started) && d.Restarts > 0:
-				a.restartEvents(pod, d, 1, total)
-			}
-		case total > prev:
-			a.restartEvents(pod, d, total-prev, total)
-		}
-		c.seen = true
-		s := sample{namespace: pod.Namespace, pod: pod.Name, container: d.Container,
-			restarts: total, podRestarts: podGen[d.PodUID], inBackoff: d.State == supervise.BackingOff}
-		if d.LastExit != nil {
-			code := d.LastExit.Code
-			s.lastExit = &code
-		}
-		snap = append(snap, s)
-	}
-	for uid := range livePods {
-		// A pod first seen (or first seen by a restarted agent) sets the
-		// baseline: the documents do not date a generation.
-		g, seen := a.podGens[uid]
-		pod := a.pod(uid)
-		if pg := podGen[uid]; seen && pg > g || !seen && pg > 0 && a.createdSinceStart(pod) {
-			// (A pod created after this agent started: every
-			// generation is new, as for container restarts above.)
-			a.podEvent(pod, pg-g, pg)
-		}
-		a.podGens[uid] = max(g, podGen[uid])
-	}
-	// Forget pods gone from the node (their documents went with them).
-	for k := range a.containers {
-		if !live[k] && a.pod(k.uid) == nil {
-			delete(a.containers, k)
-			delete(a.podGens, k.uid)
-			delete(a.annotated, k.uid)
+}
+
+// forget drops the pods whose directories this scan did not find and the
+// informer no longer has (their documents went with them), and the
+// metrics of every pod without a directory.
+func (a *Agent) forget(visited map[string]bool) {
+	for uid := range a.samples {
+		if !visited[uid] {
+			delete(a.samples, uid)
 		}
 	}
-	a.snapshot = snap
-	if !a.cfg.Annotate {
-		return nil
-	}
-	counts := map[string]map[string]int{}
-	for _, d := range docs {
-		k := containerKey{d.PodUID, d.Container}
-		if c := a.containers[k]; live[k] && c != nil {
-			if counts[d.PodUID] == nil {
-				counts[d.PodUID] = map[string]int{}
-			}
-			counts[d.PodUID][d.Container] = c.base + c.last
+	for uid := range a.state {
+		if !visited[uid] && a.pod(uid) == nil {
+			delete(a.state, uid)
+			delete(a.annotated, uid)
 		}
 	}
-	var due []annotation
-	now := time.Now()
-	for uid, c := range counts {
-		pod := a.pod(uid)
-		b, _ := json.Marshal(c) // sorted keys
-		prev, seen := a.annotated[uid]
-		if string(b) == pod.Annotations[contract.AnnotationRestarts] || seen && (string(b) == prev.value || now.Sub(prev.at) < a.cfg.AnnotateEvery) {
-			continue
-		}
-		an := annotation{namespace: pod.Namespace, name: pod.Name, uid: pod.UID, value: string(b), at: now}
-		a.annotated[uid] = an
-		due = append(due, an)
-	}
-	return due
 }
 
 // annotation is one patch of contract.AnnotationRestarts.
@@ -363,43 +310,14 @@ func (a *Agent) annotate(ctx context.Context, an annotation) {
 	}
 }
 
-// maxEventsPerScan bounds the Events one container can make the agent
-// record in one scan, whatever its document claims; the correlator
-// aggregates and rate-limits them further.
-const maxEventsPerScan = 25
-
-func (a *Agent) restartEvents(pod *corev1.Pod, d Doc, n, total int) {
-	ref := containerRef(pod, d.Container)
-	msg := restartOf(d.Status, total).String()
-	for i := 0; i < min(n, maxEventsPerScan); i++ {
-		a.recorder.Event(ref, corev1.EventTypeWarning, ReasonRestarted, msg)
-	}
-}
-
-func (a *Agent) podEvent(pod *corev1.Pod, n, gen uint64) {
-	if pod == nil {
-		return
-	}
-	msg := fmt.Sprintf(podRestartFormat, gen)
-	for i := uint64(0); i < min(n, maxEventsPerScan); i++ {
-		a.recorder.Event(pod, corev1.EventTypeWarning, ReasonPodRestarted, msg)
-	}
-}
-
-// createdSinceStart reports whether pod was created after this agent
-// started. The API server stores creationTimestamp in whole seconds, so a
-// pod created in the second the agent started counts as created after it:
-// taking it for older would drop its first restarts (they come within a
-// second at back-off 0, before a scan sees the pod), where the other error,
-// a pod created in that same second just before a restarted agent came up,
-// at worst repeats Events its previous agent recorded.
-func (a *Agent) createdSinceStart(pod *corev1.Pod) bool {
-	return !pod.CreationTimestamp.Time.Before(a.started.Truncate(time.Second))
-}
-
 func containerRef(pod *corev1.Pod, container string) *corev1.ObjectReference {
 	return &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name,
 		UID: pod.UID, ResourceVersion: pod.ResourceVersion, FieldPath: "spec.containers{" + container + "}"}
+}
+
+func podRef(pod *corev1.Pod) *corev1.ObjectReference {
+	return &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name,
+		UID: pod.UID, ResourceVersion: pod.ResourceVersion}
 }
 
 func (a *Agent) pod(uid string) *corev1.Pod {
@@ -409,20 +327,6 @@ func (a *Agent) pod(uid string) *corev1.Pod {
 	}
 	p, _ := objs[0].(*corev1.Pod)
 	return p
-}
-
-func hasContainer(pod *corev1.Pod, name string) bool {
-	for _, c := range pod.Spec.InitContainers {
-		if c.Name == name {
-			return true
-		}
-	}
-	for _, c := range pod.Spec.Containers {
-		if c.Name == name {
-			return true
-		}
-	}
-	return false
 }
 
 var (
@@ -452,7 +356,10 @@ func (a *Agent) Describe(ch chan<- *prometheus.Desc) {
 // a scrape costs no file access and the values are the documents' own.
 func (a *Agent) Collect(ch chan<- prometheus.Metric) {
 	a.mu.Lock()
-	snap := a.snapshot
+	var snap []sample
+	for _, s := range a.samples {
+		snap = append(snap, s...)
+	}
 	a.mu.Unlock()
 	pods := map[[2]string]uint64{}
 	for _, s := range snap {
@@ -471,62 +378,4 @@ func (a *Agent) Collect(ch chan<- prometheus.Metric) {
 	for k, n := range pods {
 		ch <- prometheus.MustNewConstMetric(descPodRestarts, prometheus.CounterValue, float64(n), k[0], k[1])
 	}
-}
-
-// Restart is what one RestartedInPlace Event says.
-type Restart struct {
-	Container string
-	Total     int    // in-place restarts of the container so far
-	Exit      string // "exit code 1", "exit code 137 (SIGKILL)"
-	Rule      string // "rule 0 (Restart)", "no rule (container policy)"
-	Backoff   string // "back-off 10s"
-}
-
-// restartOf describes the restart s reports.
-func restartOf(s podstate.Status, total int) Restart {
-	r := Restart{Container: s.Container, Total: total, Exit: "exit unknown", Rule: "no rule (container policy)"}
-	if e := s.LastRestart; e != nil {
-		r.Exit = fmt.Sprintf("exit code %d", e.Code)
-		if e.Signal != "" {
-			r.Exit += " (" + e.Signal + ")"
-		}
-		if e.Rule != nil {
-			r.Rule = fmt.Sprintf("rule %d (%s)", *e.Rule, e.Action)
-		}
-	}
-	var d time.Duration
-	if !s.NextStartAt.IsZero() && s.State == supervise.BackingOff {
-		d = max(0, s.NextStartAt.Sub(s.UpdatedAt)).Round(time.Second)
-	}
-	r.Backoff = "back-off " + d.String()
-	return r
-}
-
-// podRestartFormat is the PodRestartedInPlace message.
-const podRestartFormat = "Pod restarted in place (RestartAllContainers): pod restart %d"
-
-const combinedPrefix = "(combined from similar events): "
-
-// String is the Event message.
-func (r Restart) String() string {
-	return fmt.Sprintf("Container %s restarted in place (restart %d): %s, %s, %s", r.Container, r.Total, r.Exit, r.Rule, r.Backoff)
-}
-
-// ParseRestart reads a RestartedInPlace message back, aggregated by the
-// Event correlator ("(combined from similar events): ...") or not.
-func ParseRestart(msg string) (Restart, bool) {
-	var r Restart
-	head, tail, ok := strings.Cut(strings.TrimPrefix(msg, combinedPrefix), "): ")
-	if !ok {
-		return r, false
-	}
-	if _, err := fmt.Sscanf(head, "Container %s restarted in place (restart %d", &r.Container, &r.Total); err != nil {
-		return r, false
-	}
-	parts := strings.Split(tail, ", ")
-	if len(parts) != 3 {
-		return r, false
-	}
-	r.Exit, r.Rule, r.Backoff = parts[0], parts[1], parts[2]
-	return r, true
 }

@@ -2,9 +2,11 @@ package nodeagent
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -13,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/restart-supervisor/restart-supervisor/contract"
 )
 
 // StatusRow is one supervised container as the agent's Events tell it.
@@ -23,12 +27,30 @@ type StatusRow struct {
 	Last        time.Time
 }
 
+// AgentNamespace and AgentLabel find the node agent's pods, which
+// ReadStatus checks the Events against.
+const (
+	AgentNamespace = "restart-supervisor-node-agent"
+	AgentLabel     = "app.kubernetes.io/name=" + Component
+)
+
+// maxAnnotation bounds the structured value ReadStatus decodes: the agent
+// writes under 300 bytes.
+const maxAnnotation = 4 << 10
+
 // ReadStatus lists the RestartedInPlace and PodRestartedInPlace Events in
 // namespace ("" for all) for pod ("" for every pod), and returns one row
-// per container, from its newest Event. Events live as long as the API
-// server keeps them (--event-ttl, 1 h by default): a container whose last
-// in-place restart is older has no row.
-func ReadStatus(ctx context.Context, client kubernetes.Interface, namespace, pod string) ([]StatusRow, error) {
+// per container, from its newest Event. It reads the values the agent put
+// in the Events' annotations (contract.EventAnnotationRestart), never their
+// messages, and only from Events the agent can have made (trustedEvent):
+// agentNamespace is where the agent's pods are. Events live as long as the
+// API server keeps them (--event-ttl, 1 h by default): a container whose
+// last in-place restart is older has no row.
+func ReadStatus(ctx context.Context, client kubernetes.Interface, agentNamespace, namespace, pod string) ([]StatusRow, error) {
+	agents, err := agentNodes(ctx, client, agentNamespace)
+	if err != nil {
+		return nil, err
+	}
 	list := func(reason string) ([]corev1.Event, error) {
 		sel := fields.Set{"reason": reason, "source": Component}
 		if pod != "" {
@@ -41,7 +63,11 @@ func ReadStatus(ctx context.Context, client kubernetes.Interface, namespace, pod
 			if err != nil {
 				return nil, fmt.Errorf("list %s events: %w", reason, err)
 			}
-			out = append(out, l.Items...)
+			for _, e := range l.Items {
+				if trustedEvent(e, agents) {
+					out = append(out, e)
+				}
+			}
 			if l.Continue == "" {
 				return out, nil
 			}
@@ -59,15 +85,15 @@ func ReadStatus(ctx context.Context, client kubernetes.Interface, namespace, pod
 	type podKey struct{ ns, name string }
 	gens := map[podKey]uint64{}
 	for _, e := range podRestarts {
-		var g uint64
-		if _, err := fmt.Sscanf(strings.TrimPrefix(e.Message, combinedPrefix), podRestartFormat, &g); err == nil {
+		v := e.Annotations[contract.EventAnnotationPodRestart]
+		if g, err := strconv.ParseUint(v, 10, 64); err == nil && len(v) <= 20 {
 			k := podKey{e.InvolvedObject.Namespace, e.InvolvedObject.Name}
 			gens[k] = max(gens[k], g)
 		}
 	}
 	rows := map[[3]string]*StatusRow{}
 	for _, e := range restarts {
-		r, ok := ParseRestart(e.Message)
+		r, ok := restartFromEvent(e)
 		if !ok {
 			continue
 		}
@@ -98,6 +124,55 @@ func ReadStatus(ctx context.Context, client kubernetes.Interface, namespace, pod
 	return out, nil
 }
 
+// restartFromEvent decodes the structured values of a RestartedInPlace
+// Event. The container must be the one the Event is about.
+func restartFromEvent(e corev1.Event) (Restart, bool) {
+	var r Restart
+	v := e.Annotations[contract.EventAnnotationRestart]
+	if v == "" || len(v) > maxAnnotation || json.Unmarshal([]byte(v), &r) != nil {
+		return r, false
+	}
+	if r.Container == "" || e.InvolvedObject.FieldPath != "spec.containers{"+r.Container+"}" {
+		return r, false
+	}
+	return r, true
+}
+
+// agentNodes maps each node that runs a node agent pod (agentNamespace,
+// label AgentLabel) to it.
+func agentNodes(ctx context.Context, client kubernetes.Interface, agentNamespace string) (map[string]bool, error) {
+	nodes := map[string]bool{}
+	opts := metav1.ListOptions{LabelSelector: AgentLabel, Limit: 500}
+	for {
+		l, err := client.CoreV1().Pods(agentNamespace).List(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("list the node agent's pods in namespace %s (Events are trusted only from a node that runs one): %w", agentNamespace, err)
+		}
+		for _, p := range l.Items {
+			if p.Spec.NodeName != "" && p.DeletionTimestamp == nil {
+				nodes[p.Spec.NodeName] = true
+			}
+		}
+		if l.Continue == "" {
+			return nodes, nil
+		}
+		opts.Continue = l.Continue
+	}
+}
+
+// trustedEvent reports whether e can be the node agent's: its source and
+// reportingController are the agent's component, its reportingInstance is
+// its source host, and that node runs a node agent pod. An Event names its
+// writer nowhere the API server checks, so this is as far as an Event can
+// be checked: whoever may create Events in a namespace (the default edit
+// role may) can still copy the agent's fields onto an Event about a pod of
+// that namespace, naming a node that runs an agent (docs/observability.md,
+// "Who can forge a row").
+func trustedEvent(e corev1.Event, agentNodes map[string]bool) bool {
+	return e.Source.Component == Component && e.ReportingController == Component &&
+		e.Source.Host != "" && e.ReportingInstance == e.Source.Host && agentNodes[e.Source.Host]
+}
+
 func eventTime(e corev1.Event) time.Time {
 	for _, t := range []time.Time{e.LastTimestamp.Time, e.EventTime.Time, e.FirstTimestamp.Time, e.CreationTimestamp.Time} {
 		if !t.IsZero() {
@@ -117,10 +192,14 @@ func WriteStatus(w io.Writer, rows []StatusRow, allNamespaces bool, now time.Tim
 	fmt.Fprintln(tw, "POD\tCONTAINER\tIN-PLACE RESTARTS\tLAST EXIT\tRULE\tBACK-OFF\tPOD RESTARTS\tLAST RESTART")
 	for _, r := range rows {
 		if allNamespaces {
-			fmt.Fprintf(tw, "%s\t", r.Namespace)
+			fmt.Fprintf(tw, "%s\t", clean(r.Namespace))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s ago\n", r.Pod, r.Container, r.Total,
-			strings.TrimPrefix(r.Exit, "exit code "), r.Rule, strings.TrimPrefix(r.Backoff, "back-off "),
+		exit := "unknown"
+		if r.ExitCode != nil {
+			exit = strings.TrimPrefix(r.ExitText(), "exit code ")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s ago\n", clean(r.Pod), clean(r.Container), r.Total,
+			exit, r.RuleText(), strings.TrimPrefix(r.BackoffText(), "back-off "),
 			r.PodRestarts, now.Sub(r.Last).Round(time.Second))
 	}
 	return tw.Flush()

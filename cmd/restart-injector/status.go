@@ -17,7 +17,8 @@ import (
 // runStatus is `restart-injector status [-n NS | -A] [POD]`, also run as
 // the kubectl plugin `kubectl restarts` (a kubectl-restarts link to this
 // binary: main dispatches on the name it was called by). It reads the
-// node agent's Events, never execs into a pod.
+// structured values of the node agent's Events, never execs into a pod,
+// and needs list on events and on pods of the agent's namespace.
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -25,7 +26,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintln(fs.Output(), "usage: restart-injector status [-n NAMESPACE | -A] [POD]\n\nPrint the in-place restarts of supervised containers from the node agent's Events. Flags:")
 		fs.PrintDefaults()
 	}
-	var namespace, kubeconfig, kubeContext string
+	var namespace, kubeconfig, kubeContext, agentNamespace string
 	var all bool
 	fs.StringVar(&namespace, "n", "", "`NAMESPACE` (default: the kubeconfig context's)")
 	fs.StringVar(&namespace, "namespace", "", "same as -n")
@@ -33,6 +34,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.BoolVar(&all, "all-namespaces", false, "same as -A")
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "`FILE` (default: $KUBECONFIG, then ~/.kube/config, as kubectl)")
 	fs.StringVar(&kubeContext, "context", "", "kubeconfig `CONTEXT` to use")
+	fs.StringVar(&agentNamespace, "agent-namespace", nodeagent.AgentNamespace, "`NAMESPACE` of the node agent's pods: only Events from a node that runs one are shown")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
@@ -61,7 +63,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	var rows []nodeagent.StatusRow
 	if err == nil {
-		rows, err = nodeagent.ReadStatus(ctx, client, namespace, fs.Arg(0))
+		rows, err = nodeagent.ReadStatus(ctx, client, agentNamespace, namespace, fs.Arg(0))
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "restart-injector status: %v\n", err)

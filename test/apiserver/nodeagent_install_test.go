@@ -125,6 +125,7 @@ func TestNodeAgentInstalled(t *testing.T) {
 		t.Errorf("pod annotated without --annotate: %v %v", err, p.Annotations)
 	}
 
+	registerAgentPod(t, client, agentNode)
 	out, err = exec.Command(bin, "status", "--kubeconfig="+admin, "-n", "default").CombinedOutput()
 	t.Logf("restart-injector status -n default:\n%s", out)
 	if err != nil || !strings.Contains(string(out), "web   app         3 ") {

@@ -1,0 +1,206 @@
+package nodeagent
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/restart-supervisor/restart-supervisor/podstate"
+	"github.com/restart-supervisor/restart-supervisor/rules"
+	"github.com/restart-supervisor/restart-supervisor/supervise"
+)
+
+var agentStart = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+
+// testPod is a pod as the informer holds it, created at created.
+func testPod(created time.Time, containers ...string) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web", UID: "uid-1",
+		CreationTimestamp: metav1.NewTime(created)}}
+	for _, c := range containers {
+		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: c})
+	}
+	return p
+}
+
+// status is a document as podstate writes it after restarts in-place
+// restarts, the last one by rule 0 (exit 3) at restartAt.
+func status(container string, restarts int, gen uint64, restartAt time.Time) podstate.Status {
+	rule := 0
+	exit := &podstate.Exit{Code: 3, Rule: &rule, Action: rules.ActionRestart, At: restartAt}
+	s := podstate.Status{Container: container, State: supervise.Running, Restarts: restarts, Generation: gen,
+		LastExit: exit, UpdatedAt: restartAt}
+	if restarts > 0 {
+		s.LastRestart = exit
+	}
+	return s
+}
+
+func doc(s podstate.Status) Doc { return Doc{PodUID: "uid-1", Status: s} }
+
+func withTotal(d Doc, n int) Doc { d.RestartsTotal = &n; return d }
+
+// scanStep is one scan of the pod: its documents, and what the diff must
+// answer.
+type scanStep struct {
+	docs []Doc
+	// events: "RestartedInPlace app x2 total 3", "PodRestartedInPlace x1 gen 1"
+	events []string
+	// restarts is the counter of each container after the scan.
+	restarts map[string]int
+}
+
+func eventStrings(evs []event) []string {
+	var out []string
+	for _, e := range evs {
+		if e.reason == ReasonRestarted {
+			out = append(out, fmt.Sprintf("%s %s x%d total %d", e.reason, e.container, e.times, e.restart.Total))
+		} else {
+			out = append(out, fmt.Sprintf("%s x%d gen %d", e.reason, e.times, e.podGen))
+		}
+	}
+	return out
+}
+
+func TestDiffPod(t *testing.T) {
+	before := agentStart.Add(-time.Hour)
+	after := agentStart.Add(time.Minute)
+	oldPod := testPod(before, "app", "side")
+	newPod := testPod(agentStart.Add(300*time.Millisecond), "app", "side") // same second as the start: new
+	for _, tc := range []struct {
+		name  string
+		pod   *corev1.Pod
+		steps []scanStep
+	}{{
+		name: "restarts one scan apart make one Event each",
+		pod:  oldPod,
+		steps: []scanStep{
+			{docs: []Doc{doc(status("app", 0, 0, before))}, restarts: map[string]int{"app": 0}},
+			{docs: []Doc{doc(status("app", 1, 0, after))}, events: []string{"RestartedInPlace app x1 total 1"}, restarts: map[string]int{"app": 1}},
+			{docs: []Doc{doc(status("app", 3, 0, after))}, events: []string{"RestartedInPlace app x2 total 3"}, restarts: map[string]int{"app": 3}},
+			{docs: []Doc{doc(status("app", 3, 0, after))}, restarts: map[string]int{"app": 3}},
+		},
+	}, {
+		name: "a new supervisor counts from 0: the counter goes on",
+		pod:  oldPod,
+		steps: []scanStep{
+			{docs: []Doc{doc(status("app", 5, 0, before))}, restarts: map[string]int{"app": 5}},
+			{docs: []Doc{doc(status("app", 1, 0, after))}, events: []string{"RestartedInPlace app x1 total 6"}, restarts: map[string]int{"app": 6}},
+			{docs: []Doc{doc(status("app", 0, 0, after))}, restarts: map[string]int{"app": 6}},
+			{docs: []Doc{doc(status("app", 2, 0, after))}, events: []string{"RestartedInPlace app x2 total 8"}, restarts: map[string]int{"app": 8}},
+		},
+	}, {
+		name: "restartsTotal, when the document has it, is the count across hand-overs",
+		pod:  oldPod,
+		steps: []scanStep{
+			// An agent that starts after 7 restarts by three supervisors
+			// reads 7, not this supervisor's 1.
+			{docs: []Doc{withTotal(doc(status("app", 1, 0, before)), 7)}, restarts: map[string]int{"app": 7}},
+			// The next supervisor counts from 0 and carries 7 on.
+			{docs: []Doc{withTotal(doc(status("app", 0, 0, after)), 7)}, restarts: map[string]int{"app": 7}},
+			{docs: []Doc{withTotal(doc(status("app", 1, 0, after)), 8)}, events: []string{"RestartedInPlace app x1 total 8"}, restarts: map[string]int{"app": 8}},
+			// An older supervisor without the field: rebuilt from here.
+			{docs: []Doc{doc(status("app", 2, 0, after))}, events: []string{"RestartedInPlace app x1 total 9"}, restarts: map[string]int{"app": 9}},
+			// A document whose total went down never takes the counter back.
+			{docs: []Doc{withTotal(doc(status("app", 2, 0, after)), 4)}, restarts: map[string]int{"app": 9}},
+		},
+	}, {
+		name: "an agent restarted: past restarts counted, only one dated after the start gets an Event",
+		pod:  oldPod,
+		steps: []scanStep{
+			{docs: []Doc{doc(status("app", 4, 0, before)), doc(status("side", 2, 0, after))},
+				events: []string{"RestartedInPlace side x1 total 2"}, restarts: map[string]int{"app": 4, "side": 2}},
+		},
+	}, {
+		name: "a pod created since the agent started: every restart is new",
+		pod:  newPod,
+		steps: []scanStep{
+			{docs: []Doc{doc(status("app", 2, 0, after))}, events: []string{"RestartedInPlace app x2 total 2"}, restarts: map[string]int{"app": 2}},
+		},
+	}, {
+		name: "Events per scan are capped whatever the document claims",
+		pod:  newPod,
+		steps: []scanStep{
+			{docs: []Doc{doc(status("app", 1_000_000, 0, after))}, events: []string{"RestartedInPlace app x25 total 1000000"}, restarts: map[string]int{"app": 1_000_000}},
+		},
+	}, {
+		name: "a document naming no container of the pod is ignored, generation included",
+		pod:  oldPod,
+		steps: []scanStep{
+			{docs: []Doc{doc(status("side", 0, 0, before))}, restarts: map[string]int{"side": 0}},
+			{docs: []Doc{doc(status("side", 0, 0, before)), doc(status("ghost", 9, 5, after))}, restarts: map[string]int{"side": 0}},
+		},
+	}, {
+		name: "a pod restart: one PodRestartedInPlace per generation, from the baseline",
+		pod:  oldPod,
+		steps: []scanStep{
+			{docs: []Doc{doc(status("app", 0, 2, before)), doc(status("side", 0, 2, before))}, restarts: map[string]int{"app": 0, "side": 0}},
+			{docs: []Doc{doc(status("app", 1, 3, after)), doc(status("side", 0, 2, before))},
+				events: []string{"RestartedInPlace app x1 total 1", "PodRestartedInPlace x1 gen 3"}, restarts: map[string]int{"app": 1, "side": 0}},
+			{docs: []Doc{doc(status("app", 1, 3, after)), doc(status("side", 1, 3, after))},
+				events: []string{"RestartedInPlace side x1 total 1"}, restarts: map[string]int{"app": 1, "side": 1}},
+		},
+	}, {
+		name: "a new pod's generations are all new",
+		pod:  newPod,
+		steps: []scanStep{
+			{docs: []Doc{doc(status("app", 0, 2, after))}, events: []string{"PodRestartedInPlace x2 gen 2"}, restarts: map[string]int{"app": 0}},
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var prev *podState
+			for i, step := range tc.steps {
+				d := diffPod(prev, podInfoOf(tc.pod, agentStart), step.docs, agentStart)
+				if got, want := strings.Join(eventStrings(d.events), "; "), strings.Join(step.events, "; "); got != want {
+					t.Errorf("scan %d: events %q, want %q", i, got, want)
+				}
+				got := map[string]int{}
+				for _, s := range d.samples {
+					got[s.container] = s.restarts
+					if s.namespace != "default" || s.pod != "web" {
+						t.Errorf("scan %d: sample labels %+v", i, s)
+					}
+				}
+				if fmt.Sprint(got) != fmt.Sprint(step.restarts) || fmt.Sprint(d.counts) != fmt.Sprint(step.restarts) {
+					t.Errorf("scan %d: restarts %v (annotation %v), want %v", i, got, d.counts, step.restarts)
+				}
+				prev = &d.state
+			}
+		})
+	}
+}
+
+// TestDiffPodIsPure: diffPod leaves the previous state as it was, so a
+// scan that is thrown away changes nothing.
+func TestDiffPodIsPure(t *testing.T) {
+	pod := podInfoOf(testPod(agentStart.Add(-time.Hour), "app"), agentStart)
+	d := diffPod(nil, pod, []Doc{doc(status("app", 2, 1, agentStart))}, agentStart)
+	before := fmt.Sprint(d.state)
+	diffPod(&d.state, pod, []Doc{doc(status("app", 7, 4, agentStart.Add(time.Minute)))}, agentStart)
+	if after := fmt.Sprint(d.state); after != before {
+		t.Errorf("previous state changed from %s to %s", before, after)
+	}
+}
+
+func TestDiffPodSamples(t *testing.T) {
+	s := status("app", 3, 1, agentStart)
+	s.State, s.NextStartAt = supervise.BackingOff, agentStart.Add(10*time.Second)
+	s.LastExit = &podstate.Exit{Code: 137, Signal: "SIGKILL", At: agentStart}
+	d := diffPod(nil, podInfoOf(testPod(agentStart, "app"), agentStart), []Doc{doc(s)}, agentStart)
+	if len(d.samples) != 1 {
+		t.Fatalf("samples %+v", d.samples)
+	}
+	got := d.samples[0]
+	if got.restarts != 3 || got.podRestarts != 1 || !got.inBackoff || got.lastExit == nil || *got.lastExit != 137 {
+		t.Errorf("sample %+v", got)
+	}
+	if len(d.events) == 0 {
+		t.Fatal("no Event")
+	}
+	if msg := d.events[0].restart.String(); msg != "Container app restarted in place (restart 3): exit code 3, rule 0 (Restart), back-off 10s" {
+		t.Errorf("message %q", msg)
+	}
+}

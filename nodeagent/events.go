@@ -1,0 +1,152 @@
+package nodeagent
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/restart-supervisor/restart-supervisor/contract"
+	"github.com/restart-supervisor/restart-supervisor/podstate"
+	"github.com/restart-supervisor/restart-supervisor/supervise"
+)
+
+// Event reasons the agent records, and `restart-injector status` reads.
+const (
+	ReasonRestarted    = "RestartedInPlace"
+	ReasonPodRestarted = "PodRestartedInPlace"
+	// Component is the Events' source.component and reportingController.
+	Component = "restart-supervisor-node-agent"
+)
+
+// Bounds on what a status document can put into an Event. The document is
+// the pod's to write: every string of it that reaches an Event is cut to
+// maxFieldLen and stripped of control and format characters (so no escape
+// sequence reaches `kubectl describe` or the terminal of `restart-injector
+// status`), and a message is at most MaxEventMessage bytes.
+const (
+	MaxEventMessage = 1024
+	maxFieldLen     = 64
+)
+
+// Restart is what one RestartedInPlace Event says: its message in prose
+// (String) and, for `restart-injector status`, the same values structured
+// in the Event's annotation contract.EventAnnotationRestart.
+type Restart struct {
+	Container string `json:"container"`
+	// Total is the container's in-place restarts so far.
+	Total int `json:"total"`
+	// ExitCode is the exit that caused the restart (128+N for signal N);
+	// nil when the document names none.
+	ExitCode *int32 `json:"exitCode,omitempty"`
+	Signal   string `json:"signal,omitempty"`
+	// Rule is the index of the rule that matched; nil for the container
+	// policy.
+	Rule   *int   `json:"rule,omitempty"`
+	Action string `json:"action,omitempty"`
+	// BackoffSeconds is the wait before the next start.
+	BackoffSeconds int64 `json:"backoffSeconds"`
+}
+
+// restartOf describes the restart s reports, its strings cleaned.
+func restartOf(s podstate.Status, total int) Restart {
+	r := Restart{Container: clean(s.Container), Total: total}
+	if e := s.LastRestart; e != nil {
+		code := e.Code
+		r.ExitCode = &code
+		r.Signal = clean(e.Signal)
+		if e.Rule != nil {
+			rule := *e.Rule
+			r.Rule = &rule
+			r.Action = clean(string(e.Action))
+		}
+	}
+	if !s.NextStartAt.IsZero() && s.State == supervise.BackingOff {
+		r.BackoffSeconds = int64(max(0, s.NextStartAt.Sub(s.UpdatedAt)).Round(time.Second) / time.Second)
+	}
+	return r
+}
+
+// ExitText is "exit code 1", "exit code 137 (SIGKILL)" or "exit unknown".
+func (r Restart) ExitText() string {
+	if r.ExitCode == nil {
+		return "exit unknown"
+	}
+	s := fmt.Sprintf("exit code %d", *r.ExitCode)
+	if r.Signal != "" {
+		s += " (" + clean(r.Signal) + ")"
+	}
+	return s
+}
+
+// RuleText is "rule 0 (Restart)" or "no rule (container policy)".
+func (r Restart) RuleText() string {
+	if r.Rule == nil {
+		return "no rule (container policy)"
+	}
+	return fmt.Sprintf("rule %d (%s)", *r.Rule, clean(r.Action))
+}
+
+// BackoffText is "back-off 10s".
+func (r Restart) BackoffText() string {
+	return "back-off " + (time.Duration(max(0, r.BackoffSeconds)) * time.Second).String()
+}
+
+// String is the Event message, at most MaxEventMessage bytes.
+func (r Restart) String() string {
+	return truncate(fmt.Sprintf("Container %s restarted in place (restart %d): %s, %s, %s",
+		clean(r.Container), r.Total, r.ExitText(), r.RuleText(), r.BackoffText()), MaxEventMessage)
+}
+
+// annotations are the Event's annotations: the same values, as JSON.
+func (r Restart) annotations() map[string]string {
+	b, _ := json.Marshal(r)
+	return map[string]string{contract.EventAnnotationRestart: string(b)}
+}
+
+// podRestartMessage is the PodRestartedInPlace message.
+func podRestartMessage(gen uint64) string {
+	return fmt.Sprintf("Pod restarted in place (RestartAllContainers): pod restart %d", gen)
+}
+
+// podRestartAnnotations carry the generation as a decimal number.
+func podRestartAnnotations(gen uint64) map[string]string {
+	return map[string]string{contract.EventAnnotationPodRestart: fmt.Sprint(gen)}
+}
+
+// clean makes s safe to show: control and format characters (ANSI escape
+// sequences, carriage returns, bidirectional overrides) and invalid UTF-8
+// become '?', and the result is cut to maxFieldLen bytes.
+func clean(s string) string {
+	return truncate(strings.Map(func(r rune) rune {
+		if r == utf8.RuneError || r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || isFormat(r) {
+			return '?'
+		}
+		return r
+	}, s), maxFieldLen)
+}
+
+// isFormat reports the Unicode format characters that reorder or hide
+// text on a terminal (Cf: zero-width, bidirectional controls).
+func isFormat(r rune) bool {
+	switch {
+	case r == 0xad, r >= 0x200b && r <= 0x200f, r >= 0x202a && r <= 0x202e, r >= 0x2060 && r <= 0x206f,
+		r == 0xfeff, r >= 0xfff9 && r <= 0xfffb:
+		return true
+	}
+	return false
+}
+
+// truncate cuts s to at most n bytes on a rune boundary, marking the cut
+// with "...".
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n - 3
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
+}
