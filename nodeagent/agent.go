@@ -253,14 +253,35 @@ func (a *Agent) record(pod *corev1.Pod, e event) {
 	}
 }
 
+// maxRefusalLines bounds the lines one scan logs about refused state-volume
+// entries, and maxErrSeen how many it remembers so as to log each once. A
+// pod that renames a stream of bad files into its state volume names a new
+// entry in every error, and logged one line per error (about 320 a second);
+// now a scan logs at most maxRefusalLines of them and a count of the rest.
+const (
+	maxRefusalLines = 5
+	maxErrSeen      = 10000
+)
+
 func (a *Agent) logErrors(errs []error) {
+	logged, more := 0, 0
 	for _, err := range errs {
-		if msg := err.Error(); !a.errSeen[msg] {
-			if len(a.errSeen) < 10000 {
-				a.errSeen[msg] = true
-			}
-			a.log.Warn("state volume entry refused", "error", msg)
+		msg := err.Error()
+		if a.errSeen[msg] {
+			continue
 		}
+		if len(a.errSeen) < maxErrSeen {
+			a.errSeen[msg] = true
+		}
+		if logged == maxRefusalLines {
+			more++
+			continue
+		}
+		logged++
+		a.log.Warn("state volume entry refused", "error", msg)
+	}
+	if more > 0 {
+		a.log.Warn("more state volume entries refused in this scan", "count", more)
 	}
 }
 

@@ -82,11 +82,10 @@ type Doc struct {
 	PodUID string `json:"-"`
 	podstate.Status
 	// RestartsTotal is the in-place restarts of the container across its
-	// supervisors, when the document carries it (restartsTotal, written
-	// by supervisors that carry the count across hand-overs); nil when it
-	// does not, and the agent rebuilds the count (containerCount). Once
-	// podstate.Status has the field this one shadows it for decoding and
-	// can go.
+	// supervisors (podstate.Status.RestartsTotal, which this field shadows
+	// in decoding): a pointer, so that a document of an earlier release,
+	// which has no such field, reads as nil, and the agent then rebuilds
+	// the count (containerCount).
 	RestartsTotal *int `json:"restartsTotal,omitempty"`
 }
 

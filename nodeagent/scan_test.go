@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -210,4 +211,41 @@ func TestScanBudgetSkipsPodsAndSaysSo(t *testing.T) {
 	if len(errs) != 1 || !strings.Contains(msgs[0], "2 pod directories are not read") {
 		t.Errorf("errors %q", msgs)
 	}
+}
+
+// TestRefusedEntriesLogBounded: a pod that keeps renaming bad entries into
+// its state volume (links and FIFOs under new names) made one log line per
+// entry and scan. Ten scans over 200 fresh bad entries each log at most
+// maxRefusalLines+1 lines a scan.
+func TestRefusedEntriesLogBounded(t *testing.T) {
+	podsDir, pods := hostileNode(t, 1, 1)
+	status := filepath.Join(podsDir, string(pods[0].UID), "volumes", "kubernetes.io~empty-dir", contract.StateVolume, contract.StatusDir)
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{podUIDIndex: func(obj any) ([]string, error) {
+		return []string{string(obj.(*corev1.Pod).UID)}, nil
+	}})
+	must(t, idx.Add(pods[0]))
+	var logs strings.Builder
+	a := newAgent(Config{PodsDir: podsDir, Limits: DefaultLimits, Log: slog.New(slog.NewTextHandler(&logs, nil))}, time.Now())
+	a.pods = idx
+	a.recorder = record.NewBroadcaster().NewRecorder(nil, corev1.EventSource{Component: Component})
+	const scans, bad = 10, 200
+	for s := range scans {
+		for i := range bad {
+			name := filepath.Join(status, fmt.Sprintf("bad-%d-%d.json", s, i))
+			if i%2 == 0 {
+				must(t, os.Symlink("/etc/passwd", name))
+			} else {
+				must(t, unix.Mkfifo(name, 0o644))
+			}
+		}
+		a.scan(context.Background())
+	}
+	lines := strings.Count(logs.String(), "\n")
+	if lines > scans*(maxRefusalLines+1) {
+		t.Fatalf("%d log lines for %d scans of %d fresh bad entries, want at most %d:\n%.2000s", lines, scans, bad, scans*(maxRefusalLines+1), logs.String())
+	}
+	if !strings.Contains(logs.String(), "more state volume entries refused") {
+		t.Fatalf("the refusals beyond the first %d are not counted:\n%.2000s", maxRefusalLines, logs.String())
+	}
+	t.Logf("%d scans of %d fresh bad entries: %d log lines", scans, bad, lines)
 }
