@@ -197,6 +197,7 @@ func TestInPlaceRecovery(t *testing.T) {
 	if v, err := strconv.Atoi(os.Getenv("RUNS")); err == nil && v > 0 {
 		n = v
 	}
+	loadStart := loadAverage()
 	want := finalLoss(t, job(t, false))
 	t.Logf("unfaulted final loss %v", want)
 	type row struct {
@@ -225,8 +226,8 @@ func TestInPlaceRecovery(t *testing.T) {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Training under the supervisor, process level\n\n")
-	fmt.Fprintf(&b, "Written by `make training` (`go test -tags training ./test/training -update`), not by hand. %s, %d CPUs, %s/%s, %s.\n\n",
-		time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version())
+	fmt.Fprintf(&b, "Written by `make training` (`go test -tags training ./test/training -update`), not by hand. %s, %d CPUs, %s/%s, %s, load average %s at the start and %s at the end.\n\n",
+		time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), loadStart, loadAverage())
 	fmt.Fprintf(&b, "[examples/training/train.py](../examples/training/train.py): DDP over gloo, 2 ranks on loopback, Debian's python3-torch,\n"+
 		"%d steps, a checkpoint every %d, seeded synthetic data. Each rank runs under its own `restart-supervisor` (as one container\n"+
 		"per pod would), with `Restart` rules on 1, 42 and 137: the faulting rank's exit, and the peer's Python error when\n"+
@@ -246,4 +247,13 @@ func TestInPlaceRecovery(t *testing.T) {
 	if err := os.WriteFile("../../docs/training-process.md", []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// loadAverage is the one-minute load average, for the report's header.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.Fields(string(b))[0]
 }
