@@ -134,34 +134,12 @@ type cliFlags struct {
 }
 
 func supervisorCmd(args []string) int {
-	var f cliFlags
-	fs := flag.NewFlagSet("restart-supervisor", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.StringVar(&f.config, "config", "", "restart configuration file, YAML or JSON (default: $"+envConfig+")")
-	fs.StringVar(&f.configWatch, "config-watch", envOr(envConfigWatch, "poll"), "how a --config file's changes are noticed: \"poll\" (every second) or \"inotify\" (at once, but the kernel holds the supervisor's exit about 10 ms for it) ($"+envConfigWatch+")")
-	fs.StringVar(&f.grace, "grace-period", os.Getenv(envGracePeriod), "after a stop signal, SIGKILL the workload's process group if it is still running after this long; 0: never, the container runtime does it (default: 0 as PID 1, else 30s) ($"+envGracePeriod+")")
-	fs.BoolVar(&f.initSignals, "init-signals", os.Getenv(envInitSignals) == "true", "deliver signals to the workload as the kernel does to a container's PID 1: to its own process only, and only when it has a handler ($"+envInitSignals+"=true)")
-	fs.StringVar(&f.startError, "start-error", os.Getenv(envStartError), "a command that cannot be executed: \"kubelet\" judges exit code 128 by the rules as the kubelet does, \"shell\" exits 127/126 at once (default: kubelet inside a Kubernetes pod, else shell) ($"+envStartError+")")
-	fs.StringVar(&f.logFormat, "log-format", envOr(envLogFormat, "text"), "log format on stderr: text or json ($"+envLogFormat+")")
-	fs.StringVar(&f.stateDir, "state-dir", os.Getenv(envStateDir), "directory for the status file shared by the pod's containers ($"+envStateDir+")")
-	fs.StringVar(&f.name, "name", os.Getenv(envName), "container name used in logs and the status file ($"+envName+")")
-	fs.StringVar(&f.termPath, "termination-message-path", "", "file for the restart summary written on exit (default "+podstate.DefaultTerminationMessagePath+" when --state-dir is set)")
-	fs.StringVar(&f.termPolicy, "termination-message-policy", "File", "the container's terminationMessagePolicy: with FallbackToLogsOnError a failed exit whose last run wrote no message gets no summary either, so the kubelet shows the log's tail")
-	fs.StringVar(&f.stopSignals, "stop-signals", envOr(envStopSignals, "SIGTERM,SIGINT"), "comma-separated signals that stop the container instead of being only forwarded ($"+envStopSignals+")")
-	fs.Var(&f.kubeVersion, "kubernetes-version", "validate the config with the API-server messages and rules of this Kubernetes release, 1.34 to "+rules.NewestKube.String()+" ($"+envKubeVersion+", default "+rules.NewestKube.String()+")")
-	if v, ok := os.LookupEnv(envKubeVersion); ok {
-		if err := f.kubeVersion.Set(v); err != nil {
-			return usageError("%s: %v", envKubeVersion, err)
-		}
+	f, argv, help, err := parseSupervisorFlags(args)
+	if help {
+		return 0
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Print(usage())
-			fs.SetOutput(os.Stdout)
-			fs.PrintDefaults()
-			return 0
-		}
-		return usageError("%v (see --help)", err)
+	if err != nil {
+		return usageError("%v", err)
 	}
 	grace, err := gracePeriod(f.grace, os.Getpid() == 1)
 	if err != nil {
@@ -174,8 +152,6 @@ func supervisorCmd(args []string) int {
 	if f.termPolicy != "File" && f.termPolicy != "FallbackToLogsOnError" {
 		return usageError("--termination-message-policy: %q is neither File nor FallbackToLogsOnError", f.termPolicy)
 	}
-	argv := fs.Args()
-
 	logger, err := newLogger(f.logFormat, os.Stderr, f.name)
 	if err != nil {
 		return usageError("%v", err)
@@ -187,58 +163,21 @@ func supervisorCmd(args []string) int {
 		}
 		return usageError("invalid config (%s): %v", src, err)
 	}
-	// A config file is watched: an edit (or a ConfigMap update) decides
-	// every exit from the moment it is valid and in force.
-	var current func() rules.Config
-	unwatchConfig := func() {}
-	if f.config != "" {
-		// Polling by default: a process that holds an inotify watch when
-		// it exits is reaped about 9 ms later (the kernel waits for an
-		// SRCU grace period to free the watch's marks,
-		// fsnotify_destroy_group), against 0.2 ms without one
-		// (docs/benchmarks.md), and a ConfigMap volume changes about once
-		// a minute at most; a stat and a read each second cost less.
-		var forcePoll bool
-		switch f.configWatch {
-		case "poll":
-			forcePoll = true
-		case "inotify":
-		default:
-			return usageError("--config-watch: %q is neither poll nor inotify", f.configWatch)
-		}
-		r, err := configreload.Watch(f.config, configreload.Options{
-			ForcePoll: forcePoll,
-			OnReload:  func(rules.Config) { logger.Info("configuration reloaded", "config", f.config) },
-			OnError: func(err error) {
-				logger.Warn("configuration change rejected; the rules in force stay", "config", f.config, "err", err)
-			},
-			KubeVersion: f.kubeVersion,
-		})
-		if err != nil {
-			return usageError("invalid config (--config %s): %v", f.config, err)
-		}
-		defer r.Close()
-		current = r.Get
-		unwatchConfig = sync.OnceFunc(r.Unwatch)
+	current, unwatchConfig, closeConfig, err := watchConfig(f, logger)
+	if err != nil {
+		return usageError("%v", err)
 	}
+	defer closeConfig()
 	stops, err := parseStopSignals(f.stopSignals)
 	if err != nil {
 		return usageError("--stop-signals: %v", err)
 	}
-	if pc, ok := os.LookupEnv(envPlatformCommands); ok {
-		cmd, err := platformCommand(pc, platformKeys())
-		if err != nil {
-			return usageError("%s: %v", envPlatformCommands, err)
-		}
-		argv = append(cmd, argv...)
+	path, argv, lookErr, err := workloadCommand(argv)
+	if err != nil {
+		return usageError("%v", err)
 	}
-	if len(argv) == 0 {
-		return usageError("no command given: usage: restart-supervisor [flags] -- COMMAND [ARGS...]")
-	}
-
-	path, err := exec.LookPath(argv[0])
-	if err != nil && !errors.Is(err, exec.ErrDot) {
-		se := lookupError(argv[0], err)
+	if lookErr != nil {
+		se := lookupError(argv[0], lookErr)
 		if startErrorCode == 0 {
 			fmt.Fprintf(os.Stderr, "restart-supervisor: %v\n", se)
 			return se.Status()
@@ -247,28 +186,9 @@ func supervisorCmd(args []string) int {
 		// command may yet appear (a volume mounted later) before a retry.
 		path = argv[0]
 	}
-
-	members, err := contract.ParsePodMembers(os.Getenv(contract.EnvPodMembers))
+	pod, initRerun, err := openPod(f, cfg, logger)
 	if err != nil {
-		return usageError("%s: %v", contract.EnvPodMembers, err)
-	}
-	initRerun := false
-	for _, m := range members {
-		initRerun = initRerun || (m.Name == f.name && m.Kind == contract.MemberInit)
-	}
-	if initRerun && (f.stateDir == "" || !cfg.InitContainer) {
-		// The re-run of an init container does nothing but take part in
-		// pod restarts, and judges its exits as an init container's.
-		return usageError("%s: container %q is an init container re-run (kind %s), which needs the state directory and a config with initContainer: true",
-			contract.EnvPodMembers, f.name, contract.MemberInit)
-	}
-	watch := podstate.PodRestartWatch(members, announcesPodRestarts(cfg))
-	pod, err := podstate.OpenMember(f.stateDir, f.name, members, watch, logger)
-	if err != nil {
-		return usageError("--state-dir %s: %v", f.stateDir, err)
-	}
-	if initRerun && pod.Restarter() == nil {
-		return usageError("--state-dir %s: container %q is an init container re-run, but pod restarts cannot be watched there", f.stateDir, f.name)
+		return usageError("%v", err)
 	}
 	var final supervise.State
 	// The termination message file: the flag's, or the kubelet's default
@@ -340,6 +260,128 @@ func supervisorCmd(args []string) int {
 		}
 	}
 	return status
+}
+
+// parseSupervisorFlags reads the flags and, where a flag is not given, its
+// RESTART_SUPERVISOR_* variable. help is true when --help printed the usage.
+func parseSupervisorFlags(args []string) (f cliFlags, argv []string, help bool, err error) {
+	fs := flag.NewFlagSet("restart-supervisor", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&f.config, "config", "", "restart configuration file, YAML or JSON (default: $"+envConfig+")")
+	fs.StringVar(&f.configWatch, "config-watch", envOr(envConfigWatch, "poll"), "how a --config file's changes are noticed: \"poll\" (every second) or \"inotify\" (at once, but the kernel holds the supervisor's exit about 10 ms for it) ($"+envConfigWatch+")")
+	fs.StringVar(&f.grace, "grace-period", os.Getenv(envGracePeriod), "after a stop signal, SIGKILL the workload's process group if it is still running after this long; 0: never, the container runtime does it (default: 0 as PID 1, else 30s) ($"+envGracePeriod+")")
+	fs.BoolVar(&f.initSignals, "init-signals", os.Getenv(envInitSignals) == "true", "deliver signals to the workload as the kernel does to a container's PID 1: to its own process only, and only when it has a handler ($"+envInitSignals+"=true)")
+	fs.StringVar(&f.startError, "start-error", os.Getenv(envStartError), "a command that cannot be executed: \"kubelet\" judges exit code 128 by the rules as the kubelet does, \"shell\" exits 127/126 at once (default: kubelet inside a Kubernetes pod, else shell) ($"+envStartError+")")
+	fs.StringVar(&f.logFormat, "log-format", envOr(envLogFormat, "text"), "log format on stderr: text or json ($"+envLogFormat+")")
+	fs.StringVar(&f.stateDir, "state-dir", os.Getenv(envStateDir), "directory for the status file shared by the pod's containers ($"+envStateDir+")")
+	fs.StringVar(&f.name, "name", os.Getenv(envName), "container name used in logs and the status file ($"+envName+")")
+	fs.StringVar(&f.termPath, "termination-message-path", "", "file for the restart summary written on exit (default "+podstate.DefaultTerminationMessagePath+" when --state-dir is set)")
+	fs.StringVar(&f.termPolicy, "termination-message-policy", "File", "the container's terminationMessagePolicy: with FallbackToLogsOnError a failed exit whose last run wrote no message gets no summary either, so the kubelet shows the log's tail")
+	fs.StringVar(&f.stopSignals, "stop-signals", envOr(envStopSignals, "SIGTERM,SIGINT"), "comma-separated signals that stop the container instead of being only forwarded ($"+envStopSignals+")")
+	fs.Var(&f.kubeVersion, "kubernetes-version", "validate the config with the API-server messages and rules of this Kubernetes release, 1.34 to "+rules.NewestKube.String()+" ($"+envKubeVersion+", default "+rules.NewestKube.String()+")")
+	if v, ok := os.LookupEnv(envKubeVersion); ok {
+		if err := f.kubeVersion.Set(v); err != nil {
+			return f, nil, false, fmt.Errorf("%s: %v", envKubeVersion, err)
+		}
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Print(usage())
+			fs.SetOutput(os.Stdout)
+			fs.PrintDefaults()
+			return f, nil, true, nil
+		}
+		return f, nil, false, fmt.Errorf("%v (see --help)", err)
+	}
+	return f, fs.Args(), false, nil
+}
+
+// watchConfig watches a --config file: an edit (or a ConfigMap update)
+// decides every exit from the moment it is valid and in force. Without
+// --config, current is nil and the other two do nothing.
+func watchConfig(f cliFlags, logger *lineLogger) (current func() rules.Config, unwatch, closeFn func(), err error) {
+	unwatch, closeFn = func() {}, func() {}
+	if f.config == "" {
+		return nil, unwatch, closeFn, nil
+	}
+	// Polling by default: a process that holds an inotify watch when it
+	// exits is reaped about 9 ms later (the kernel waits for an SRCU grace
+	// period to free the watch's marks, fsnotify_destroy_group), against
+	// 0.2 ms without one (docs/benchmarks.md), and a ConfigMap volume
+	// changes about once a minute at most; a stat and a read each second
+	// cost less.
+	var forcePoll bool
+	switch f.configWatch {
+	case "poll":
+		forcePoll = true
+	case "inotify":
+	default:
+		return nil, unwatch, closeFn, fmt.Errorf("--config-watch: %q is neither poll nor inotify", f.configWatch)
+	}
+	r, err := configreload.Watch(f.config, configreload.Options{
+		ForcePoll: forcePoll,
+		OnReload:  func(rules.Config) { logger.Info("configuration reloaded", "config", f.config) },
+		OnError: func(err error) {
+			logger.Warn("configuration change rejected; the rules in force stay", "config", f.config, "err", err)
+		},
+		KubeVersion: f.kubeVersion,
+	})
+	if err != nil {
+		return nil, unwatch, closeFn, fmt.Errorf("invalid config (--config %s): %v", f.config, err)
+	}
+	return r.Get, sync.OnceFunc(r.Unwatch), func() { r.Close() }, nil
+}
+
+// workloadCommand is the workload's argv (the image's entrypoint for this
+// platform first, when the injector gave one per platform), its path in
+// PATH, and lookErr when it cannot be found, for the caller to report by
+// its --start-error convention. A command found relative to the working
+// directory (exec.ErrDot) is run, as the container runtime would.
+func workloadCommand(argv []string) (path string, _ []string, lookErr, err error) {
+	if pc, ok := os.LookupEnv(envPlatformCommands); ok {
+		cmd, err := platformCommand(pc, platformKeys())
+		if err != nil {
+			return "", nil, nil, fmt.Errorf("%s: %v", envPlatformCommands, err)
+		}
+		argv = append(cmd, argv...)
+	}
+	if len(argv) == 0 {
+		return "", nil, nil, errors.New("no command given: usage: restart-supervisor [flags] -- COMMAND [ARGS...]")
+	}
+	path, lookErr = exec.LookPath(argv[0])
+	if errors.Is(lookErr, exec.ErrDot) {
+		lookErr = nil
+	}
+	return path, argv, lookErr, nil
+}
+
+// openPod opens the container's place in the pod's state directory: its
+// status document, and its part in pod restarts when
+// RESTART_SUPERVISOR_POD_MEMBERS lists it. initRerun is true for the re-run
+// of an init container, which only takes part in pod restarts.
+func openPod(f cliFlags, cfg rules.Config, logger *lineLogger) (pod *podstate.Pod, initRerun bool, err error) {
+	members, err := contract.ParsePodMembers(os.Getenv(contract.EnvPodMembers))
+	if err != nil {
+		return nil, false, fmt.Errorf("%s: %v", contract.EnvPodMembers, err)
+	}
+	for _, m := range members {
+		initRerun = initRerun || (m.Name == f.name && m.Kind == contract.MemberInit)
+	}
+	if initRerun && (f.stateDir == "" || !cfg.InitContainer) {
+		// The re-run of an init container does nothing but take part in
+		// pod restarts, and judges its exits as an init container's.
+		return nil, false, fmt.Errorf("%s: container %q is an init container re-run (kind %s), which needs the state directory and a config with initContainer: true",
+			contract.EnvPodMembers, f.name, contract.MemberInit)
+	}
+	watch := podstate.PodRestartWatch(members, announcesPodRestarts(cfg))
+	pod, err = podstate.OpenMember(f.stateDir, f.name, members, watch, logger)
+	if err != nil {
+		return nil, false, fmt.Errorf("--state-dir %s: %v", f.stateDir, err)
+	}
+	if initRerun && pod.Restarter() == nil {
+		return nil, false, fmt.Errorf("--state-dir %s: container %q is an init container re-run, but pod restarts cannot be watched there", f.stateDir, f.name)
+	}
+	return pod, initRerun, nil
 }
 
 // announcesPodRestarts reports whether cfg, the rules the supervisor
