@@ -38,7 +38,24 @@ func TestNodeAgentOnKubelet(t *testing.T) {
 	e := &env{mode: supervised, c: c, ns: "default"}
 	e.superviseWithInjector()
 
-	// The agent, in this process, on the kubelet's own pods directory.
+	// The agent, in this process, on the kubelet's own pods directory. A
+	// pod of the agent's DaemonSet stands on the node for it (a busybox
+	// sleeping, under the DaemonSet's label and namespace): `restart-injector
+	// status` trusts an Event only from a node that runs an agent pod.
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nodeagent.AgentNamespace}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// No controller-manager creates the namespace's default ServiceAccount,
+	// which the ServiceAccount admission plugin needs.
+	if _, err := c.Client.CoreV1().ServiceAccounts(nodeagent.AgentNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	stand := podSpec(corev1.RestartPolicyAlways, 1, shell("node-agent", "exec sleep 3600", nil))
+	name, value, _ := strings.Cut(nodeagent.AgentLabel, "=")
+	if _, err := c.Client.CoreV1().Pods(nodeagent.AgentNamespace).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: nodeagent.Component, Labels: map[string]string{name: value}}, Spec: stand}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
