@@ -122,8 +122,9 @@ type ending struct {
 type waitKind int
 
 const (
-	// waitNone: a run is in progress, or supervision is over.
-	waitNone waitKind = iota
+	// The zero value: a run is in progress, or supervision is over
+	// (waiting{}).
+	_ waitKind = iota
 	// waitBackoff: the container's back-off timer (waiting.timer), then
 	// a start (phase BackingOff).
 	waitBackoff
@@ -156,7 +157,7 @@ func (k waitKind) phase() Phase {
 	return Running
 }
 
-// waiting is what the loop waits for; the zero value is waitNone. Only
+// waiting is what the loop waits for; the zero value waits for nothing. Only
 // the fields of its kind are set.
 type waiting struct {
 	kind waitKind
