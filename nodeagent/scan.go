@@ -160,8 +160,10 @@ func ScanEach(podsDir string, lim Limits, visit func(PodDocs)) []error {
 		visit(PodDocs{UID: uid, Docs: d})
 	}
 	if skipped > 0 {
-		errs = append(errs, fmt.Errorf("pods directory %s: the scan's budget (%d status documents, %d bytes) is spent; %d pod directories are not read this time",
-			podsDir, lim.MaxDocsPerNode, lim.MaxBytesPerScan, skipped))
+		// First, with the other errors about the whole directory: the
+		// agent logs only the first few errors of a scan.
+		errs = append([]error{fmt.Errorf("pods directory %s: the scan's budget (%d status documents, %d bytes) is spent; %d pod directories are not read this time",
+			podsDir, lim.MaxDocsPerNode, lim.MaxBytesPerScan, skipped)}, errs...)
 	}
 	return errs
 }
