@@ -225,9 +225,7 @@ func (r restarter) Announce(exitCode int32) (uint64, error) {
 	return g.N, err
 }
 
-func (r restarter) Stopped(gen uint64, notBefore time.Time) (<-chan struct{}, func()) {
-	return r.p.member.Stopped(gen, notBefore)
-}
+func (r restarter) Stopped(gen uint64) (<-chan struct{}, func()) { return r.p.member.Stopped(gen) }
 
 func (r restarter) Started(gen uint64) { r.p.member.Started(gen) }
 

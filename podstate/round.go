@@ -30,7 +30,7 @@ import (
 //     a "started" marker for N or later (or no supervisor, or has
 //     ended), as the kubelet starts each init container, sidecar or not,
 //     only once the one before it has started: for sidecars at most
-//     SidecarWait after the first wait and the back-off are over; for an
+//     SidecarWait after the first wait is over; for an
 //     init container's re-run (contract.MemberInit) as long as it takes,
 //     since the containers after an init container must not run before it
 //     succeeded, unless the re-run failed for good (a "failed" marker for
@@ -110,9 +110,15 @@ func (m *Member) SetRound(members []contract.PodMember, log supervise.Logger, be
 // supervisor can forge the document too; the pod restart's back-off still
 // bounds what it can cause.)
 //
+// That holds for a generation naming this container too: its own
+// announcements are recorded in its document before their file appears,
+// and a file naming it that it did not announce stopped its own workload
+// for nothing (TestForgedPodRestartsAreIgnored).
+//
 // A Member without SetRound verifies nothing.
 func (m *Member) Verify(g Generation) error {
-	if !m.round.set || g.Source == m.name {
+	if !m.round.set || g.Source == m.name && g.N <= m.Generation() {
+		// Its own announcement, already taken: Accept drops it.
 		return nil
 	}
 	if err := CheckContainerName(g.Source); err != nil {
@@ -294,22 +300,22 @@ func (m *Member) InitFailed(n uint64) (exitCode int, failed bool) {
 }
 
 // Stopped records that this container's workload is stopped for
-// generation n and returns a channel closed when it may start again: at
-// notBefore at the earliest, after the waits of the round. cancel ends the
-// wait without closing the channel.
-func (m *Member) Stopped(n uint64, notBefore time.Time) (ready <-chan struct{}, cancel func()) {
+// generation n and returns a channel closed when it may start again, after
+// the waits of the round. cancel ends the wait without closing the
+// channel.
+func (m *Member) Stopped(n uint64) (ready <-chan struct{}, cancel func()) {
 	if err := m.mark(n, markStopped); err != nil {
 		m.round.logf("cannot record the stop for the pod restart; the others will wait for it until their bound", "generation", n, "err", err)
 	}
 	c := make(chan struct{})
 	done := make(chan struct{})
 	var once sync.Once
-	go m.wait(n, notBefore, c, done)
+	go m.wait(n, c, done)
 	return c, func() { once.Do(func() { close(done) }) }
 }
 
 // wait carries out the round's waits for generation n and closes ready.
-func (m *Member) wait(n uint64, notBefore time.Time, ready chan<- struct{}, done <-chan struct{}) {
+func (m *Member) wait(n uint64, ready chan<- struct{}, done <-chan struct{}) {
 	tick := time.NewTicker(barrierPoll)
 	defer tick.Stop()
 	sleepUntil := func(deadline time.Time, cond func() bool) bool {
@@ -332,9 +338,6 @@ func (m *Member) wait(n uint64, notBefore time.Time, ready chan<- struct{}, done
 	}
 	if len(missing) > 0 {
 		m.round.logf("pod restart: members did not stop within the bound; starting without them", "generation", n, "missing", strings.Join(missing, ","), "waited", StopWait)
-	}
-	if !sleepUntil(notBefore, func() bool { return false }) {
-		return
 	}
 	if starters := m.startersBefore(); len(starters) > 0 {
 		sidecarDeadline := time.Now().Add(SidecarWait)

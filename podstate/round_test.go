@@ -24,7 +24,7 @@ func TestRoundMarkersArePrunedWithTheirGeneration(t *testing.T) {
 		if err != nil || !won {
 			t.Fatalf("announce %d: %v %v", i, won, err)
 		}
-		_, cancel := m.Stopped(g.N, time.Now())
+		_, cancel := m.Stopped(g.N)
 		cancel()
 		m.Started(g.N)
 		if cur, _ := Current(dir); cur != g.N {
@@ -99,10 +99,10 @@ func TestRoundWaitsForInitRerun(t *testing.T) {
 			s, fetch, c := join("s"), join("fetch-rerun"), join("c")
 			const n = 1
 			for _, m := range []*Member{s, fetch} {
-				_, cancel := m.Stopped(n, time.Now())
+				_, cancel := m.Stopped(n)
 				t.Cleanup(cancel)
 			}
-			ready, cancel := c.Stopped(n, time.Now())
+			ready, cancel := c.Stopped(n)
 			t.Cleanup(cancel)
 			s.Started(n) // the sidecar is up; the re-run is still running
 			select {
