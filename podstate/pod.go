@@ -229,7 +229,7 @@ func (r restarter) Stopped(gen uint64) (<-chan struct{}, func()) { return r.p.me
 
 func (r restarter) Started(gen uint64) { r.p.member.Started(gen) }
 
-func (r restarter) Failed(gen uint64) { r.p.member.Failed(gen) }
+func (r restarter) Failed(gen uint64, exitCode int) { r.p.member.Failed(gen, exitCode) }
 
 func (r restarter) OthersEnded() (<-chan struct{}, func()) { return r.p.member.OthersEnded() }
 

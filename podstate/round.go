@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -176,9 +177,9 @@ func parseMarker(name string) (n uint64, what, container string, ok bool) {
 	return n, what, container, true
 }
 
-// mark creates the marker of generation n; one that exists already is
-// fine.
-func (m *Member) mark(n uint64, what string) error {
+// mark creates the marker of generation n holding data; one that exists
+// already is fine.
+func (m *Member) mark(n uint64, what string, data []byte) error {
 	if _, err := sharedSubdir(m.dir, genDir); err != nil {
 		return err
 	}
@@ -187,7 +188,7 @@ func (m *Member) mark(n uint64, what string) error {
 		return err
 	}
 	defer unix.Close(dfd)
-	tmp, err := createTempAt(dfd, "mark", nil)
+	tmp, err := createTempAt(dfd, "mark", data)
 	if err != nil {
 		return err
 	}
@@ -200,7 +201,7 @@ func (m *Member) mark(n uint64, what string) error {
 
 // Started records that this container's run of generation n has started.
 func (m *Member) Started(n uint64) {
-	if err := m.mark(n, markStarted); err != nil {
+	if err := m.mark(n, markStarted, nil); err != nil {
 		m.round.logf("cannot record the start for the pod restart", "generation", n, "err", err)
 	}
 }
@@ -274,29 +275,54 @@ func (m *Member) othersEnded(names []string) bool {
 }
 
 // Failed records that this container's run of generation n failed for
-// good: the re-run of an init container whose exit is not restarted.
-func (m *Member) Failed(n uint64) {
-	if err := m.mark(n, markFailed); err != nil {
+// good with exitCode: the re-run of an init container whose exit is not
+// restarted. The code is written into the marker itself, so that the
+// members after it, which end with it (InitFailed), read it with the
+// marker: the status document that also holds it is written off the
+// restart path and may come later.
+func (m *Member) Failed(n uint64, exitCode int) {
+	if err := m.mark(n, markFailed, []byte(strconv.Itoa(exitCode)+"\n")); err != nil {
 		m.round.logf("cannot record the failed init container re-run; the containers after it will wait for it", "generation", n, "err", err)
 	}
 }
 
 // InitFailed reports whether an init container's re-run listed before this
 // member failed for good in generation n (or later), with the exit code its
-// status document gives (1 when it gives none).
+// failed marker holds (Failed), else its status document's (a marker an
+// earlier release wrote is empty), else 1.
 func (m *Member) InitFailed(n uint64) (exitCode int, failed bool) {
 	marks := m.markers(n)
 	for _, pm := range m.startersBefore() {
-		if pm.Kind != contract.MemberInit || !marks[markFailed][pm.Name] {
+		if pm.Kind != contract.MemberInit || marks[markFailed][pm.Name] == 0 {
 			continue
 		}
-		code := 1
-		if st, err := readStatus(m.dir, pm.Name); err == nil && st.LastExit != nil && st.LastExit.Code != 0 {
-			code = int(st.LastExit.Code)
+		if code, ok := m.markedCode(marks[markFailed][pm.Name], pm.Name); ok {
+			return code, true
 		}
-		return code, true
+		if st, err := readStatus(m.dir, pm.Name); err == nil && st.LastExit != nil && st.LastExit.Code != 0 {
+			return int(st.LastExit.Code), true
+		}
+		return 1, true
 	}
 	return 0, false
+}
+
+// maxMarkerSize bounds what is read of a marker: an exit code and a
+// newline.
+const maxMarkerSize = 16
+
+// markedCode reads the exit code a failed marker of generation n holds:
+// 1 to 255, as a container's exit code is.
+func (m *Member) markedCode(n uint64, container string) (int, bool) {
+	data, err := readBounded(filepath.Join(m.dir, genDir, markerName(n, markFailed, container)), maxMarkerSize)
+	if err != nil {
+		return 0, false
+	}
+	code, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || code < 1 || code > 255 {
+		return 0, false
+	}
+	return code, true
 }
 
 // Stopped records that this container's workload is stopped for
@@ -304,7 +330,7 @@ func (m *Member) InitFailed(n uint64) (exitCode int, failed bool) {
 // the waits of the round. cancel ends the wait without closing the
 // channel.
 func (m *Member) Stopped(n uint64) (ready <-chan struct{}, cancel func()) {
-	if err := m.mark(n, markStopped); err != nil {
+	if err := m.mark(n, markStopped, nil); err != nil {
 		m.round.logf("cannot record the stop for the pod restart; the others will wait for it until their bound", "generation", n, "err", err)
 	}
 	c := make(chan struct{})
@@ -361,16 +387,17 @@ func (m *Member) wait(n uint64, ready chan<- struct{}, done <-chan struct{}) {
 }
 
 // markers returns, per kind of marker, the containers that have one for
-// generation n or later.
-func (m *Member) markers(n uint64) map[string]map[string]bool {
-	have := map[string]map[string]bool{markStopped: {}, markStarted: {}, markFailed: {}}
+// generation n or later, each with the highest generation it has one for
+// (0: none).
+func (m *Member) markers(n uint64) map[string]map[string]uint64 {
+	have := map[string]map[string]uint64{markStopped: {}, markStarted: {}, markFailed: {}}
 	entries, err := os.ReadDir(filepath.Join(m.dir, genDir))
 	if err != nil {
 		return have
 	}
 	for _, e := range entries {
-		if k, w, c, ok := parseMarker(e.Name()); ok && k >= n {
-			have[w][c] = true
+		if k, w, c, ok := parseMarker(e.Name()); ok && k >= n && k > have[w][c] {
+			have[w][c] = k
 		}
 	}
 	return have
@@ -406,7 +433,7 @@ func (m *Member) missing(n uint64, what string) []string {
 	}
 	var out []string
 	for _, pm := range members {
-		if pm.Name == m.name || have[pm.Name] || m.gone(pm) {
+		if pm.Name == m.name || have[pm.Name] != 0 || m.gone(pm) {
 			continue
 		}
 		out = append(out, pm.Name)
@@ -437,8 +464,8 @@ func (m *Member) notStarted(n uint64, starters []contract.PodMember) (sidecars, 
 	marks := m.markers(n)
 	for _, pm := range starters {
 		switch {
-		case marks[markStarted][pm.Name]:
-		case pm.Kind == contract.MemberInit && marks[markFailed][pm.Name]:
+		case marks[markStarted][pm.Name] != 0:
+		case pm.Kind == contract.MemberInit && marks[markFailed][pm.Name] != 0:
 			failed = true
 		case m.gone(pm):
 		case pm.Kind == contract.MemberInit:

@@ -81,8 +81,9 @@ type RoundReporter interface {
 	// Started records that the run of generation gen has started.
 	Started(gen uint64)
 	// Failed records that this container's run of generation gen failed
-	// for good (InitRerun only): the members after it must not start.
-	Failed(gen uint64)
+	// for good with exitCode (InitRerun only): the members after it must
+	// not start, and end with that code.
+	Failed(gen uint64, exitCode int)
 }
 
 // EndWaiter keeps a container whose workload has ended until the pod's
@@ -254,7 +255,17 @@ func (s *supervisor) endRerun(v verdict, exit *Exit, attrs []any) {
 	}
 	s.log.Warn("init container re-run failed and is not restarted; the containers after it will not start", attrs...)
 	if gen != nil {
-		s.o.Pod.Failed(*gen)
+		s.o.Pod.Failed(*gen, failedCode(exit))
 	}
 	s.await(waiting{kind: waitHold})
+}
+
+// failedCode is the exit code a failed re-run hands to the members after
+// it: the container's exit code, 1 when the exit says none (as the
+// kubelet reports a failure with no code).
+func failedCode(exit *Exit) int {
+	if exit == nil || exit.Code == 0 {
+		return 1
+	}
+	return exit.Code
 }
