@@ -108,8 +108,9 @@ func (m *Member) SetRound(members []contract.PodMember, log supervise.Logger, be
 // when the container it names as its source shows, in its status document,
 // that it announced this generation or a later one after an exit under a
 // RestartAllContainers rule. (A writer with the UID of that container's
-// supervisor can forge the document too; the pod restart's back-off still
-// bounds what it can cause.)
+// supervisor can forge the document too; each member then still restarts
+// at most once per generation, into ever newer ones, as fast as rounds go:
+// there is no back-off between pod restarts, as upstream.)
 //
 // That holds for a generation naming this container too: its own
 // announcements are recorded in its document before their file appears,
