@@ -390,6 +390,12 @@ func (m *Member) Announce(exitCode int32) (g Generation, won bool, err error) {
 			break
 		}
 		verr := m.Verify(g)
+		if g.Source == m.name {
+			// This container's document says it announced g.N (just
+			// now, before the link that failed), but the file is
+			// someone else's.
+			verr = fmt.Errorf("generation %d names this container, which did not create it", g.N)
+		}
 		if verr == nil {
 			break
 		}

@@ -235,13 +235,11 @@ func (r restarter) Announce(exitCode int32) (uint64, error) {
 	return g.N, err
 }
 
-func (r restarter) Stopped(gen uint64, notBefore time.Time) (<-chan struct{}, func()) {
-	return r.p.member.Stopped(gen, notBefore)
-}
+func (r restarter) Stopped(gen uint64) (<-chan struct{}, func()) { return r.p.member.Stopped(gen) }
 
 func (r restarter) Started(gen uint64) { r.p.member.Started(gen) }
 
-func (r restarter) Failed(gen uint64) { r.p.member.Failed(gen) }
+func (r restarter) Failed(gen uint64, exitCode int) { r.p.member.Failed(gen, exitCode) }
 
 func (r restarter) OthersEnded() (<-chan struct{}, func()) { return r.p.member.OthersEnded() }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -30,7 +31,7 @@ import (
 //     a "started" marker for N or later (or no supervisor, or has
 //     ended), as the kubelet starts each init container, sidecar or not,
 //     only once the one before it has started: for sidecars at most
-//     SidecarWait after the first wait and the back-off are over; for an
+//     SidecarWait after the first wait is over; for an
 //     init container's re-run (contract.MemberInit) as long as it takes,
 //     since the containers after an init container must not run before it
 //     succeeded, unless the re-run failed for good (a "failed" marker for
@@ -107,12 +108,19 @@ func (m *Member) SetRound(members []contract.PodMember, log supervise.Logger, be
 // when the container it names as its source shows, in its status document,
 // that it announced this generation or a later one after an exit under a
 // RestartAllContainers rule. (A writer with the UID of that container's
-// supervisor can forge the document too; the pod restart's back-off still
-// bounds what it can cause.)
+// supervisor can forge the document too; each member then still restarts
+// at most once per generation, into ever newer ones, as fast as rounds go:
+// there is no back-off between pod restarts, as upstream.)
+//
+// That holds for a generation naming this container too: its own
+// announcements are recorded in its document before their file appears,
+// and a file naming it that it did not announce stopped its own workload
+// for nothing (TestForgedPodRestartsAreIgnored).
 //
 // A Member without SetRound verifies nothing.
 func (m *Member) Verify(g Generation) error {
-	if !m.round.set || g.Source == m.name {
+	if !m.round.set || g.Source == m.name && g.N <= m.Generation() {
+		// Its own announcement, already taken: Accept drops it.
 		return nil
 	}
 	if err := CheckContainerName(g.Source); err != nil {
@@ -170,9 +178,9 @@ func parseMarker(name string) (n uint64, what, container string, ok bool) {
 	return n, what, container, true
 }
 
-// mark creates the marker of generation n; one that exists already is
-// fine.
-func (m *Member) mark(n uint64, what string) error {
+// mark creates the marker of generation n holding data; one that exists
+// already is fine.
+func (m *Member) mark(n uint64, what string, data []byte) error {
 	if _, err := sharedSubdir(m.dir, genDir); err != nil {
 		return err
 	}
@@ -181,7 +189,7 @@ func (m *Member) mark(n uint64, what string) error {
 		return err
 	}
 	defer unix.Close(dfd)
-	tmp, err := createTempAt(dfd, "mark", nil)
+	tmp, err := createTempAt(dfd, "mark", data)
 	if err != nil {
 		return err
 	}
@@ -194,7 +202,7 @@ func (m *Member) mark(n uint64, what string) error {
 
 // Started records that this container's run of generation n has started.
 func (m *Member) Started(n uint64) {
-	if err := m.mark(n, markStarted); err != nil {
+	if err := m.mark(n, markStarted, nil); err != nil {
 		m.round.logf("cannot record the start for the pod restart", "generation", n, "err", err)
 	}
 }
@@ -268,48 +276,73 @@ func (m *Member) othersEnded(names []string) bool {
 }
 
 // Failed records that this container's run of generation n failed for
-// good: the re-run of an init container whose exit is not restarted.
-func (m *Member) Failed(n uint64) {
-	if err := m.mark(n, markFailed); err != nil {
+// good with exitCode: the re-run of an init container whose exit is not
+// restarted. The code is written into the marker itself, so that the
+// members after it, which end with it (InitFailed), read it with the
+// marker: the status document that also holds it is written off the
+// restart path and may come later.
+func (m *Member) Failed(n uint64, exitCode int) {
+	if err := m.mark(n, markFailed, []byte(strconv.Itoa(exitCode)+"\n")); err != nil {
 		m.round.logf("cannot record the failed init container re-run; the containers after it will wait for it", "generation", n, "err", err)
 	}
 }
 
 // InitFailed reports whether an init container's re-run listed before this
 // member failed for good in generation n (or later), with the exit code its
-// status document gives (1 when it gives none).
+// failed marker holds (Failed), else its status document's (a marker an
+// earlier release wrote is empty), else 1.
 func (m *Member) InitFailed(n uint64) (exitCode int, failed bool) {
 	marks := m.markers(n)
 	for _, pm := range m.startersBefore() {
-		if pm.Kind != contract.MemberInit || !marks[markFailed][pm.Name] {
+		if pm.Kind != contract.MemberInit || marks[markFailed][pm.Name] == 0 {
 			continue
 		}
-		code := 1
-		if st, err := readStatus(m.dir, pm.Name); err == nil && st.LastExit != nil && st.LastExit.Code != 0 {
-			code = int(st.LastExit.Code)
+		if code, ok := m.markedCode(marks[markFailed][pm.Name], pm.Name); ok {
+			return code, true
 		}
-		return code, true
+		if st, err := readStatus(m.dir, pm.Name); err == nil && st.LastExit != nil && st.LastExit.Code != 0 {
+			return int(st.LastExit.Code), true
+		}
+		return 1, true
 	}
 	return 0, false
 }
 
+// maxMarkerSize bounds what is read of a marker: an exit code and a
+// newline.
+const maxMarkerSize = 16
+
+// markedCode reads the exit code a failed marker of generation n holds:
+// 1 to 255, as a container's exit code is.
+func (m *Member) markedCode(n uint64, container string) (int, bool) {
+	data, err := readBounded(filepath.Join(m.dir, genDir, markerName(n, markFailed, container)), maxMarkerSize)
+	if err != nil {
+		return 0, false
+	}
+	code, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || code < 1 || code > 255 {
+		return 0, false
+	}
+	return code, true
+}
+
 // Stopped records that this container's workload is stopped for
-// generation n and returns a channel closed when it may start again: at
-// notBefore at the earliest, after the waits of the round. cancel ends the
-// wait without closing the channel.
-func (m *Member) Stopped(n uint64, notBefore time.Time) (ready <-chan struct{}, cancel func()) {
-	if err := m.mark(n, markStopped); err != nil {
+// generation n and returns a channel closed when it may start again, after
+// the waits of the round. cancel ends the wait without closing the
+// channel.
+func (m *Member) Stopped(n uint64) (ready <-chan struct{}, cancel func()) {
+	if err := m.mark(n, markStopped, nil); err != nil {
 		m.round.logf("cannot record the stop for the pod restart; the others will wait for it until their bound", "generation", n, "err", err)
 	}
 	c := make(chan struct{})
 	done := make(chan struct{})
 	var once sync.Once
-	go m.wait(n, notBefore, c, done)
+	go m.wait(n, c, done)
 	return c, func() { once.Do(func() { close(done) }) }
 }
 
 // wait carries out the round's waits for generation n and closes ready.
-func (m *Member) wait(n uint64, notBefore time.Time, ready chan<- struct{}, done <-chan struct{}) {
+func (m *Member) wait(n uint64, ready chan<- struct{}, done <-chan struct{}) {
 	tick := time.NewTicker(barrierPoll)
 	defer tick.Stop()
 	sleepUntil := func(deadline time.Time, cond func() bool) bool {
@@ -333,9 +366,6 @@ func (m *Member) wait(n uint64, notBefore time.Time, ready chan<- struct{}, done
 	if len(missing) > 0 {
 		m.round.logf("pod restart: members did not stop within the bound; starting without them", "generation", n, "missing", strings.Join(missing, ","), "waited", StopWait)
 	}
-	if !sleepUntil(notBefore, func() bool { return false }) {
-		return
-	}
 	if starters := m.startersBefore(); len(starters) > 0 {
 		sidecarDeadline := time.Now().Add(SidecarWait)
 		var sidecars, inits []string
@@ -358,16 +388,17 @@ func (m *Member) wait(n uint64, notBefore time.Time, ready chan<- struct{}, done
 }
 
 // markers returns, per kind of marker, the containers that have one for
-// generation n or later.
-func (m *Member) markers(n uint64) map[string]map[string]bool {
-	have := map[string]map[string]bool{markStopped: {}, markStarted: {}, markFailed: {}}
+// generation n or later, each with the highest generation it has one for
+// (0: none).
+func (m *Member) markers(n uint64) map[string]map[string]uint64 {
+	have := map[string]map[string]uint64{markStopped: {}, markStarted: {}, markFailed: {}}
 	entries, err := os.ReadDir(filepath.Join(m.dir, genDir))
 	if err != nil {
 		return have
 	}
 	for _, e := range entries {
-		if k, w, c, ok := parseMarker(e.Name()); ok && k >= n {
-			have[w][c] = true
+		if k, w, c, ok := parseMarker(e.Name()); ok && k >= n && k > have[w][c] {
+			have[w][c] = k
 		}
 	}
 	return have
@@ -403,7 +434,7 @@ func (m *Member) missing(n uint64, what string) []string {
 	}
 	var out []string
 	for _, pm := range members {
-		if pm.Name == m.name || have[pm.Name] || m.gone(pm) {
+		if pm.Name == m.name || have[pm.Name] != 0 || m.gone(pm) {
 			continue
 		}
 		out = append(out, pm.Name)
@@ -434,8 +465,8 @@ func (m *Member) notStarted(n uint64, starters []contract.PodMember) (sidecars, 
 	marks := m.markers(n)
 	for _, pm := range starters {
 		switch {
-		case marks[markStarted][pm.Name]:
-		case pm.Kind == contract.MemberInit && marks[markFailed][pm.Name]:
+		case marks[markStarted][pm.Name] != 0:
+		case pm.Kind == contract.MemberInit && marks[markFailed][pm.Name] != 0:
 			failed = true
 		case m.gone(pm):
 		case pm.Kind == contract.MemberInit:

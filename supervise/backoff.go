@@ -6,9 +6,9 @@ import (
 	"github.com/restart-supervisor/restart-supervisor/rules"
 )
 
-// backoff is one CrashLoopBackOff curve: the container's own, for its
-// restarts in place, and the pod restart's, for the rounds this member
-// starts in. It owns the step and is advanced in one place, next, as the
+// backoff is the container's CrashLoopBackOff curve, for its restarts in
+// place. Pod restarts take no step of it and wait none (enterRound). It
+// owns the step and is advanced in one place, next, as the
 // kubelet advances its curve only in doBackOff's backOff.Next
 // (pkg/kubelet/kuberuntime/kuberuntime_manager.go and
 // client-go util/flowcontrol/backoff.go Backoff.Next, k8s.io/kubernetes

@@ -61,12 +61,12 @@ type RestartFeed interface {
 // (enterRound, startRound).
 type RoundGate interface {
 	// Stopped records that this workload is stopped for generation gen and
-	// returns a channel that is closed when it may start again: not before
-	// notBefore (the pod restart's back-off), and once the other members
-	// have stopped and, for a regular container, the sidecars run again
-	// (each wait bounded). cancel stops waiting, for a newer generation or
-	// a stop; the channel is then never closed.
-	Stopped(gen uint64, notBefore time.Time) (ready <-chan struct{}, cancel func())
+	// returns a channel that is closed when it may start again: once the
+	// other members have stopped and, for a regular container, the
+	// sidecars run again (each wait bounded). There is no back-off between
+	// pod restarts, as upstream (enterRound). cancel stops waiting, for a
+	// newer generation or a stop; the channel is then never closed.
+	Stopped(gen uint64) (ready <-chan struct{}, cancel func())
 	// InitFailed reports whether the re-run of an init container before
 	// this one failed for good in generation gen, and its exit code:
 	// upstream the pod then fails, so this member ends instead of
@@ -81,8 +81,9 @@ type RoundReporter interface {
 	// Started records that the run of generation gen has started.
 	Started(gen uint64)
 	// Failed records that this container's run of generation gen failed
-	// for good (InitRerun only): the members after it must not start.
-	Failed(gen uint64)
+	// for good with exitCode (InitRerun only): the members after it must
+	// not start, and end with that code.
+	Failed(gen uint64, exitCode int)
 }
 
 // EndWaiter keeps a container whose workload has ended until the pod's
@@ -152,11 +153,9 @@ func (s *supervisor) onPodRestart(gen uint64) {
 }
 
 // member is this container's part in the pod's restarts beside the wait
-// for a round (waiting.round): the pod restart's back-off curve, and the
-// round this run has yet to report its start or failure to.
+// for a round (waiting.round): the round this run has yet to report its
+// start or failure to.
 type member struct {
-	// backoff is the pod restart's curve, one step per round (enterRound).
-	backoff backoff
 	// startedIn is the pod restart whose start is reported to the round
 	// once the startup probe of this run has succeeded (onProbeResult).
 	startedIn *uint64
@@ -170,10 +169,9 @@ type member struct {
 // podRound is a pod restart the stopped workload waits to start in
 // (waitRound).
 type podRound struct {
-	gen       uint64
-	notBefore time.Time
-	ready     <-chan struct{}
-	cancel    func()
+	gen    uint64
+	ready  <-chan struct{}
+	cancel func()
 }
 
 // leave stops waiting for the round, on a stop or the end.
@@ -184,30 +182,26 @@ func (r *podRound) leave() {
 }
 
 // enterRound waits, with the workload stopped, to start it in generation
-// gen. The first generation of a round takes one step of the pod
-// restart's back-off (as the kubelet's, 0 s, then backoff.initial doubling
-// to backoff.max, reset after a run of backoff.resetAfter); a newer one
-// arriving meanwhile joins the same round without a new step, so however
-// many generations are created, each member starts at most once per step.
+// gen, together with the pod's other members: once they have all stopped
+// (podstate's round), with no back-off. Upstream a pod restart removes
+// every container from the runtime (SyncPod's ContainersToReset loop), so
+// at the next sync doBackOff finds no exited status to measure a back-off
+// from and every container starts at once, in the pod's order
+// (pkg/kubelet/kuberuntime/kuberuntime_manager.go, k8s.io/kubernetes
+// v1.37.2 and v1.36.0). A back-off kept here, counted by each member from
+// its own last start, put members seconds apart in the same round. A
+// newer generation arriving while the workload waits joins the same
+// round: one start answers both.
 func (s *supervisor) enterRound(gen uint64) {
 	r := s.wait.round
 	if s.wait.kind != waitRound {
-		now := time.Now()
-		ran := time.Duration(-1) // never started: nothing to reset
-		if !s.lastStart.IsZero() {
-			ran = now.Sub(s.lastStart)
-		}
-		delay := s.member.backoff.next(s.config().Backoff, ran)
-		r = &podRound{notBefore: now.Add(delay)}
-		if delay > 0 {
-			s.log.Info("pod restart back-off", "generation", gen, "delay", delay)
-		}
+		r = &podRound{}
 	} else {
 		r.leave()
 	}
 	r.gen = gen
-	r.ready, r.cancel = s.o.Pod.Stopped(gen, r.notBefore)
-	s.await(waiting{kind: waitRound, until: r.notBefore, round: r})
+	r.ready, r.cancel = s.o.Pod.Stopped(gen)
+	s.await(waiting{kind: waitRound, round: r})
 }
 
 // startRound starts the workload in the round it waited for.
@@ -261,7 +255,17 @@ func (s *supervisor) endRerun(v verdict, exit *Exit, attrs []any) {
 	}
 	s.log.Warn("init container re-run failed and is not restarted; the containers after it will not start", attrs...)
 	if gen != nil {
-		s.o.Pod.Failed(*gen)
+		s.o.Pod.Failed(*gen, failedCode(exit))
 	}
 	s.await(waiting{kind: waitHold})
+}
+
+// failedCode is the exit code a failed re-run hands to the members after
+// it: the container's exit code, 1 when the exit says none (as the
+// kubelet reports a failure with no code).
+func failedCode(exit *Exit) int {
+	if exit == nil || exit.Code == 0 {
+		return 1
+	}
+	return exit.Code
 }

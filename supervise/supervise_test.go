@@ -90,13 +90,13 @@ func (f *fakePod) Announce(code int32) (uint64, error) {
 	f.current++
 	return f.current, nil
 }
-func (f *fakePod) Stopped(_ uint64, notBefore time.Time) (<-chan struct{}, func()) {
+func (f *fakePod) Stopped(uint64) (<-chan struct{}, func()) {
 	c := make(chan struct{})
-	t := time.AfterFunc(time.Until(notBefore), func() { close(c) })
-	return c, func() { t.Stop() }
+	close(c)
+	return c, func() {}
 }
-func (f *fakePod) Started(g uint64) { f.started = append(f.started, g) }
-func (f *fakePod) Failed(g uint64)  { f.failed = append(f.failed, g) }
+func (f *fakePod) Started(g uint64)       { f.started = append(f.started, g) }
+func (f *fakePod) Failed(g uint64, _ int) { f.failed = append(f.failed, g) }
 func (f *fakePod) OthersEnded() (<-chan struct{}, func()) {
 	if f.othersEnded == nil {
 		return nil, nil
@@ -120,8 +120,8 @@ func TestPodRestarts(t *testing.T) {
 	dir := t.TempDir()
 	// Run 1 ignores SIGTERM and waits: only the pod restart's SIGKILL,
 	// after the grace period, ends it. Run 2 exits 88, whose rule says
-	// RestartAllContainers: it is announced and restarted after the pod
-	// restart's back-off (100 ms for the second pod restart). Run 3 exits 0: container Never
+	// RestartAllContainers: it is announced and restarted with no
+	// back-off, as upstream. Run 3 exits 0: container Never
 	// under pod Always holds. A pod restart during the hold starts run 4,
 	// which holds again.
 	o := shell(fmt.Sprintf(`
