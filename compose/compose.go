@@ -33,15 +33,12 @@ import (
 	"github.com/restart-supervisor/restart-supervisor/rules"
 )
 
-// Names the generated file adds. The volume and service names are the
-// injector's for the same objects in a pod.
+// Names the generated file adds. The install service and the volumes are
+// contract.InstallContainer, contract.BinVolume and contract.StateVolume, the
+// names of the same objects in a pod.
 const (
 	// RulesKey is the service extension that carries the rules.
 	RulesKey = "x-restart-rules"
-	// InstallService fills BinVolume with the supervisor binary.
-	InstallService = "restart-supervisor-install"
-	BinVolume      = "restart-supervisor-bin"
-	StateVolume    = "restart-supervisor-state"
 	// MaxInputSize caps the Compose file read.
 	MaxInputSize = 1 << 20
 	// maxServices bounds the services of one file.
@@ -117,8 +114,8 @@ func Generate(ctx context.Context, data []byte, opts Options) ([]byte, error) {
 	if ruled == 0 {
 		return nil, fmt.Errorf("services: no service carries %s; nothing to do", RulesKey)
 	}
-	if lookup(servicesNode, InstallService) != nil {
-		return nil, fmt.Errorf("services.%s: already present (the file was generated already?)", InstallService)
+	if lookup(servicesNode, contract.InstallContainer) != nil {
+		return nil, fmt.Errorf("services.%s: already present (the file was generated already?)", contract.InstallContainer)
 	}
 	var members []contract.PodMember
 	if podWide {
@@ -152,9 +149,9 @@ func Generate(ctx context.Context, data []byte, opts Options) ([]byte, error) {
 		// A new volume belongs to root; the supervisor image runs as 65532.
 		"user", str("0"),
 		"command", strSeq([]string{"install", contract.BinDir}),
-		"volumes", seq(str(BinVolume+":"+contract.BinDir)),
+		"volumes", seq(str(contract.BinVolume+":"+contract.BinDir)),
 	)
-	servicesNode.Content = append([]*textyaml.Node{str(InstallService), install}, servicesNode.Content...)
+	servicesNode.Content = append([]*textyaml.Node{str(contract.InstallContainer), install}, servicesNode.Content...)
 
 	volumes := lookup(root, "volumes")
 	switch {
@@ -164,7 +161,7 @@ func Generate(ctx context.Context, data []byte, opts Options) ([]byte, error) {
 	case volumes.Kind != textyaml.MappingNode:
 		return nil, errors.New("volumes: must be a mapping")
 	}
-	for _, v := range []string{BinVolume, StateVolume} {
+	for _, v := range []string{contract.BinVolume, contract.StateVolume} {
 		if lookup(volumes, v) != nil {
 			return nil, fmt.Errorf("volumes.%s: already present (the file was generated already?)", v)
 		}
@@ -387,7 +384,7 @@ func wrap(ctx context.Context, s *service, members []contract.PodMember, opts Op
 		setKey(n, "command", strSeq(cmd))
 	}
 	addEnv(n, s.eff, add)
-	addVolumes(n, s.eff, BinVolume+":"+contract.BinDir+":ro", StateVolume+":"+contract.StateDir)
+	addVolumes(n, s.eff, contract.BinVolume+":"+contract.BinDir+":ro", contract.StateVolume+":"+contract.StateDir)
 	return addDependsOn(n, s.eff)
 }
 
@@ -561,7 +558,7 @@ func addDependsOn(n *textyaml.Node, eff map[string]any) error {
 	own := lookup(n, "depends_on")
 	cond := func(c string) *textyaml.Node { return mapping("condition", str(c)) }
 	if own != nil && own.Kind == textyaml.MappingNode && own.Anchor == "" {
-		own.Content = append(own.Content, str(InstallService), cond("service_completed_successfully"))
+		own.Content = append(own.Content, str(contract.InstallContainer), cond("service_completed_successfully"))
 		return nil
 	}
 	m := &textyaml.Node{Kind: textyaml.MappingNode, Tag: "!!map"}
@@ -582,7 +579,7 @@ func addDependsOn(n *textyaml.Node, eff map[string]any) error {
 	default:
 		return errors.New("depends_on: must be a list or a mapping")
 	}
-	m.Content = append(m.Content, str(InstallService), cond("service_completed_successfully"))
+	m.Content = append(m.Content, str(contract.InstallContainer), cond("service_completed_successfully"))
 	setKey(n, "depends_on", m)
 	return nil
 }

@@ -22,6 +22,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/restart-supervisor/restart-supervisor/contract"
 )
 
 // hugeSize is the size of the hostile config and manifest below: far past
@@ -389,21 +391,21 @@ spec:
 	for _, op := range res.Patch {
 		if c, ok := op.Value.(corev1.Container); ok {
 			for _, e := range c.Env {
-				if e.Name == EnvPlatformCommands {
+				if e.Name == contract.EnvPlatformCommands {
 					env = e.Value
 				}
 			}
 		}
 		if e, ok := op.Value.([]corev1.EnvVar); ok {
 			for _, e := range e {
-				if e.Name == EnvPlatformCommands {
+				if e.Name == contract.EnvPlatformCommands {
 					env = e.Value
 				}
 			}
 		}
 	}
 	if strings.Contains(env, `\u003c`) || !strings.Contains(env, "/31<") {
-		t.Errorf("%s is HTML-escaped or missing: %.80q", EnvPlatformCommands, env)
+		t.Errorf("%s is HTML-escaped or missing: %.80q", contract.EnvPlatformCommands, env)
 	}
 }
 

@@ -29,35 +29,11 @@ import (
 	"github.com/restart-supervisor/restart-supervisor/rules"
 )
 
-// Names shared with the supervisor and the webhook; docs/injector.md shows
-// the wrapped pod they make up. Those the supervisor reads are defined in
-// package contract and repeated here for the injector's callers; the status
-// annotation records contract.Version, which also selects the default
-// supervisor image tag.
-const (
-	AnnotationRules      = contract.AnnotationRules
-	AnnotationEntrypoint = contract.AnnotationEntrypoint // + container name
-	AnnotationStatus     = contract.AnnotationStatus
-
-	BinVolume        = "restart-supervisor-bin"
-	StateVolume      = contract.StateVolume
-	InstallContainer = "restart-supervisor-install"
-	BinDir           = contract.BinDir
-	SupervisorPath   = contract.SupervisorPath
-	ProbePath        = contract.ProbePath
-	StateDir         = contract.StateDir
-
-	EnvConfig           = contract.EnvConfig
-	EnvStateDir         = contract.EnvStateDir
-	EnvContainerName    = contract.EnvContainerName
-	EnvPlatformCommands = contract.EnvPlatformCommands
-	EnvStopSignals      = contract.EnvStopSignals
-	EnvGracePeriod      = contract.EnvGracePeriod
-	EnvPodMembers       = contract.EnvPodMembers
-
-	// ImageRepository is where release images of the supervisor live.
-	ImageRepository = "ghcr.io/restart-supervisor/restart-supervisor"
-)
+// ImageRepository is where release images of the supervisor live. The
+// names a wrapped pod shares with the supervisor are contract's; the
+// status annotation records contract.Version, which also selects the
+// default supervisor image tag.
+const ImageRepository = "ghcr.io/restart-supervisor/restart-supervisor"
 
 // DefaultSupervisorImage is the release image of the supervisor built with
 // this injector: the same contract.Version, so that what the injector writes
@@ -158,7 +134,7 @@ type EntrypointError struct {
 
 func (e *EntrypointError) Error() string {
 	return fmt.Sprintf("%s: container %q: cannot determine the entrypoint of image %q: %v "+
-		"(set command, or the annotation %s%s)", e.Object, e.Container, e.Image, e.Err, AnnotationEntrypoint, e.Container)
+		"(set command, or the annotation %s%s)", e.Object, e.Container, e.Image, e.Err, contract.AnnotationEntrypoint, e.Container)
 }
 
 func (e *EntrypointError) Unwrap() error { return e.Err }

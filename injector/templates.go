@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/restart-supervisor/restart-supervisor/contract"
 )
 
 // Where pod templates live. A Pod is its own template; a Deployment has
@@ -241,7 +243,7 @@ func carriesRules(v any, depth int) bool {
 	switch t := v.(type) {
 	case map[string]any:
 		for k, e := range t {
-			if k == "restartPolicyRules" || k == AnnotationRules {
+			if k == "restartPolicyRules" || k == contract.AnnotationRules {
 				return true
 			}
 			if carriesRules(e, depth+1) {

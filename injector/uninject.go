@@ -11,6 +11,7 @@ import (
 	textyaml "go.yaml.in/yaml/v3"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/internal/yamlbound"
 	"github.com/restart-supervisor/restart-supervisor/internal/yamlstyle"
 )
@@ -147,7 +148,7 @@ func wrappedTemplates(u *unstructured.Unstructured) bool {
 	for _, t := range ts {
 		meta, _ := t.m["metadata"].(map[string]any)
 		ann, _ := meta["annotations"].(map[string]any)
-		if _, ok := ann[AnnotationStatus]; ok {
+		if _, ok := ann[contract.AnnotationStatus]; ok {
 			return true
 		}
 	}

@@ -42,7 +42,6 @@ type walker struct {
 	memo     map[*textyaml.Node]cost // anchored nodes walked
 	visiting map[*textyaml.Node]bool
 	tree     int // nodes of the tree itself
-	total    cost
 }
 
 // Check returns an error naming the line and the bound that decoding n
