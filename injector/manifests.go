@@ -20,6 +20,7 @@ import (
 	kubeyaml "sigs.k8s.io/yaml"
 
 	"github.com/restart-supervisor/restart-supervisor/internal/yamlbound"
+	"github.com/restart-supervisor/restart-supervisor/internal/yamledit"
 )
 
 // Format of a manifest stream.
@@ -200,7 +201,7 @@ func (m *Manifests) encode(d Document) ([]byte, error) {
 		// names it.
 		if doc, ok := jsonTree(d.Raw); ok && d.roots != nil {
 			owned := map[*textyaml.Node]bool{}
-			rec, err := applyWithUndo(own(owned, doc.Content[0]), owned, ops, d.roots, true, false)
+			rec, err := applyWithUndo(yamledit.Own(owned, doc.Content[0]), owned, ops, d.roots, true, false)
 			if err != nil {
 				return nil, err
 			}
@@ -249,7 +250,7 @@ func marshalResult(d Document) ([]byte, error) {
 			return nil, err
 		}
 		owned := map[*textyaml.Node]bool{}
-		rec, err := applyWithUndoText(own(owned, &n), owned, ops, d.roots, false, false, string(d.Raw))
+		rec, err := applyWithUndoText(yamledit.Own(owned, &n), owned, ops, d.roots, false, false, string(d.Raw))
 		if err != nil {
 			return nil, err
 		}
