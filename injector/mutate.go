@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
+	"github.com/restart-supervisor/restart-supervisor/imagelookup"
 	"github.com/restart-supervisor/restart-supervisor/rules"
 )
 
@@ -444,7 +445,7 @@ func (m *mutation) supervision(cr ContainerRules, c *corev1.Container, name stri
 	// What the image lookups add is counted as it is added: one image's
 	// commands are capped, but every container of it gets a copy.
 	if !l.fromPod {
-		_, size := argvSize(l.argv)
+		_, size := imagelookup.ArgvSize(l.argv)
 		if m.imageCommands += size + len(l.platforms); m.imageCommands > MaxImageCommandsBytes {
 			return s, fmt.Errorf("%s: container %q: the commands taken from the images of the pod's containers pass %d bytes; set command on some of them",
 				m.object, c.Name, MaxImageCommandsBytes)
@@ -665,7 +666,7 @@ func platformCommands(perPlatform map[string][]string) (string, error) {
 // imageArgv is what the image contributes before the container's args:
 // ENTRYPOINT alone when args are set (Kubernetes drops CMD), else
 // ENTRYPOINT+CMD.
-func imageArgv(cfg ImageConfig, hasArgs bool) []string {
+func imageArgv(cfg imagelookup.ImageConfig, hasArgs bool) []string {
 	argv := append([]string(nil), cfg.Entrypoint...)
 	if !hasArgs {
 		argv = append(argv, cfg.Cmd...)
