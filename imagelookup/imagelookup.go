@@ -80,3 +80,13 @@ func ArgvSize(lists ...[]string) (entries, size int) {
 	}
 	return entries, size
 }
+
+// PlatformKey is the key of a platform in ResolvedImage.Platforms and in
+// RESTART_SUPERVISOR_PLATFORM_COMMANDS: "os/arch", or "os/arch/variant".
+func PlatformKey(os, arch, variant string) string {
+	k := os + "/" + arch
+	if variant != "" {
+		k += "/" + variant
+	}
+	return k
+}

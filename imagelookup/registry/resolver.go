@@ -277,7 +277,7 @@ func (r *Resolver) fetch(ctx context.Context, ref name.Reference, kc authn.Keych
 		if err != nil {
 			return nil, registryErr(ctx, host, err)
 		}
-		key := platformKey(cf.OS, cf.Architecture, cf.Variant)
+		key := imagelookup.PlatformKey(cf.OS, cf.Architecture, cf.Variant)
 		if res.Platforms[key], err = keptConfig(host, res.Digest, key, cf); err != nil {
 			return nil, err
 		}
@@ -327,7 +327,7 @@ func (r *Resolver) fetch(ctx context.Context, ref name.Reference, kc authn.Keych
 				if err != nil {
 					return err
 				}
-				key := platformKey(m.Platform.OS, m.Platform.Architecture, m.Platform.Variant)
+				key := imagelookup.PlatformKey(m.Platform.OS, m.Platform.Architecture, m.Platform.Variant)
 				kept, err := keptConfig(host, res.Digest, key, cf)
 				if err != nil {
 					return err
@@ -355,14 +355,6 @@ func (r *Resolver) fetch(ctx context.Context, ref name.Reference, kc authn.Keych
 		return nil, fmt.Errorf("image index %s lists no runnable platform", res.Digest)
 	}
 	return res, nil
-}
-
-func platformKey(os, arch, variant string) string {
-	k := os + "/" + arch
-	if variant != "" {
-		k += "/" + variant
-	}
-	return k
 }
 
 // configFile reads img's config after checking the size its manifest
