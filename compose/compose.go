@@ -29,19 +29,17 @@ import (
 	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/dockerrun"
 	"github.com/restart-supervisor/restart-supervisor/internal/yamlbound"
+	"github.com/restart-supervisor/restart-supervisor/internal/yamledit"
 	"github.com/restart-supervisor/restart-supervisor/internal/yamlstyle"
 	"github.com/restart-supervisor/restart-supervisor/rules"
 )
 
-// Names the generated file adds. The volume and service names are the
-// injector's for the same objects in a pod.
+// Names the generated file adds. The install service and the volumes are
+// contract.InstallContainer, contract.BinVolume and contract.StateVolume, the
+// names of the same objects in a pod.
 const (
 	// RulesKey is the service extension that carries the rules.
 	RulesKey = "x-restart-rules"
-	// InstallService fills BinVolume with the supervisor binary.
-	InstallService = "restart-supervisor-install"
-	BinVolume      = "restart-supervisor-bin"
-	StateVolume    = "restart-supervisor-state"
 	// MaxInputSize caps the Compose file read.
 	MaxInputSize = 1 << 20
 	// maxServices bounds the services of one file.
@@ -90,7 +88,7 @@ func Generate(ctx context.Context, data []byte, opts Options) ([]byte, error) {
 		return nil, errors.New("compose file: must be a mapping with a services key")
 	}
 	root := doc.Content[0]
-	servicesNode := lookup(root, "services")
+	servicesNode := yamledit.Member(root, "services")
 	if servicesNode == nil || servicesNode.Kind != textyaml.MappingNode {
 		return nil, errors.New("services: must be a mapping of services (Compose file format 2 or later)")
 	}
@@ -117,8 +115,8 @@ func Generate(ctx context.Context, data []byte, opts Options) ([]byte, error) {
 	if ruled == 0 {
 		return nil, fmt.Errorf("services: no service carries %s; nothing to do", RulesKey)
 	}
-	if lookup(servicesNode, InstallService) != nil {
-		return nil, fmt.Errorf("services.%s: already present (the file was generated already?)", InstallService)
+	if yamledit.Member(servicesNode, contract.InstallContainer) != nil {
+		return nil, fmt.Errorf("services.%s: already present (the file was generated already?)", contract.InstallContainer)
 	}
 	var members []contract.PodMember
 	if podWide {
@@ -152,11 +150,11 @@ func Generate(ctx context.Context, data []byte, opts Options) ([]byte, error) {
 		// A new volume belongs to root; the supervisor image runs as 65532.
 		"user", str("0"),
 		"command", strSeq([]string{"install", contract.BinDir}),
-		"volumes", seq(str(BinVolume+":"+contract.BinDir)),
+		"volumes", seq(str(contract.BinVolume+":"+contract.BinDir)),
 	)
-	servicesNode.Content = append([]*textyaml.Node{str(InstallService), install}, servicesNode.Content...)
+	servicesNode.Content = append([]*textyaml.Node{str(contract.InstallContainer), install}, servicesNode.Content...)
 
-	volumes := lookup(root, "volumes")
+	volumes := yamledit.Member(root, "volumes")
 	switch {
 	case volumes == nil || (volumes.Kind == textyaml.ScalarNode && volumes.Tag == "!!null"):
 		volumes = &textyaml.Node{Kind: textyaml.MappingNode, Tag: "!!map"}
@@ -164,27 +162,19 @@ func Generate(ctx context.Context, data []byte, opts Options) ([]byte, error) {
 	case volumes.Kind != textyaml.MappingNode:
 		return nil, errors.New("volumes: must be a mapping")
 	}
-	for _, v := range []string{BinVolume, StateVolume} {
-		if lookup(volumes, v) != nil {
+	for _, v := range []string{contract.BinVolume, contract.StateVolume} {
+		if yamledit.Member(volumes, v) != nil {
 			return nil, fmt.Errorf("volumes.%s: already present (the file was generated already?)", v)
 		}
 		volumes.Content = append(volumes.Content, str(v), &textyaml.Node{Kind: textyaml.MappingNode, Tag: "!!map", Style: textyaml.FlowStyle})
 	}
 
 	plainMergeKeys(&doc)
-	var buf bytes.Buffer
-	enc := textyaml.NewEncoder(&buf)
-	enc.SetIndent(2)
-	if yamlstyle.CompactSequences(data, false) {
-		enc.CompactSeqIndent()
-	}
-	if err := enc.Encode(&doc); err != nil {
+	out, err := yamledit.Encode(&doc, yamlstyle.CompactSequences(data, false))
+	if err != nil {
 		return nil, fmt.Errorf("writing the compose file: %v", err)
 	}
-	if err := enc.Close(); err != nil {
-		return nil, fmt.Errorf("writing the compose file: %v", err)
-	}
-	return buf.Bytes(), nil
+	return []byte(out), nil
 }
 
 // service is one entry of services: its node, to edit, and its decoded
@@ -207,7 +197,7 @@ func readServices(servicesNode *textyaml.Node) ([]*service, error) {
 		if node.Kind == textyaml.AliasNode {
 			// Edits must not reach the node other services alias: this
 			// service gets its own copy.
-			node = deepCopy(node.Alias)
+			node = yamledit.DeepCopy(node.Alias)
 			servicesNode.Content[i+1] = node
 		}
 		if node.Kind != textyaml.MappingNode {
@@ -217,7 +207,7 @@ func readServices(servicesNode *textyaml.Node) ([]*service, error) {
 		if err := node.Decode(&s.eff); err != nil {
 			return nil, fmt.Errorf("service %s: %s", name, oneLine(err))
 		}
-		if rn := lookup(node, RulesKey); rn != nil || s.eff[RulesKey] != nil {
+		if rn := yamledit.Member(node, RulesKey); rn != nil || s.eff[RulesKey] != nil {
 			cfg, err := readRules(s)
 			if err != nil {
 				return nil, fmt.Errorf("service %s: %s: %v", name, RulesKey, err)
@@ -379,7 +369,7 @@ func wrap(ctx context.Context, s *service, members []contract.PodMember, opts Op
 		}
 	}
 
-	delKey(n, RulesKey)
+	yamledit.DeleteMember(n, RulesKey)
 	setKey(n, "entrypoint", strSeq(append([]string{contract.SupervisorPath, "--"}, ep...)))
 	// The service's own command stays as written (Compose splits a string
 	// the same way under any entrypoint); the image's CMD is written out.
@@ -387,7 +377,7 @@ func wrap(ctx context.Context, s *service, members []contract.PodMember, opts Op
 		setKey(n, "command", strSeq(cmd))
 	}
 	addEnv(n, s.eff, add)
-	addVolumes(n, s.eff, BinVolume+":"+contract.BinDir+":ro", StateVolume+":"+contract.StateDir)
+	addVolumes(n, s.eff, contract.BinVolume+":"+contract.BinDir+":ro", contract.StateVolume+":"+contract.StateDir)
 	return addDependsOn(n, s.eff)
 }
 
@@ -489,7 +479,7 @@ func envOf(eff map[string]any) (map[string]any, error) {
 // style; when the environment comes from a merge key or an alias, the
 // service gets its own mapping with the merged entries and the new ones.
 func addEnv(n *textyaml.Node, eff map[string]any, add [][2]string) {
-	own := lookup(n, "environment")
+	own := yamledit.Member(n, "environment")
 	if own != nil && own.Kind == textyaml.SequenceNode && own.Anchor == "" {
 		for _, kv := range add {
 			own.Content = append(own.Content, str(escape(kv[0]+"="+kv[1])))
@@ -524,7 +514,7 @@ func addEnv(n *textyaml.Node, eff map[string]any, add [][2]string) {
 // addVolumes appends the mounts to the service's own volumes list, or
 // gives it one holding the merged entries and the new ones.
 func addVolumes(n *textyaml.Node, eff map[string]any, mounts ...string) {
-	own := lookup(n, "volumes")
+	own := yamledit.Member(n, "volumes")
 	if own == nil || own.Kind != textyaml.SequenceNode || own.Anchor != "" {
 		own = &textyaml.Node{Kind: textyaml.SequenceNode, Tag: "!!seq"}
 		if list, ok := eff["volumes"].([]any); ok {
@@ -558,10 +548,10 @@ func completedTargets(svcs []*service) map[string]bool {
 // A list of services becomes the mapping form, each with the condition
 // the list form means (service_started).
 func addDependsOn(n *textyaml.Node, eff map[string]any) error {
-	own := lookup(n, "depends_on")
+	own := yamledit.Member(n, "depends_on")
 	cond := func(c string) *textyaml.Node { return mapping("condition", str(c)) }
 	if own != nil && own.Kind == textyaml.MappingNode && own.Anchor == "" {
-		own.Content = append(own.Content, str(InstallService), cond("service_completed_successfully"))
+		own.Content = append(own.Content, str(contract.InstallContainer), cond("service_completed_successfully"))
 		return nil
 	}
 	m := &textyaml.Node{Kind: textyaml.MappingNode, Tag: "!!map"}
@@ -582,7 +572,7 @@ func addDependsOn(n *textyaml.Node, eff map[string]any) error {
 	default:
 		return errors.New("depends_on: must be a list or a mapping")
 	}
-	m.Content = append(m.Content, str(InstallService), cond("service_completed_successfully"))
+	m.Content = append(m.Content, str(contract.InstallContainer), cond("service_completed_successfully"))
 	setKey(n, "depends_on", m)
 	return nil
 }

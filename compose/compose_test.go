@@ -12,6 +12,7 @@ import (
 
 	textyaml "go.yaml.in/yaml/v3"
 
+	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/dockerrun"
 	"github.com/restart-supervisor/restart-supervisor/rules"
 )
@@ -111,7 +112,7 @@ func TestGeneratedFields(t *testing.T) {
 		t.Fatal(err)
 	}
 	doc := decode(t, got)
-	inst := serviceOf(t, doc, InstallService)
+	inst := serviceOf(t, doc, contract.InstallContainer)
 	if fmt.Sprint(inst["command"]) != "[install /opt/restart-supervisor]" || inst["user"] != "0" || inst["image"] != "restart-supervisor:dev" {
 		t.Errorf("install service: %v", inst)
 	}
@@ -150,7 +151,7 @@ func TestGeneratedFields(t *testing.T) {
 		if !strings.Contains(vols, "restart-supervisor-bin:/opt/restart-supervisor:ro") || !strings.Contains(vols, "restart-supervisor-state:/run/restart-supervisor") {
 			t.Errorf("%s: volumes %s", tc.name, vols)
 		}
-		dep, _ := s["depends_on"].(map[string]any)[InstallService].(map[string]any)
+		dep, _ := s["depends_on"].(map[string]any)[contract.InstallContainer].(map[string]any)
 		if dep["condition"] != "service_completed_successfully" {
 			t.Errorf("%s: depends_on %v", tc.name, s["depends_on"])
 		}

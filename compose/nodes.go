@@ -10,20 +10,6 @@ import (
 	textyaml "go.yaml.in/yaml/v3"
 )
 
-// lookup returns the value of key in the mapping n (its own keys, not
-// those of a merge key), or nil.
-func lookup(n *textyaml.Node, key string) *textyaml.Node {
-	if n == nil || n.Kind != textyaml.MappingNode {
-		return nil
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		if n.Content[i].Value == key {
-			return n.Content[i+1]
-		}
-	}
-	return nil
-}
-
 // setKey replaces the value of key in the mapping n, or appends the key.
 func setKey(n *textyaml.Node, key string, v *textyaml.Node) {
 	for i := 0; i+1 < len(n.Content); i += 2 {
@@ -33,16 +19,6 @@ func setKey(n *textyaml.Node, key string, v *textyaml.Node) {
 		}
 	}
 	n.Content = append(n.Content, str(key), v)
-}
-
-// delKey removes key from the mapping n; a comment above the key goes with it.
-func delKey(n *textyaml.Node, key string) {
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		if n.Content[i].Value == key {
-			n.Content = append(n.Content[:i], n.Content[i+2:]...)
-			return
-		}
-	}
 }
 
 // str is a string scalar, quoted when a YAML 1.1 reader (docker-compose's
@@ -109,21 +85,6 @@ func anyNode(v any) *textyaml.Node {
 		return str("")
 	}
 	return &n
-}
-
-// deepCopy copies n and everything below it, without anchors, so that the
-// copy can be edited and written next to the original.
-func deepCopy(n *textyaml.Node) *textyaml.Node {
-	if n == nil {
-		return nil
-	}
-	c := *n
-	c.Anchor = ""
-	c.Content = make([]*textyaml.Node, len(n.Content))
-	for i, e := range n.Content {
-		c.Content[i] = deepCopy(e)
-	}
-	return &c
 }
 
 func sortedKeys(m map[string]any) []string {

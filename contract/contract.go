@@ -91,6 +91,13 @@ const (
 	BinaryName = "restart-supervisor"
 	// SupervisorPath is the command of every wrapped container.
 	SupervisorPath = BinDir + "/" + BinaryName
+	// BinVolume is the name of the volume (an emptyDir in a pod, a named
+	// volume in a Compose file) the install container fills with the
+	// binaries and every wrapped container mounts read-only at BinDir.
+	BinVolume = "restart-supervisor-bin"
+	// InstallContainer is the init container (the one-shot service in a
+	// Compose file) that runs `restart-supervisor install BinDir`.
+	InstallContainer = "restart-supervisor-install"
 	// StateVolume is the name of the pod's state volume (an emptyDir): the
 	// node agent finds it on the node under the kubelet's pods directory,
 	// <pod UID>/volumes/kubernetes.io~empty-dir/StateVolume.

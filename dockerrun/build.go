@@ -16,7 +16,8 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/authn"
 
-	"github.com/restart-supervisor/restart-supervisor/injector"
+	"github.com/restart-supervisor/restart-supervisor/imagelookup"
+	"github.com/restart-supervisor/restart-supervisor/imagelookup/registry"
 	"github.com/restart-supervisor/restart-supervisor/rules"
 )
 
@@ -229,7 +230,7 @@ func imageConfig(ctx context.Context, r Request) (ImageConfig, error) {
 			return cfg, fmt.Errorf("%v (use --source registry to read the image config from its registry)", err)
 		}
 	}
-	res, err := injector.NewResolver(injector.ResolverOptions{Keychain: authn.DefaultKeychain, Timeout: r.Timeout,
+	res, err := registry.New(registry.Options{Keychain: authn.DefaultKeychain, Timeout: r.Timeout,
 		InsecureRegistries: r.InsecureRegistries}).Resolve(ctx, r.Image, "", nil)
 	if err != nil {
 		where := "registry"
@@ -244,7 +245,7 @@ func imageConfig(ctx context.Context, r Request) (ImageConfig, error) {
 // pickPlatform takes the configuration of one platform of a registry image,
 // as `docker run --platform` would: the exact key, then the key without its
 // variant.
-func pickPlatform(image string, res *injector.ResolvedImage, platform string) (ImageConfig, error) {
+func pickPlatform(image string, res *imagelookup.ResolvedImage, platform string) (ImageConfig, error) {
 	if platform == "" {
 		platform = runtime.GOOS + "/" + runtime.GOARCH
 	}

@@ -22,15 +22,6 @@ import (
 	"github.com/restart-supervisor/restart-supervisor/contract"
 )
 
-// Where the supervisor lives inside the container and where it reads its
-// rules: the contract the Kubernetes injector also follows, so a rules file
-// behaves the same in both places.
-const (
-	MountDir       = contract.BinDir
-	SupervisorPath = contract.SupervisorPath
-	ConfigEnv      = contract.EnvConfig
-)
-
 // ImageConfig is the part of an image's configuration that decides what a
 // container runs.
 type ImageConfig struct {
@@ -55,7 +46,7 @@ type Options struct {
 	// Exactly one of Supervisor (absolute host path of a static
 	// restart-supervisor binary, bind-mounted read-only) and Volume (a named
 	// volume that `restart-supervisor install` filled, mounted read-only at
-	// MountDir) must be set.
+	// contract.BinDir) must be set.
 	Supervisor string
 	Volume     string
 	// RulesJSON is the compact configuration document put into
@@ -101,12 +92,12 @@ func Args(o Options) ([]string, error) {
 		if strings.Contains(o.Supervisor, ":") {
 			return nil, fmt.Errorf("supervisor %q: must not contain ':' (docker -v splits on it)", o.Supervisor)
 		}
-		mount = o.Supervisor + ":" + SupervisorPath + ":ro"
+		mount = o.Supervisor + ":" + contract.SupervisorPath + ":ro"
 	case o.Volume != "":
 		if strings.ContainsAny(o.Volume, ":/") {
 			return nil, fmt.Errorf("volume %q: must be a volume name, without ':' or '/'", o.Volume)
 		}
-		mount = o.Volume + ":" + MountDir + ":ro"
+		mount = o.Volume + ":" + contract.BinDir + ":ro"
 	default:
 		return nil, errors.New("supervisor: must be specified (a host path to the binary, or a volume)")
 	}
@@ -114,9 +105,9 @@ func Args(o Options) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := []string{"-v", mount, "--entrypoint", SupervisorPath}
+	out := []string{"-v", mount, "--entrypoint", contract.SupervisorPath}
 	if o.RulesJSON != "" {
-		out = append(out, "-e", ConfigEnv+"="+o.RulesJSON)
+		out = append(out, "-e", contract.EnvConfig+"="+o.RulesJSON)
 	}
 	if sig, ok := contract.ExtraStopSignal(o.Config.StopSignal); ok {
 		// docker stop sends the image's STOPSIGNAL: the supervisor must

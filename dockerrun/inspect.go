@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"os/exec"
 	"strings"
+
+	"github.com/restart-supervisor/restart-supervisor/imagelookup"
 )
 
 // ErrNoSuchImage means the local engine answered but does not have the image.
@@ -57,19 +59,11 @@ func ParseInspect(image string, data []byte) (ImageConfig, error) {
 	if len(out) != 1 {
 		return ImageConfig{}, fmt.Errorf("image %s: docker image inspect returned %d images, want 1", image, len(out))
 	}
-	ic := ImageConfig{Platform: platform(out[0].Os, out[0].Architecture, out[0].Variant)}
+	ic := ImageConfig{Platform: imagelookup.PlatformKey(out[0].Os, out[0].Architecture, out[0].Variant)}
 	if c := out[0].Config; c != nil {
 		ic.Entrypoint, ic.Cmd, ic.StopSignal = c.Entrypoint, c.Cmd, c.StopSignal
 	}
 	return ic, nil
-}
-
-func platform(os, arch, variant string) string {
-	p := os + "/" + arch
-	if variant != "" {
-		p += "/" + variant
-	}
-	return p
 }
 
 func firstLine(s string) string {

@@ -7,6 +7,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	kubeyaml "sigs.k8s.io/yaml"
+
+	"github.com/restart-supervisor/restart-supervisor/contract"
 )
 
 // TestBinVolumeMountedReadWriteIsRefused: a container that mounts the
@@ -122,17 +124,17 @@ spec:
 	mounts := 0
 	for _, c := range append(out.Pod.Spec.InitContainers, out.Pod.Spec.Containers...) {
 		for _, vm := range c.VolumeMounts {
-			if vm.Name != BinVolume {
+			if vm.Name != contract.BinVolume {
 				continue
 			}
 			mounts++
-			if !vm.ReadOnly && c.Name != InstallContainer {
-				t.Errorf("container %q mounts %s read-write", c.Name, BinVolume)
+			if !vm.ReadOnly && c.Name != contract.InstallContainer {
+				t.Errorf("container %q mounts %s read-write", c.Name, contract.BinVolume)
 			}
 		}
 	}
 	if mounts != 3 {
-		t.Fatalf("%d mounts of %s, want 3 (install, app, status)", mounts, BinVolume)
+		t.Fatalf("%d mounts of %s, want 3 (install, app, status)", mounts, contract.BinVolume)
 	}
 }
 

@@ -84,7 +84,7 @@ func podRules(v rules.KubeVersion, pod *corev1.Pod, ann map[string]rules.Contain
 			return nil, fmt.Errorf("%s: %s.restartPolicyRules: Forbidden: cannot be set for an Ephemeral Container", object, f)
 		}
 		if _, ok := ann[c.Name]; ok {
-			return nil, fmt.Errorf("%s: metadata.annotations[%s]: container %q is an ephemeral container: restart rules cannot be set for an Ephemeral Container", object, AnnotationRules, c.Name)
+			return nil, fmt.Errorf("%s: metadata.annotations[%s]: container %q is an ephemeral container: restart rules cannot be set for an Ephemeral Container", object, contract.AnnotationRules, c.Name)
 		}
 	}
 	podPolicy := rules.RestartPolicy(pod.Spec.RestartPolicy)
@@ -104,7 +104,7 @@ func podRules(v rules.KubeVersion, pod *corev1.Pod, ann map[string]rules.Contain
 				cr.Field = fmt.Sprintf("%s.containers[%d]", specPath, i)
 			}
 			for _, vm := range c.VolumeMounts {
-				cr.tool = cr.tool || vm.Name == BinVolume || vm.Name == StateVolume
+				cr.tool = cr.tool || vm.Name == contract.BinVolume || vm.Name == contract.StateVolume
 			}
 			native := fromCore(c)
 			cr.nativePolicy, cr.nativeRules = native.RestartPolicy != nil, len(native.RestartPolicyRules) > 0
@@ -127,7 +127,7 @@ func podRules(v rules.KubeVersion, pod *corev1.Pod, ann map[string]rules.Contain
 						// Only the container field makes a sidecar: the
 						// kubelet would run this one to completion.
 						return fmt.Errorf("%s: container %q: restartPolicy Always on an init container makes it a sidecar; set it on the container itself, not in annotation %s",
-							object, c.Name, AnnotationRules)
+							object, c.Name, contract.AnnotationRules)
 					}
 					cr.Kind, cr.KubeletPolicy = KindSidecar, rules.Always
 				}
@@ -164,7 +164,7 @@ func podRules(v rules.KubeVersion, pod *corev1.Pod, ann map[string]rules.Contain
 	}
 	for name := range ann {
 		if !seen[name] {
-			return nil, fmt.Errorf("%s: metadata.annotations[%s]: no container named %q in the pod", object, AnnotationRules, name)
+			return nil, fmt.Errorf("%s: metadata.annotations[%s]: no container named %q in the pod", object, contract.AnnotationRules, name)
 		}
 	}
 	return out, nil
@@ -225,7 +225,7 @@ func reruns(pod *corev1.Pod, crs []ContainerRules, object string) (map[int]strin
 	}
 	var candidates []int
 	for k, cr := range crs {
-		if cr.Kind == KindInit && !cr.tool && cr.Name != InstallContainer {
+		if cr.Kind == KindInit && !cr.tool && cr.Name != contract.InstallContainer {
 			candidates = append(candidates, k)
 		}
 	}
@@ -304,7 +304,7 @@ func limitsWouldChange(pod *corev1.Pod) string {
 	return ""
 }
 
-// podMembers returns the value of EnvPodMembers for a pod whose rules use
+// podMembers returns the value of contract.EnvPodMembers for a pod whose rules use
 // RestartAllContainers, "" for any other: the wrapped sidecars and the
 // re-run sidecars in spec.initContainers order, then the wrapped regular
 // containers in spec order, which is the order the kubelet starts them in.
@@ -384,11 +384,11 @@ const maxContainerName = 63
 // kinds, known fields, no key twice), and each container's fields, which
 // then hold at most a handful of keys per mapping, are decoded on their own.
 func parseRulesAnnotation(ann map[string]string) (map[string]rules.Container, error) {
-	v, ok := ann[AnnotationRules]
+	v, ok := ann[contract.AnnotationRules]
 	if !ok {
 		return nil, nil
 	}
-	field := "metadata.annotations[" + AnnotationRules + "]"
+	field := "metadata.annotations[" + contract.AnnotationRules + "]"
 	if len(v) > MaxRulesAnnotationSize {
 		return nil, fmt.Errorf("%s: %d bytes: must be at most %d bytes", field, len(v), MaxRulesAnnotationSize)
 	}
@@ -527,13 +527,13 @@ func merge(native, ann rules.Container) (rules.Container, error) {
 	if ann.RestartPolicy != nil {
 		if native.RestartPolicy != nil && *native.RestartPolicy != *ann.RestartPolicy {
 			return out, fmt.Errorf("restartPolicy %q in the container disagrees with %q in annotation %s",
-				*native.RestartPolicy, *ann.RestartPolicy, AnnotationRules)
+				*native.RestartPolicy, *ann.RestartPolicy, contract.AnnotationRules)
 		}
 		out.RestartPolicy = ann.RestartPolicy
 	}
 	if len(ann.RestartPolicyRules) > 0 {
 		if len(native.RestartPolicyRules) > 0 && !equalRules(native.RestartPolicyRules, ann.RestartPolicyRules) {
-			return out, fmt.Errorf("restartPolicyRules in the container disagree with those in annotation %s", AnnotationRules)
+			return out, fmt.Errorf("restartPolicyRules in the container disagree with those in annotation %s", contract.AnnotationRules)
 		}
 		out.RestartPolicyRules = ann.RestartPolicyRules
 	}

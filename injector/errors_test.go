@@ -11,6 +11,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 	kubeyaml "sigs.k8s.io/yaml"
+
+	"github.com/restart-supervisor/restart-supervisor/imagelookup/registry"
+	"github.com/restart-supervisor/restart-supervisor/internal/testutil/testregistry"
 )
 
 func podYAML(t *testing.T, s string) *corev1.Pod {
@@ -260,9 +263,9 @@ func TestEntrypointErrors(t *testing.T) {
 		t.Errorf("missing image: got %v", err)
 	}
 	// An image with neither ENTRYPOINT nor CMD and no args has nothing to run.
-	tr := newTestRegistry(t)
-	tr.push(t, "registry.test/empty:1", testImage(t, "linux", "amd64", nil, nil))
-	inj = New(Options{Resolver: NewResolver(ResolverOptions{Transport: tr.transport})})
+	tr := testregistry.New(t)
+	tr.Push(t, "registry.test/empty:1", testregistry.Image(t, "linux", "amd64", nil, nil))
+	inj = New(Options{Resolver: registry.New(registry.Options{Transport: tr.Transport})})
 	pod.Spec.Containers[0].Image = "registry.test/empty:1"
 	_, err = inj.MutatePod(context.Background(), pod)
 	if !errors.As(err, &ee) || !strings.Contains(err.Error(), "has neither ENTRYPOINT nor CMD") {

@@ -203,55 +203,34 @@ type ObjectPlan struct {
 	Warnings   []string
 }
 
-// ExplainManifests explains every Pod and workload template in m,
-// including the items of List objects, validated like release v.
-func ExplainManifests(m *Manifests, v rules.KubeVersion) ([]ObjectPlan, error) {
-	var out []ObjectPlan
-	var visit func(obj map[string]any, line int) error
-	visit = func(obj map[string]any, line int) error {
-		u := &unstructured.Unstructured{Object: obj}
-		if items, ok := obj["items"].([]any); ok && isList(u) {
-			for _, it := range items {
-				if im, ok := it.(map[string]any); ok {
-					if err := visit(im, line); err != nil {
-						return err
-					}
-				}
-			}
-			return nil
-		}
-		ts, _, err := templatesOf(obj, u.GetAPIVersion(), u.GetKind())
-		object := objectName(u.GetKind(), u.GetNamespace(), u.GetName(), u.GetGenerateName())
-		if err != nil {
-			return fmt.Errorf("line %d: %s: %v", line, object, err)
-		}
-		for _, t := range ts {
-			pod, err := templatePod(t, object)
-			if err != nil {
-				return fmt.Errorf("line %d: %v", line, err)
-			}
-			plans, warnings, err := Explain(pod, t.specPath(), object, v)
-			if err != nil {
-				return fmt.Errorf("line %d: %v", line, err)
-			}
-			policy := string(pod.Spec.RestartPolicy)
-			if policy == "" {
-				policy = "Always"
-			}
-			name := object
-			if len(ts) > 1 {
-				name += " " + t.label()
-			}
-			out = append(out, ObjectPlan{Object: name, PodPolicy: policy, Containers: plans, Warnings: warnings})
-		}
-		return nil
+// ExplainObject explains every pod template of obj, a Pod or a workload
+// (not a List), validated like release v.
+func ExplainObject(obj map[string]any, v rules.KubeVersion) ([]ObjectPlan, error) {
+	u := &unstructured.Unstructured{Object: obj}
+	ts, _, err := templatesOf(obj, u.GetAPIVersion(), u.GetKind())
+	object := objectName(u.GetKind(), u.GetNamespace(), u.GetName(), u.GetGenerateName())
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v", object, err)
 	}
-	for _, d := range m.Docs {
-		if d.Object != nil {
-			if err := visit(d.Object, d.Line); err != nil {
-				return out, err
-			}
+	var out []ObjectPlan
+	for _, t := range ts {
+		pod, err := templatePod(t, object)
+		if err != nil {
+			return out, err
 		}
+		plans, warnings, err := Explain(pod, t.specPath(), object, v)
+		if err != nil {
+			return out, err
+		}
+		policy := string(pod.Spec.RestartPolicy)
+		if policy == "" {
+			policy = "Always"
+		}
+		name := object
+		if len(ts) > 1 {
+			name += " " + t.label()
+		}
+		out = append(out, ObjectPlan{Object: name, PodPolicy: policy, Containers: plans, Warnings: warnings})
 	}
 	return out, nil
 }

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/restart-supervisor/restart-supervisor/contract"
 )
 
 // FuzzReadManifests: the reader never panics, writing an untouched stream
@@ -69,7 +71,7 @@ func FuzzRulesAnnotation(f *testing.F) {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, v string) {
-		m, err := parseRulesAnnotation(map[string]string{AnnotationRules: v})
+		m, err := parseRulesAnnotation(map[string]string{contract.AnnotationRules: v})
 		if err != nil {
 			if msg := err.Error(); len(msg) > 1200 || strings.ContainsAny(msg, "\n\r") {
 				t.Fatalf("error is not one short line: %d bytes: %.200q", len(msg), msg)

@@ -11,36 +11,31 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/restart-supervisor/restart-supervisor/imagelookup/registry"
+	"github.com/restart-supervisor/restart-supervisor/internal/testutil/testregistry"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/out from the current output")
 
-// goldenInjector injects with the registry of seedGoldenImages; the pull
+// goldenInjector injects with the registry of testregistry.SeedGoldenImages; the pull
 // secret for private.test is what the webhook would read from the API.
-func goldenInjector(t testing.TB) (*Injector, *testRegistry) {
-	tr := newTestRegistry(t)
-	seedGoldenImages(t, tr)
-	res := NewResolver(ResolverOptions{
-		Transport: tr.transport,
+func goldenInjector(t testing.TB) (*Injector, *testregistry.Registry) {
+	tr := testregistry.New(t)
+	testregistry.SeedGoldenImages(t, tr)
+	res := registry.New(registry.Options{
+		Transport: tr.Transport,
 		PullSecrets: func(_ context.Context, ns string, names []string) ([]corev1.Secret, error) {
 			var out []corev1.Secret
 			for _, n := range names {
 				if n == "private-pull" {
-					out = append(out, dockerConfigSecret(n, "private.test", privateUser, privatePass))
+					out = append(out, testregistry.DockerConfigSecret(n, "private.test", testregistry.PrivateUser, testregistry.PrivatePass))
 				}
 			}
 			return out, nil
 		},
 	})
 	return New(Options{SupervisorImage: "registry.test/restart-supervisor:golden", Resolver: res}), tr
-}
-
-func dockerConfigSecret(name, registry, user, pass string) corev1.Secret {
-	cfg := `{"auths":{"https://` + registry + `":{"username":"` + user + `","password":"` + pass + `"}}}`
-	return corev1.Secret{
-		Type: corev1.SecretTypeDockerConfigJson,
-		Data: map[string][]byte{corev1.DockerConfigJsonKey: []byte(cfg)},
-	}
 }
 
 func injectBytes(t testing.TB, inj *Injector, in []byte) ([]byte, []ObjectReport) {

@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/restart-supervisor/restart-supervisor/contract"
 )
 
 func cpuTime() time.Duration {
@@ -56,7 +58,7 @@ func hostileAnnotations() map[string]string {
 func TestRulesAnnotationHostileBounded(t *testing.T) {
 	for name, v := range hostileAnnotations() {
 		t.Run(name, func(t *testing.T) {
-			ann := map[string]string{AnnotationRules: v}
+			ann := map[string]string{contract.AnnotationRules: v}
 			var before, after runtime.MemStats
 			runtime.GC()
 			runtime.ReadMemStats(&before)
@@ -99,17 +101,17 @@ func TestRulesAnnotationErrorsNameTheField(t *testing.T) {
 		strings.Repeat("a", 70<<10):      `71680 bytes: must be at most 65536 bytes`,
 		"app: {restartPolicyRules: [" + strings.Repeat("{},", 21) + "]}": `line 1: app.restartPolicyRules: Too many: 21: must have at most 20 items`,
 	} {
-		_, err := parseRulesAnnotation(map[string]string{AnnotationRules: v})
+		_, err := parseRulesAnnotation(map[string]string{contract.AnnotationRules: v})
 		if err == nil || err.Error() != field+want {
 			t.Errorf("%.40q:\n got %v\nwant %s", v, err, field+want)
 		}
 	}
 	// The decoder still reports what only it checks.
-	if _, err := parseRulesAnnotation(map[string]string{AnnotationRules: "app: {restartPolicyRules: [{exitCodes: {values: [x]}}]}"}); err == nil ||
+	if _, err := parseRulesAnnotation(map[string]string{contract.AnnotationRules: "app: {restartPolicyRules: [{exitCodes: {values: [x]}}]}"}); err == nil ||
 		!strings.Contains(err.Error(), "cannot unmarshal") {
 		t.Errorf("exit code x: %v", err)
 	}
-	m, err := parseRulesAnnotation(map[string]string{AnnotationRules: `{"app": {"restartPolicy": "Never", "restartPolicyRules": [{"action": "Restart", "exitCodes": {"operator": "In", "values": [42]}}]}, "side": null}`})
+	m, err := parseRulesAnnotation(map[string]string{contract.AnnotationRules: `{"app": {"restartPolicy": "Never", "restartPolicyRules": [{"action": "Restart", "exitCodes": {"operator": "In", "values": [42]}}]}, "side": null}`})
 	if err != nil || len(m) != 2 || *m["app"].RestartPolicy != "Never" || m["app"].RestartPolicyRules[0].ExitCodes.Values[0] != 42 {
 		t.Errorf("valid annotation: %v %+v", err, m)
 	}

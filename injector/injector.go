@@ -2,13 +2,14 @@
 // decision of which containers run under restart-supervisor. It reads the
 // rules from the KEP-5307 container fields or the
 // restart-supervisor.dev/rules annotation, validates them as the API server
-// would, resolves image entrypoints when a container has no command, and
-// records the injection as RFC 6902 operations; that patch is its one
-// output, and a mutated object (Result.Pod, the CLI's documents) is the
-// patch applied. It also owns the rewrite of workload pod templates that
+// would, asks an imagelookup.Resolver for the image entrypoint of a
+// container without command, and records the injection as RFC 6902
+// operations; that patch is its one output, and a mutated object
+// (Result.Pod, the CLI's documents) is the patch applied. It also owns the rewrite of workload pod templates that
 // carries their rules in the annotation (CarryTemplateRules), explain's
-// plans, and reading and writing manifest streams. It is pure apart from
-// the optional registry lookup and never touches a cluster.
+// plans, and reading and writing manifest streams. It does no I/O of its
+// own (imagelookup/registry is the Resolver that reads registries) and
+// never touches a cluster.
 //
 // YAML goes through two libraries, each with one job and an import name
 // that says which: textyaml (go.yaml.in/yaml/v3) works on YAML text, the
@@ -26,38 +27,15 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
+	"github.com/restart-supervisor/restart-supervisor/imagelookup"
 	"github.com/restart-supervisor/restart-supervisor/rules"
 )
 
-// Names shared with the supervisor and the webhook; docs/injector.md shows
-// the wrapped pod they make up. Those the supervisor reads are defined in
-// package contract and repeated here for the injector's callers; the status
-// annotation records contract.Version, which also selects the default
-// supervisor image tag.
-const (
-	AnnotationRules      = contract.AnnotationRules
-	AnnotationEntrypoint = contract.AnnotationEntrypoint // + container name
-	AnnotationStatus     = contract.AnnotationStatus
-
-	BinVolume        = "restart-supervisor-bin"
-	StateVolume      = contract.StateVolume
-	InstallContainer = "restart-supervisor-install"
-	BinDir           = contract.BinDir
-	SupervisorPath   = contract.SupervisorPath
-	ProbePath        = contract.ProbePath
-	StateDir         = contract.StateDir
-
-	EnvConfig           = contract.EnvConfig
-	EnvStateDir         = contract.EnvStateDir
-	EnvContainerName    = contract.EnvContainerName
-	EnvPlatformCommands = contract.EnvPlatformCommands
-	EnvStopSignals      = contract.EnvStopSignals
-	EnvGracePeriod      = contract.EnvGracePeriod
-	EnvPodMembers       = contract.EnvPodMembers
-
-	// ImageRepository is where release images of the supervisor live.
-	ImageRepository = "ghcr.io/restart-supervisor/restart-supervisor"
-)
+// ImageRepository is where release images of the supervisor live. The
+// names a wrapped pod shares with the supervisor are contract's; the
+// status annotation records contract.Version, which also selects the
+// default supervisor image tag.
+const ImageRepository = "ghcr.io/restart-supervisor/restart-supervisor"
 
 // DefaultSupervisorImage is the release image of the supervisor built with
 // this injector: the same contract.Version, so that what the injector writes
@@ -84,10 +62,11 @@ type Options struct {
 	// a Guaranteed pod stays Guaranteed. A BestEffort pod gets none, so it
 	// stays BestEffort.
 	InitResources *corev1.ResourceRequirements
-	// Resolver looks up image entrypoints for containers without command;
-	// nil means no registry lookups: such containers then need the
+	// Resolver looks up image entrypoints for containers without command
+	// (imagelookup/registry.New for registries); nil means no lookups:
+	// such containers then need the
 	// restart-supervisor.dev/entrypoint.<container> annotation.
-	Resolver *Resolver
+	Resolver imagelookup.Resolver
 	// KubeVersion is the Kubernetes release whose API-server validation
 	// the restart fields must pass, with its messages; zero is the newest.
 	// WithKubeVersion overrides it per call.
@@ -158,7 +137,7 @@ type EntrypointError struct {
 
 func (e *EntrypointError) Error() string {
 	return fmt.Sprintf("%s: container %q: cannot determine the entrypoint of image %q: %v "+
-		"(set command, or the annotation %s%s)", e.Object, e.Container, e.Image, e.Err, AnnotationEntrypoint, e.Container)
+		"(set command, or the annotation %s%s)", e.Object, e.Container, e.Image, e.Err, contract.AnnotationEntrypoint, e.Container)
 }
 
 func (e *EntrypointError) Unwrap() error { return e.Err }

@@ -11,7 +11,6 @@ import (
 	"math"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -20,6 +19,8 @@ import (
 	kubeyaml "sigs.k8s.io/yaml"
 
 	"github.com/restart-supervisor/restart-supervisor/internal/yamlbound"
+	"github.com/restart-supervisor/restart-supervisor/internal/yamledit"
+	"github.com/restart-supervisor/restart-supervisor/rules"
 )
 
 // Format of a manifest stream.
@@ -200,7 +201,7 @@ func (m *Manifests) encode(d Document) ([]byte, error) {
 		// names it.
 		if doc, ok := jsonTree(d.Raw); ok && d.roots != nil {
 			owned := map[*textyaml.Node]bool{}
-			rec, err := applyWithUndo(own(owned, doc.Content[0]), owned, ops, d.roots, true, false)
+			rec, err := applyWithUndo(yamledit.Own(owned, doc.Content[0]), owned, ops, d.roots, true, false)
 			if err != nil {
 				return nil, err
 			}
@@ -249,7 +250,7 @@ func marshalResult(d Document) ([]byte, error) {
 			return nil, err
 		}
 		owned := map[*textyaml.Node]bool{}
-		rec, err := applyWithUndoText(own(owned, &n), owned, ops, d.roots, false, false, string(d.Raw))
+		rec, err := applyWithUndoText(yamledit.Own(owned, &n), owned, ops, d.roots, false, false, string(d.Raw))
 		if err != nil {
 			return nil, err
 		}
@@ -277,19 +278,6 @@ func patchJSON(raw []byte, ops []PatchOp) ([]byte, error) {
 		return nil, err
 	}
 	return buf.Bytes(), nil
-}
-
-// docOps rebases a patch onto prefix, a JSON Pointer.
-func docOps(ops []PatchOp, prefix string) []PatchOp {
-	if prefix == "" {
-		return ops
-	}
-	out := make([]PatchOp, len(ops))
-	for i, op := range ops {
-		op.Path = prefix + op.Path
-		out[i] = op
-	}
-	return out
 }
 
 // jsonValue turns a decoded YAML value into the form encoding/json and
@@ -425,10 +413,6 @@ func (i *Injector) injectDoc(ctx context.Context, d *Document) ([]ObjectReport, 
 	return reports, nil
 }
 
-func isList(obj *unstructured.Unstructured) bool {
-	return strings.HasSuffix(obj.GetKind(), "List")
-}
-
 func report(r *ObjectResult, line int) ObjectReport {
 	o := r.Object
 	return ObjectReport{
@@ -439,4 +423,38 @@ func report(r *ObjectResult, line int) ObjectReport {
 		Warnings:   r.Warnings,
 		Skipped:    r.Skipped,
 	}
+}
+
+// ExplainManifests explains every Pod and workload template in m,
+// including the items of List objects, validated like release v.
+func ExplainManifests(m *Manifests, v rules.KubeVersion) ([]ObjectPlan, error) {
+	var out []ObjectPlan
+	var visit func(obj map[string]any, line int) error
+	visit = func(obj map[string]any, line int) error {
+		u := &unstructured.Unstructured{Object: obj}
+		if items, ok := obj["items"].([]any); ok && isList(u) {
+			for _, it := range items {
+				if im, ok := it.(map[string]any); ok {
+					if err := visit(im, line); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		}
+		plans, err := ExplainObject(obj, v)
+		out = append(out, plans...)
+		if err != nil {
+			return fmt.Errorf("line %d: %v", line, err)
+		}
+		return nil
+	}
+	for _, d := range m.Docs {
+		if d.Object != nil {
+			if err := visit(d.Object, d.Line); err != nil {
+				return out, err
+			}
+		}
+	}
+	return out, nil
 }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
+	"github.com/restart-supervisor/restart-supervisor/imagelookup"
 	"github.com/restart-supervisor/restart-supervisor/rules"
 )
 
@@ -98,7 +99,7 @@ type mutation struct {
 	imageCommands int
 	// members: the pod has a RestartAllContainers rule, and its member
 	// list goes into AnnotationPodMembers, which every member's
-	// EnvPodMembers reads.
+	// contract.EnvPodMembers reads.
 	members bool
 }
 
@@ -109,7 +110,7 @@ func (i *Injector) mutate(ctx context.Context, in *corev1.Pod, namespace, specPa
 	if err != nil {
 		return nil, err
 	}
-	if raw, ok := in.Annotations[AnnotationStatus]; ok {
+	if raw, ok := in.Annotations[contract.AnnotationStatus]; ok {
 		if err := checkBinMounts(in, specPath, object, true); err != nil {
 			return nil, err
 		}
@@ -174,7 +175,7 @@ func (i *Injector) mutate(ctx context.Context, in *corev1.Pod, namespace, specPa
 	res.Warnings = uniqueStrings(res.Warnings)
 
 	st, _ := json.Marshal(status)
-	annotations := [][2]string{{AnnotationStatus, string(st)}}
+	annotations := [][2]string{{contract.AnnotationStatus, string(st)}}
 	if members != "" {
 		annotations = append(annotations, [2]string{contract.AnnotationPodMembers, members})
 	}
@@ -194,7 +195,7 @@ func (i *Injector) mutate(ctx context.Context, in *corev1.Pod, namespace, specPa
 func alreadyInjected(res *Result, raw string, crs []ContainerRules, object string) error {
 	var st Status
 	if err := json.Unmarshal([]byte(raw), &st); err != nil {
-		return fmt.Errorf("%s: metadata.annotations[%s]: invalid: %v", object, AnnotationStatus, err)
+		return fmt.Errorf("%s: metadata.annotations[%s]: invalid: %v", object, contract.AnnotationStatus, err)
 	}
 	wrapped := map[string]bool{}
 	for _, n := range st.Containers {
@@ -206,7 +207,7 @@ func alreadyInjected(res *Result, raw string, crs []ContainerRules, object strin
 		}
 		if r, p := cr.gatedFields(); r || p {
 			return fmt.Errorf("%s: %s: container %q carries restart rules but the pod was injected without it (annotation %s); inject the original manifest again",
-				object, cr.Field, cr.Name, AnnotationStatus)
+				object, cr.Field, cr.Name, contract.AnnotationStatus)
 		}
 	}
 	res.Containers = st.Containers
@@ -218,17 +219,17 @@ func alreadyInjected(res *Result, raw string, crs []ContainerRules, object strin
 
 func checkConflicts(pod *corev1.Pod, specPath, object string) error {
 	for i, v := range pod.Spec.Volumes {
-		if v.Name == BinVolume || v.Name == StateVolume {
+		if v.Name == contract.BinVolume || v.Name == contract.StateVolume {
 			return fmt.Errorf("%s: %s.volumes[%d].name: %q is reserved for restart-supervisor", object, specPath, i, v.Name)
 		}
 	}
 	for i, c := range pod.Spec.InitContainers {
-		if c.Name == InstallContainer {
+		if c.Name == contract.InstallContainer {
 			return fmt.Errorf("%s: %s.initContainers[%d].name: %q is reserved for restart-supervisor", object, specPath, i, c.Name)
 		}
 	}
 	for i, c := range pod.Spec.Containers {
-		if c.Name == InstallContainer {
+		if c.Name == contract.InstallContainer {
 			return fmt.Errorf("%s: %s.containers[%d].name: %q is reserved for restart-supervisor", object, specPath, i, c.Name)
 		}
 	}
@@ -246,15 +247,15 @@ func checkConflicts(pod *corev1.Pod, specPath, object string) error {
 func checkBinMounts(pod *corev1.Pod, specPath, object string, injected bool) error {
 	check := func(field string, i int, name string, mounts []corev1.VolumeMount) error {
 		for j, vm := range mounts {
-			if vm.Name == BinVolume && !vm.ReadOnly {
+			if vm.Name == contract.BinVolume && !vm.ReadOnly {
 				return fmt.Errorf("%s: %s.%s[%d].volumeMounts[%d]: container %q mounts %s read-write; it holds the supervisor binary of the wrapped containers: set readOnly: true",
-					object, specPath, field, i, j, name, BinVolume)
+					object, specPath, field, i, j, name, contract.BinVolume)
 			}
 		}
 		return nil
 	}
 	for i, c := range pod.Spec.InitContainers {
-		if injected && c.Name == InstallContainer {
+		if injected && c.Name == contract.InstallContainer {
 			continue
 		}
 		if err := check("initContainers", i, c.Name, c.VolumeMounts); err != nil {
@@ -276,18 +277,18 @@ func checkBinMounts(pod *corev1.Pod, specPath, object string, injected bool) err
 
 func (i *Injector) volumes() []corev1.Volume {
 	return []corev1.Volume{
-		{Name: BinVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: i.opts.VolumeMedium, SizeLimit: i.opts.BinSizeLimit}}},
-		{Name: StateVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: i.opts.VolumeMedium, SizeLimit: i.opts.StateSizeLimit}}},
+		{Name: contract.BinVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: i.opts.VolumeMedium, SizeLimit: i.opts.BinSizeLimit}}},
+		{Name: contract.StateVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: i.opts.VolumeMedium, SizeLimit: i.opts.StateSizeLimit}}},
 	}
 }
 
 func (i *Injector) installContainer(pod *corev1.Pod) corev1.Container {
 	c := corev1.Container{
-		Name:            InstallContainer,
+		Name:            contract.InstallContainer,
 		Image:           i.opts.SupervisorImage,
 		ImagePullPolicy: i.opts.ImagePullPolicy,
-		Command:         []string{contract.ImageBinaryPath, "install", BinDir},
-		VolumeMounts:    []corev1.VolumeMount{{Name: BinVolume, MountPath: BinDir}},
+		Command:         []string{contract.ImageBinaryPath, "install", contract.BinDir},
+		VolumeMounts:    []corev1.VolumeMount{{Name: contract.BinVolume, MountPath: contract.BinDir}},
 		SecurityContext: &corev1.SecurityContext{
 			RunAsNonRoot:             ptr.To(true),
 			RunAsUser:                ptr.To[int64](65532),
@@ -434,7 +435,7 @@ type wrapping struct {
 }
 
 // supervision works out what running container c of cr under the
-// supervisor as container name takes. member gives it EnvPodMembers.
+// supervisor as container name takes. member gives it contract.EnvPodMembers.
 func (m *mutation) supervision(cr ContainerRules, c *corev1.Container, name string, member bool) (wrapping, error) {
 	var s wrapping
 	l, err := m.entrypoint(c)
@@ -444,7 +445,7 @@ func (m *mutation) supervision(cr ContainerRules, c *corev1.Container, name stri
 	// What the image lookups add is counted as it is added: one image's
 	// commands are capped, but every container of it gets a copy.
 	if !l.fromPod {
-		_, size := argvSize(l.argv)
+		_, size := imagelookup.ArgvSize(l.argv)
 		if m.imageCommands += size + len(l.platforms); m.imageCommands > MaxImageCommandsBytes {
 			return s, fmt.Errorf("%s: container %q: the commands taken from the images of the pod's containers pass %d bytes; set command on some of them",
 				m.object, c.Name, MaxImageCommandsBytes)
@@ -452,12 +453,12 @@ func (m *mutation) supervision(cr ContainerRules, c *corev1.Container, name stri
 	}
 	m.res.Warnings = append(m.res.Warnings, l.warnings...)
 	for _, vm := range c.VolumeMounts {
-		if vm.MountPath == BinDir || vm.MountPath == StateDir {
+		if vm.MountPath == contract.BinDir || vm.MountPath == contract.StateDir {
 			return s, fmt.Errorf("%s: %s.volumeMounts: mount path %s is reserved for restart-supervisor", m.object, cr.Field, vm.MountPath)
 		}
 	}
 
-	cmd := []string{SupervisorPath}
+	cmd := []string{contract.SupervisorPath}
 	if c.TerminationMessagePath != "" && c.TerminationMessagePath != contract.DefaultTerminationMessagePath {
 		cmd = append(cmd, "--termination-message-path", c.TerminationMessagePath)
 	}
@@ -494,24 +495,24 @@ func (m *mutation) supervision(cr ContainerRules, c *corev1.Container, name stri
 		return s, fmt.Errorf("%s: container %q: %v", m.object, c.Name, err)
 	}
 	s.env = []corev1.EnvVar{
-		{Name: EnvStateDir, Value: StateDir},
-		{Name: EnvContainerName, Value: name},
-		{Name: EnvConfig, Value: escapeExpansion(string(cfgJSON))},
+		{Name: contract.EnvStateDir, Value: contract.StateDir},
+		{Name: contract.EnvContainerName, Value: name},
+		{Name: contract.EnvConfig, Value: escapeExpansion(string(cfgJSON))},
 	}
 	if l.platforms != "" {
-		s.env = append(s.env, corev1.EnvVar{Name: EnvPlatformCommands, Value: l.platforms})
+		s.env = append(s.env, corev1.EnvVar{Name: contract.EnvPlatformCommands, Value: l.platforms})
 	}
 	if m.members && member {
 		// One fieldRef per container, not the list itself: the list
 		// repeated in each of N containers made the patch grow with N².
-		s.env = append(s.env, corev1.EnvVar{Name: EnvPodMembers, ValueFrom: &corev1.EnvVarSource{
+		s.env = append(s.env, corev1.EnvVar{Name: contract.EnvPodMembers, ValueFrom: &corev1.EnvVarSource{
 			FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: contract.PodMembersFieldPath}}})
 	}
 	if sig, ok := stopSignal(c, l); ok {
 		// The runtime stops the container with this signal instead of
 		// SIGTERM: the supervisor must take it as a stop, not forward it
 		// and then judge the workload's exit by the rules.
-		s.env = append(s.env, corev1.EnvVar{Name: EnvStopSignals, Value: "SIGTERM,SIGINT," + sig})
+		s.env = append(s.env, corev1.EnvVar{Name: contract.EnvStopSignals, Value: "SIGTERM,SIGINT," + sig})
 	}
 	if sp := m.pod.Spec.ShareProcessNamespace; sp != nil && *sp {
 		// Not PID 1: the workload would outlive a supervisor killed by
@@ -520,11 +521,11 @@ func (m *mutation) supervision(cr ContainerRules, c *corev1.Container, name stri
 		if g := m.pod.Spec.TerminationGracePeriodSeconds; g != nil {
 			grace = *g
 		}
-		s.env = append(s.env, corev1.EnvVar{Name: EnvGracePeriod, Value: strconv.FormatInt(grace, 10) + "s"})
+		s.env = append(s.env, corev1.EnvVar{Name: contract.EnvGracePeriod, Value: strconv.FormatInt(grace, 10) + "s"})
 	}
 	s.mounts = []corev1.VolumeMount{
-		{Name: BinVolume, MountPath: BinDir, ReadOnly: true},
-		{Name: StateVolume, MountPath: StateDir},
+		{Name: contract.BinVolume, MountPath: contract.BinDir, ReadOnly: true},
+		{Name: contract.StateVolume, MountPath: contract.StateDir},
 	}
 	return s, nil
 }
@@ -576,17 +577,17 @@ type launch struct {
 func (m *mutation) entrypoint(c *corev1.Container) (launch, error) {
 	var warnings []string
 	object := m.object
-	override, hasOverride := m.pod.Annotations[AnnotationEntrypoint+c.Name]
+	override, hasOverride := m.pod.Annotations[contract.AnnotationEntrypoint+c.Name]
 	if len(c.Command) > 0 {
 		if hasOverride {
-			warnings = append(warnings, fmt.Sprintf("%s: container %q sets command; annotation %s%s is ignored", object, c.Name, AnnotationEntrypoint, c.Name))
+			warnings = append(warnings, fmt.Sprintf("%s: container %q sets command; annotation %s%s is ignored", object, c.Name, contract.AnnotationEntrypoint, c.Name))
 		}
 		return launch{argv: c.Command, warnings: warnings, fromPod: true}, nil
 	}
 	if hasOverride {
 		var v []string
 		if err := json.Unmarshal([]byte(override), &v); err != nil || len(v) == 0 {
-			return launch{}, fmt.Errorf("%s: metadata.annotations[%s%s]: want a non-empty JSON array of strings", object, AnnotationEntrypoint, c.Name)
+			return launch{}, fmt.Errorf("%s: metadata.annotations[%s%s]: want a non-empty JSON array of strings", object, contract.AnnotationEntrypoint, c.Name)
 		}
 		return launch{argv: v, fromPod: true}, nil
 	}
@@ -639,13 +640,13 @@ func (m *mutation) entrypoint(c *corev1.Container) (launch, error) {
 // (1 MiB) refused it.
 const MaxImageCommandsBytes = 1 << 20
 
-// MaxPlatformCommandsBytes caps the value of EnvPlatformCommands: one
+// MaxPlatformCommandsBytes caps the value of contract.EnvPlatformCommands: one
 // environment string, which the kernel refuses over 128 KiB
 // (MAX_ARG_STRLEN), and which every container of the image carries.
 const MaxPlatformCommandsBytes = 96 << 10
 
 // platformCommands encodes the argv of each platform as
-// EnvPlatformCommands, escaped for the kubelet's expansion. HTML is not
+// contract.EnvPlatformCommands, escaped for the kubelet's expansion. HTML is not
 // escaped ("<" stays one byte, not six); the caps of the lookup
 // (MaxImageArgvBytes) bound the input, MaxPlatformCommandsBytes the
 // encoding, in which control characters and "$" still grow.
@@ -657,7 +658,7 @@ func platformCommands(perPlatform map[string][]string) (string, error) {
 	out := escapeExpansion(strings.TrimSuffix(b.String(), "\n"))
 	if len(out) > MaxPlatformCommandsBytes {
 		return "", fmt.Errorf("the entrypoints of the image's %d platforms take %d bytes in %s, over the cap of %d",
-			len(perPlatform), len(out), EnvPlatformCommands, MaxPlatformCommandsBytes)
+			len(perPlatform), len(out), contract.EnvPlatformCommands, MaxPlatformCommandsBytes)
 	}
 	return out, nil
 }
@@ -665,7 +666,7 @@ func platformCommands(perPlatform map[string][]string) (string, error) {
 // imageArgv is what the image contributes before the container's args:
 // ENTRYPOINT alone when args are set (Kubernetes drops CMD), else
 // ENTRYPOINT+CMD.
-func imageArgv(cfg ImageConfig, hasArgs bool) []string {
+func imageArgv(cfg imagelookup.ImageConfig, hasArgs bool) []string {
 	argv := append([]string(nil), cfg.Entrypoint...)
 	if !hasArgs {
 		argv = append(argv, cfg.Cmd...)

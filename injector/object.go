@@ -134,3 +134,20 @@ func templatePod(t podTemplate, object string) (*corev1.Pod, error) {
 	}
 	return pod, nil
 }
+
+// docOps rebases a patch onto prefix, a JSON Pointer.
+func docOps(ops []PatchOp, prefix string) []PatchOp {
+	if prefix == "" {
+		return ops
+	}
+	out := make([]PatchOp, len(ops))
+	for i, op := range ops {
+		op.Path = prefix + op.Path
+		out[i] = op
+	}
+	return out
+}
+
+func isList(obj *unstructured.Unstructured) bool {
+	return strings.HasSuffix(obj.GetKind(), "List")
+}

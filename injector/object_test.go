@@ -3,6 +3,8 @@ package injector
 import (
 	"strings"
 	"testing"
+
+	"github.com/restart-supervisor/restart-supervisor/contract"
 )
 
 // TestNamespacedTemplateWithoutMetadata: a pod template without metadata
@@ -21,7 +23,7 @@ spec:
           containers:
           - {name: job, image: job:1, command: [/job], restartPolicy: Never, restartPolicyRules: [{action: Restart, exitCodes: {operator: NotIn, values: [0]}}]}
 `))
-	if len(reports) != 1 || !reports[0].Injected || !strings.Contains(string(out), AnnotationStatus) {
+	if len(reports) != 1 || !reports[0].Injected || !strings.Contains(string(out), contract.AnnotationStatus) {
 		t.Errorf("%+v\n%s", reports, out)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 
 	textyaml "go.yaml.in/yaml/v3"
+
+	"github.com/restart-supervisor/restart-supervisor/internal/yamledit"
 )
 
 // Writing a document with go.yaml.in/yaml/v3's emitter is most of the
@@ -173,7 +175,7 @@ func renderAlone(n *textyaml.Node, kind substitutionKind, compact bool) (string,
 	} else {
 		wrapper = &textyaml.Node{Kind: textyaml.SequenceNode, Tag: "!!seq", Content: []*textyaml.Node{n}}
 	}
-	out, err := encodeYAML(&textyaml.Node{Kind: textyaml.DocumentNode, Content: []*textyaml.Node{wrapper}}, compact)
+	out, err := yamledit.Encode(&textyaml.Node{Kind: textyaml.DocumentNode, Content: []*textyaml.Node{wrapper}}, compact)
 	if err != nil {
 		return "", false
 	}
@@ -259,11 +261,11 @@ func shift(b *strings.Builder, block string, col int, skipFirst bool) {
 // text, which no placeholder may occur in.
 func encodeDocument(doc *textyaml.Node, compact bool, raw []byte) (string, error) {
 	if bytes.Contains(raw, []byte(placeholderNonce)) {
-		return encodeYAML(doc, compact)
+		return yamledit.Encode(doc, compact)
 	}
 	p := &placeholders{compact: compact}
 	tree := p.withPlaceholders(doc)
-	out, err := encodeYAML(tree, compact)
+	out, err := yamledit.Encode(tree, compact)
 	if err != nil || len(p.subs) == 0 {
 		return out, err
 	}
@@ -273,7 +275,7 @@ func encodeDocument(doc *textyaml.Node, compact bool, raw []byte) (string, error
 	for _, s := range p.subs {
 		i := strings.Index(rest, s.placeholder)
 		if i < 0 || strings.Contains(rest[i+len(s.placeholder):], s.placeholder) {
-			return encodeYAML(doc, compact)
+			return yamledit.Encode(doc, compact)
 		}
 		before, after := rest[:i], rest[i+len(s.placeholder):]
 		if s.kind == quotedString {
@@ -288,18 +290,18 @@ func encodeDocument(doc *textyaml.Node, compact bool, raw []byte) (string, error
 		lineStart := strings.LastIndexByte(before, '\n') + 1
 		col := len(before) - lineStart
 		if !ok {
-			return encodeYAML(doc, compact)
+			return yamledit.Encode(doc, compact)
 		}
 		switch s.kind {
 		case mappingValue:
 			// "key: PH": the key starts at its own column.
 			if !strings.HasSuffix(before, ": ") {
-				return encodeYAML(doc, compact)
+				return yamledit.Encode(doc, compact)
 			}
 			keyEnd := len(before) - 2
 			keyStart := strings.LastIndexAny(before[:keyEnd], " \n") + 1
 			if !plainKey(before[keyStart:keyEnd]) {
-				return encodeYAML(doc, compact)
+				return yamledit.Encode(doc, compact)
 			}
 			b.WriteString(before[:keyEnd])
 			b.WriteString(":\n")
@@ -307,7 +309,7 @@ func encodeDocument(doc *textyaml.Node, compact bool, raw []byte) (string, error
 		case sequenceItem:
 			// "- PH": the item's lines start at the dash.
 			if !strings.HasSuffix(before, "- ") {
-				return encodeYAML(doc, compact)
+				return yamledit.Encode(doc, compact)
 			}
 			b.WriteString(before[:len(before)-2])
 			shift(&b, s.text, col-2, true)

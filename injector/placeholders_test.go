@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	textyaml "go.yaml.in/yaml/v3"
+
+	"github.com/restart-supervisor/restart-supervisor/internal/yamledit"
 )
 
 // placeholderTrees makes random documents of the shapes encodeDocument
@@ -125,7 +127,7 @@ func TestPlaceholdersMatchEmitter(t *testing.T) {
 		}
 		doc := &textyaml.Node{Kind: textyaml.DocumentNode, Content: []*textyaml.Node{root}}
 		for _, compact := range []bool{false, true} {
-			want, err := encodeYAML(doc, compact)
+			want, err := yamledit.Encode(doc, compact)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -141,7 +143,7 @@ func TestPlaceholdersMatchEmitter(t *testing.T) {
 			if got != want {
 				t.Fatalf("document %d (compact %v):\nemitter:\n%s\nplaceholders:\n%s", i, compact, want, got)
 			}
-			if again, _ := encodeYAML(doc, compact); again != want {
+			if again, _ := yamledit.Encode(doc, compact); again != want {
 				t.Fatal("encodeDocument changed the tree it was given")
 			}
 		}
@@ -159,7 +161,7 @@ func TestPlaceholderNonceInDocument(t *testing.T) {
 	s := `{"a":"` + strings.Repeat("x", 80) + `"}`
 	doc := &textyaml.Node{Kind: textyaml.DocumentNode, Content: []*textyaml.Node{{Kind: textyaml.MappingNode, Tag: "!!map",
 		Content: []*textyaml.Node{{Kind: textyaml.ScalarNode, Tag: "!!str", Value: "k"}, {Kind: textyaml.ScalarNode, Tag: "!!str", Value: s}}}}}
-	want, _ := encodeYAML(doc, false)
+	want, _ := yamledit.Encode(doc, false)
 	got, err := encodeDocument(doc, false, []byte("note: rs-p-"+placeholderNonce))
 	if err != nil || got != want {
 		t.Fatalf("got %q, %v; want %q", got, err, want)

@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/rules"
 )
 
@@ -102,7 +103,7 @@ func resolvePort(c *corev1.Container, port intstr.IntOrString, field string) (in
 // stops and restarts a workload that fails to start, and the container,
 // which is still running, must not be killed for it by the kubelet.
 func kubeletStartup() *corev1.Probe {
-	return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{ProbePath, "started"}}},
+	return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{contract.ProbePath, "started"}}},
 		PeriodSeconds: 1, TimeoutSeconds: 2, SuccessThreshold: 1, FailureThreshold: math.MaxInt32}
 }
 
@@ -118,7 +119,7 @@ func kubeletStartup() *corev1.Probe {
 // one second more of timeout for restart-probe to report the original
 // check's own timeout.
 func readinessFor(c *corev1.Container) (kubelet *corev1.Probe, moved *rules.Probe, err error) {
-	cmd := &corev1.ExecAction{Command: []string{ProbePath, "ready"}}
+	cmd := &corev1.ExecAction{Command: []string{contract.ProbePath, "ready"}}
 	orig := c.ReadinessProbe
 	if orig == nil {
 		return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: cmd}, PeriodSeconds: 2, TimeoutSeconds: 2,

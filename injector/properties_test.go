@@ -17,6 +17,8 @@ import (
 	psaapi "k8s.io/pod-security-admission/api"
 	"k8s.io/pod-security-admission/policy"
 	"k8s.io/utils/ptr"
+
+	"github.com/restart-supervisor/restart-supervisor/contract"
 )
 
 // goldenPods returns every Pod and pod template of the golden inputs.
@@ -94,7 +96,7 @@ func aliasTrapPod() *corev1.Pod {
 	pod := &corev1.Pod{}
 	pod.Name, pod.Namespace = "trap", "shop"
 	pod.Labels = map[string]string{"app": "trap"}
-	pod.Annotations = map[string]string{AnnotationRules: `{"no-command": {"restartPolicy": "OnFailure"}}`}
+	pod.Annotations = map[string]string{contract.AnnotationRules: `{"no-command": {"restartPolicy": "OnFailure"}}`}
 	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
 	pod.Spec.Volumes = append(make([]corev1.Volume, 0, 8), corev1.Volume{Name: "data"})
 	pod.Spec.InitContainers = append(make([]corev1.Container, 0, 8),
@@ -348,7 +350,7 @@ func harden(pod *corev1.Pod) *corev1.Pod {
 		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
 	for _, list := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
 		for i := range list {
-			if list[i].Name == InstallContainer {
+			if list[i].Name == contract.InstallContainer {
 				continue
 			}
 			list[i].SecurityContext = &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false),
@@ -520,7 +522,7 @@ func validatePod(p *corev1.Pod, wrapped []string) []string {
 					bad(c.Name + ": duplicate mountPath " + m.MountPath)
 				}
 				paths[m.MountPath] = true
-				if m.Name == BinVolume && c.Name != InstallContainer && !m.ReadOnly {
+				if m.Name == contract.BinVolume && c.Name != contract.InstallContainer && !m.ReadOnly {
 					bad(c.Name + ": supervisor binary mounted read-write")
 				}
 			}
@@ -529,12 +531,12 @@ func validatePod(p *corev1.Pod, wrapped []string) []string {
 					bad(c.Name + ": invalid env name " + e.Name)
 				}
 			}
-			if isWrapped[c.Name] && (len(c.Command) < 2 || c.Command[0] != SupervisorPath) {
+			if isWrapped[c.Name] && (len(c.Command) < 2 || c.Command[0] != contract.SupervisorPath) {
 				bad(c.Name + ": wrapped container does not start the supervisor")
 			}
 		}
 	}
-	if len(wrapped) > 0 && (len(p.Spec.InitContainers) == 0 || p.Spec.InitContainers[0].Name != InstallContainer) {
+	if len(wrapped) > 0 && (len(p.Spec.InitContainers) == 0 || p.Spec.InitContainers[0].Name != contract.InstallContainer) {
 		bad("install container is not the first init container")
 	}
 	return errs
@@ -552,7 +554,7 @@ func TestRestartAllWrapsEverySidecarAndContainer(t *testing.T) {
 	never := corev1.ContainerRestartPolicyNever
 	checked := 0
 	for name, pod := range propertyPods(t) {
-		if pod.Annotations[AnnotationStatus] != "" || len(pod.Spec.Containers) == 0 {
+		if pod.Annotations[contract.AnnotationStatus] != "" || len(pod.Spec.Containers) == 0 {
 			continue
 		}
 		variant := pod.DeepCopy()

@@ -48,12 +48,12 @@ func envOf(c *corev1.Container, name string) (string, bool) {
 	return "", false
 }
 
-// membersOf is c's EnvPodMembers as the kubelet resolves it in pod: a
+// membersOf is c's contract.EnvPodMembers as the kubelet resolves it in pod: a
 // fieldRef to the annotation that holds the list; ok false when c has no
 // such variable.
 func membersOf(pod *corev1.Pod, c *corev1.Container) (string, bool) {
 	for _, e := range c.Env {
-		if e.Name != EnvPodMembers {
+		if e.Name != contract.EnvPodMembers {
 			continue
 		}
 		if e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != contract.PodMembersFieldPath || e.Value != "" {
@@ -82,7 +82,7 @@ func TestRerunSidecar(t *testing.T) {
 	for _, c := range out.Spec.InitContainers {
 		names = append(names, c.Name)
 	}
-	want := []string{InstallContainer, "fetch", "fetch-rerun", "proxy", "rendezvous", "rendezvous-rerun", "status-tool"}
+	want := []string{contract.InstallContainer, "fetch", "fetch-rerun", "proxy", "rendezvous", "rendezvous-rerun", "status-tool"}
 	if !slices.Equal(names, want) {
 		t.Fatalf("init containers %q, want %q", names, want)
 	}
@@ -110,7 +110,7 @@ func TestRerunSidecar(t *testing.T) {
 			t.Errorf("%s: env or mounts do not start with the init container's: %+v %+v", rc.Name, rc.Env, rc.VolumeMounts)
 		}
 		wantMounts := append(slices.Clone(orig.VolumeMounts),
-			corev1.VolumeMount{Name: BinVolume, MountPath: BinDir, ReadOnly: true}, corev1.VolumeMount{Name: StateVolume, MountPath: StateDir})
+			corev1.VolumeMount{Name: contract.BinVolume, MountPath: contract.BinDir, ReadOnly: true}, corev1.VolumeMount{Name: contract.StateVolume, MountPath: contract.StateDir})
 		if !apiequality.Semantic.DeepEqual(rc.VolumeMounts, wantMounts) {
 			t.Errorf("%s: mounts %+v, want %+v", rc.Name, rc.VolumeMounts, wantMounts)
 		}
@@ -123,16 +123,16 @@ func TestRerunSidecar(t *testing.T) {
 		if rc.StartupProbe != nil || rc.LivenessProbe != nil || rc.ReadinessProbe != nil || rc.Lifecycle != nil {
 			t.Errorf("%s: probes or lifecycle: %+v", rc.Name, rc)
 		}
-		if len(rc.Command) < 2 || rc.Command[0] != SupervisorPath {
+		if len(rc.Command) < 2 || rc.Command[0] != contract.SupervisorPath {
 			t.Errorf("%s: command %q", rc.Name, rc.Command)
 		}
-		for name, want := range map[string]string{EnvContainerName: rc.Name, EnvStateDir: StateDir} {
+		for name, want := range map[string]string{contract.EnvContainerName: rc.Name, contract.EnvStateDir: contract.StateDir} {
 			if got, _ := envOf(rc, name); got != want {
 				t.Errorf("%s: %s=%q, want %q", rc.Name, name, got, want)
 			}
 		}
 		if got, _ := membersOf(out, rc); got != members {
-			t.Errorf("%s: %s=%q, want %q", rc.Name, EnvPodMembers, got, members)
+			t.Errorf("%s: %s=%q, want %q", rc.Name, contract.EnvPodMembers, got, members)
 		}
 		var cfg rules.Config
 		for _, cr := range crs {
@@ -141,8 +141,8 @@ func TestRerunSidecar(t *testing.T) {
 			}
 		}
 		want, _ := cfg.Marshal()
-		if got, _ := envOf(rc, EnvConfig); got != string(want) || !cfg.InitContainer || cfg.PodRestartPolicy != rules.Never {
-			t.Errorf("%s: %s=%s, want %s (the init container's)", rc.Name, EnvConfig, got, want)
+		if got, _ := envOf(rc, contract.EnvConfig); got != string(want) || !cfg.InitContainer || cfg.PodRestartPolicy != rules.Never {
+			t.Errorf("%s: %s=%s, want %s (the init container's)", rc.Name, contract.EnvConfig, got, want)
 		}
 	}
 	// The init containers are unchanged: fetch has no rules, rendezvous
@@ -152,12 +152,12 @@ func TestRerunSidecar(t *testing.T) {
 		t.Errorf("fetch changed:\n%+v\n%+v", fetch, orig)
 	}
 	_, rdv := containerNamed(t, out.Spec.InitContainers, "rendezvous")
-	if _, ok := membersOf(out, rdv); ok || rdv.Command[0] != SupervisorPath {
+	if _, ok := membersOf(out, rdv); ok || rdv.Command[0] != contract.SupervisorPath {
 		t.Errorf("rendezvous: command %q, env %+v", rdv.Command, rdv.Env)
 	}
 	for _, c := range []*corev1.Container{&out.Spec.InitContainers[3], &out.Spec.Containers[0]} {
 		if got, _ := membersOf(out, c); got != members {
-			t.Errorf("%s: %s=%q, want %q", c.Name, EnvPodMembers, got, members)
+			t.Errorf("%s: %s=%q, want %q", c.Name, contract.EnvPodMembers, got, members)
 		}
 	}
 	if !slices.Equal(res.Containers, []string{"fetch-rerun", "proxy", "rendezvous", "rendezvous-rerun", "trainer"}) {
@@ -253,10 +253,10 @@ func TestRerunOnlyWhereLimitsStay(t *testing.T) {
 			for _, c := range res.Pod.Spec.InitContainers {
 				names = append(names, c.Name)
 			}
-			want := []string{InstallContainer, "a", "side", "b"}
+			want := []string{contract.InstallContainer, "a", "side", "b"}
 			members := "side:sidecar,main:regular"
 			if tc.reruns {
-				want = []string{InstallContainer, "a", "a-rerun", "side", "b", "b-rerun"}
+				want = []string{contract.InstallContainer, "a", "a-rerun", "side", "b", "b-rerun"}
 				members = "a-rerun:init,side:sidecar,b-rerun:init,main:regular"
 			}
 			if !slices.Equal(names, want) {
@@ -319,7 +319,7 @@ func TestRerunNameWarnings(t *testing.T) {
 		names = append(names, c.Name)
 	}
 	// init-a-rerun is the user's own init container, which gets its own.
-	wantNames := []string{InstallContainer, long, fits, fits + "-rerun", "init-a", "init-b", "init-c", "init-a-rerun", "init-a-rerun-rerun"}
+	wantNames := []string{contract.InstallContainer, long, fits, fits + "-rerun", "init-a", "init-b", "init-c", "init-a-rerun", "init-a-rerun-rerun"}
 	if !slices.Equal(names, wantNames) {
 		t.Errorf("init containers %q, want %q", names, wantNames)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/rules"
 )
 
@@ -97,11 +98,11 @@ func carryRules(t podTemplate, object string) ([]PatchOp, []string, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %v", object, err)
 	}
-	if pod.Annotations[AnnotationRules] == string(value) {
+	if pod.Annotations[contract.AnnotationRules] == string(value) {
 		return nil, nil, nil
 	}
 	var p patchBuilder
-	p.setAnnotation(&pod.ObjectMeta, AnnotationRules, string(value))
+	p.setAnnotation(&pod.ObjectMeta, contract.AnnotationRules, string(value))
 	sort.Strings(moved)
 	return p.ops, moved, nil
 }

@@ -7,6 +7,9 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/restart-supervisor/restart-supervisor/contract"
+	"github.com/restart-supervisor/restart-supervisor/internal/yamledit"
 )
 
 // Where pod templates live. A Pod is its own template; a Deployment has
@@ -84,7 +87,7 @@ type podTemplate struct {
 
 // label names the template in messages and reports, such as
 // spec.replicatedJobs[0].template.spec.template.
-func (t podTemplate) label() string { return dotted(t.path) }
+func (t podTemplate) label() string { return yamledit.Dotted(t.path) }
 
 // specPath is the API path of the template's pod spec, for messages.
 func (t podTemplate) specPath() string {
@@ -147,7 +150,7 @@ func expand(v any, pattern, path []string) ([]podTemplate, error) {
 			if v == nil {
 				return nil, nil // an explicit null: no template
 			}
-			return nil, fmt.Errorf("%s: want an object", dotted(path))
+			return nil, fmt.Errorf("%s: want an object", yamledit.Dotted(path))
 		}
 		return []podTemplate{{path: append([]string(nil), path...), m: m}}, nil
 	}
@@ -177,7 +180,7 @@ func expand(v any, pattern, path []string) ([]podTemplate, error) {
 		return out, nil
 	case []any:
 		if key != "*" {
-			return nil, fmt.Errorf("%s: want an object", dotted(path))
+			return nil, fmt.Errorf("%s: want an object", yamledit.Dotted(path))
 		}
 		var out []podTemplate
 		for i, e := range t {
@@ -191,7 +194,7 @@ func expand(v any, pattern, path []string) ([]podTemplate, error) {
 	case nil:
 		return nil, nil
 	}
-	return nil, fmt.Errorf("%s: want an object", dotted(path))
+	return nil, fmt.Errorf("%s: want an object", yamledit.Dotted(path))
 }
 
 // searchTemplates appends the maps below v shaped like a pod template.
@@ -241,7 +244,7 @@ func carriesRules(v any, depth int) bool {
 	switch t := v.(type) {
 	case map[string]any:
 		for k, e := range t {
-			if k == "restartPolicyRules" || k == AnnotationRules {
+			if k == "restartPolicyRules" || k == contract.AnnotationRules {
 				return true
 			}
 			if carriesRules(e, depth+1) {
@@ -256,22 +259,6 @@ func carriesRules(v any, depth int) bool {
 		}
 	}
 	return false
-}
-
-// dotted renders a path for people: spec.replicatedJobs[0].template.
-func dotted(path []string) string {
-	var b strings.Builder
-	for i, p := range path {
-		if _, err := strconv.Atoi(p); err == nil && i > 0 {
-			b.WriteString("[" + p + "]")
-			continue
-		}
-		if i > 0 {
-			b.WriteByte('.')
-		}
-		b.WriteString(p)
-	}
-	return b.String()
 }
 
 // pointer renders a path as a JSON Pointer (RFC 6901).

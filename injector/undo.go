@@ -6,10 +6,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"strings"
 
 	textyaml "go.yaml.in/yaml/v3"
+
+	"github.com/restart-supervisor/restart-supervisor/internal/yamledit"
 )
 
 // AnnotationUndo is where `restart-injector inject` keeps, on each object
@@ -111,23 +112,7 @@ func (r *undoRecorder) member(key, val *textyaml.Node) (string, error) {
 		}
 		return b.String(), nil
 	}
-	return encodeYAML(&textyaml.Node{Kind: textyaml.DocumentNode, Content: []*textyaml.Node{m}}, r.compact)
-}
-
-func encodeYAML(doc *textyaml.Node, compact bool) (string, error) {
-	var buf bytes.Buffer
-	enc := textyaml.NewEncoder(&buf)
-	enc.SetIndent(2)
-	if compact {
-		enc.CompactSeqIndent()
-	}
-	if err := enc.Encode(doc); err != nil {
-		return "", err
-	}
-	if err := enc.Close(); err != nil {
-		return "", err
-	}
-	return buf.String(), nil
+	return yamledit.Encode(&textyaml.Node{Kind: textyaml.DocumentNode, Content: []*textyaml.Node{m}}, r.compact)
 }
 
 // nodeDigest is the digest of what a document holds at n, comparable with
@@ -293,12 +278,12 @@ func under(path, r string, later []string) bool {
 // recordOp is the operation that stores rec on the object at r, whose
 // metadata or annotations may be missing.
 func recordOp(root *textyaml.Node, r string, rec *undoRecorder, text string) (PatchOp, error) {
-	obj, err := nodeAt(root, r)
+	obj, err := yamledit.NodeAt(root, r)
 	if err != nil {
 		return PatchOp{}, err
 	}
 	record := undoRecord{Undo: rec.ops, Text: text}
-	meta := mapMember(obj, "metadata")
+	meta := yamledit.Member(obj, "metadata")
 	var path string
 	var value func(string) any
 	switch {
@@ -306,7 +291,7 @@ func recordOp(root *textyaml.Node, r string, rec *undoRecorder, text string) (Pa
 		record.Made = "metadata"
 		path = r + "/metadata"
 		value = func(s string) any { return map[string]any{"annotations": map[string]string{AnnotationUndo: s}} }
-	case mapMember(meta, "annotations") == nil || mapMember(meta, "annotations").Kind != textyaml.MappingNode:
+	case yamledit.Member(meta, "annotations") == nil || yamledit.Member(meta, "annotations").Kind != textyaml.MappingNode:
 		record.Made = "annotations"
 		path = r + "/metadata/annotations"
 		value = func(s string) any { return map[string]string{AnnotationUndo: s} }
@@ -319,58 +304,4 @@ func recordOp(root *textyaml.Node, r string, rec *undoRecorder, text string) (Pa
 		return PatchOp{}, err
 	}
 	return PatchOp{Op: "add", Path: path, Value: value(string(b))}, nil
-}
-
-// nodeAt follows a JSON Pointer from n, without copying.
-func nodeAt(n *textyaml.Node, p string) (*textyaml.Node, error) {
-	toks, err := pointerTokens(p)
-	if err != nil {
-		return nil, err
-	}
-	for _, t := range toks {
-		i, err := childIndex(n, t)
-		if err != nil {
-			return nil, err
-		}
-		n = n.Content[i]
-	}
-	return n, nil
-}
-
-// mapMember is the value of key in mapping n, nil when absent.
-func mapMember(n *textyaml.Node, key string) *textyaml.Node {
-	if n == nil || n.Kind != textyaml.MappingNode {
-		return nil
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		if n.Content[i].Value == key {
-			return n.Content[i+1]
-		}
-	}
-	return nil
-}
-
-// fieldPath renders a JSON Pointer as an API field path for messages:
-// spec.containers[0].command, metadata.annotations[restart-supervisor.dev/status].
-func fieldPath(p string) string {
-	toks, err := pointerTokens(p)
-	if err != nil {
-		return p
-	}
-	var b strings.Builder
-	for i, t := range toks {
-		if _, err := strconv.Atoi(t); err == nil && i > 0 {
-			b.WriteString("[" + t + "]")
-			continue
-		}
-		if strings.ContainsAny(t, "./") {
-			b.WriteString("[" + t + "]")
-			continue
-		}
-		if i > 0 {
-			b.WriteByte('.')
-		}
-		b.WriteString(t)
-	}
-	return b.String()
 }

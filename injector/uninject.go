@@ -11,7 +11,9 @@ import (
 	textyaml "go.yaml.in/yaml/v3"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/internal/yamlbound"
+	"github.com/restart-supervisor/restart-supervisor/internal/yamledit"
 	"github.com/restart-supervisor/restart-supervisor/internal/yamlstyle"
 )
 
@@ -95,7 +97,7 @@ func uninjectDoc(d *Document) ([]ObjectReport, error) {
 		return nil, fmt.Errorf("line %d: %s: the JSON value cannot be read as a tree (duplicate keys?); it is left as it is", d.Line, todo[0].name)
 	}
 	owned := map[*textyaml.Node]bool{}
-	doc.Content = []*textyaml.Node{own(owned, doc.Content[0])}
+	doc.Content = []*textyaml.Node{yamledit.Own(owned, doc.Content[0])}
 	var text string
 	for _, t := range todo {
 		var err error
@@ -125,7 +127,7 @@ func uninjectDoc(d *Document) ([]ObjectReport, error) {
 			out = ind.Bytes()
 		}
 	} else {
-		s, err := encodeYAML(&doc, yamlstyle.CompactSequences(d.Raw, true))
+		s, err := yamledit.Encode(&doc, yamlstyle.CompactSequences(d.Raw, true))
 		if err != nil {
 			return nil, fmt.Errorf("line %d: %v", d.Line, err)
 		}
@@ -147,7 +149,7 @@ func wrappedTemplates(u *unstructured.Unstructured) bool {
 	for _, t := range ts {
 		meta, _ := t.m["metadata"].(map[string]any)
 		ann, _ := meta["annotations"].(map[string]any)
-		if _, ok := ann[AnnotationStatus]; ok {
+		if _, ok := ann[contract.AnnotationStatus]; ok {
 			return true
 		}
 	}
@@ -253,7 +255,7 @@ func checkUndoOp(u undoOp, templates []string) error {
 		if !ok {
 			continue
 		}
-		toks, err := pointerTokens("/" + rest)
+		toks, err := yamledit.PointerTokens("/" + rest)
 		if err != nil {
 			return bad
 		}
@@ -305,31 +307,31 @@ func undoable(op string, toks []string) bool {
 func undoRecordOps(doc *textyaml.Node, owned map[*textyaml.Node]bool, root string, rec undoRecord) error {
 	recField := "metadata.annotations[" + AnnotationUndo + "]"
 	// The record itself goes first: it was written last.
-	meta, err := ownedPath(doc, owned, root+"/metadata")
+	meta, err := yamledit.OwnedPath(doc, owned, root+"/metadata")
 	if err != nil {
 		return fmt.Errorf("%s: %v", recField, err)
 	}
-	ann := mapMember(meta, "annotations")
+	ann := yamledit.Member(meta, "annotations")
 	if ann == nil {
 		return fmt.Errorf("%s: missing", recField)
 	}
-	ann, err = ownedPath(doc, owned, root+"/metadata/annotations")
+	ann, err = yamledit.OwnedPath(doc, owned, root+"/metadata/annotations")
 	if err != nil {
 		return fmt.Errorf("%s: %v", recField, err)
 	}
-	deleteMember(ann, AnnotationUndo)
+	yamledit.DeleteMember(ann, AnnotationUndo)
 	switch rec.Made {
 	case "":
 	case "annotations", "metadata":
 		if len(ann.Content) == 0 {
-			deleteMember(meta, "annotations")
+			yamledit.DeleteMember(meta, "annotations")
 		}
 		if rec.Made == "metadata" && len(meta.Content) == 0 {
-			obj, err := ownedPath(doc, owned, root)
+			obj, err := yamledit.OwnedPath(doc, owned, root)
 			if err != nil {
 				return err
 			}
-			deleteMember(obj, "metadata")
+			yamledit.DeleteMember(obj, "metadata")
 		}
 	default:
 		return fmt.Errorf("%s: invalid: made %q", recField, rec.Made)
@@ -340,7 +342,7 @@ func undoRecordOps(doc *textyaml.Node, owned map[*textyaml.Node]bool, root strin
 	for k := len(rec.Undo) - 1; k >= 0; k-- {
 		u := rec.Undo[k]
 		if err := undoOne(doc, owned, root, u, &budget); err != nil {
-			return fmt.Errorf("%s: %v", fieldPath(u.Path), err)
+			return fmt.Errorf("%s: %v", yamledit.FieldPath(u.Path), err)
 		}
 	}
 	return nil
@@ -351,19 +353,19 @@ func undoRecordOps(doc *textyaml.Node, owned map[*textyaml.Node]bool, root strin
 const edited = "changed since restart-injector inject wrote it; restore it, or edit the original manifest and inject it again"
 
 func undoOne(doc *textyaml.Node, owned map[*textyaml.Node]bool, root string, u undoOp, budget *yamlbound.Budget) error {
-	toks, err := pointerTokens(u.Path)
+	toks, err := yamledit.PointerTokens(u.Path)
 	if err != nil || len(toks) == 0 {
 		return fmt.Errorf("invalid path in %s", AnnotationUndo)
 	}
 	last := toks[len(toks)-1]
 	parentPath := root + u.Path[:len(u.Path)-len(escapePointer(last))-1]
-	parent, err := ownedPath(doc, owned, parentPath)
+	parent, err := yamledit.OwnedPath(doc, owned, parentPath)
 	if err != nil {
 		return fmt.Errorf("%v: %s", err, edited)
 	}
 	switch u.Op {
 	case "remove", "replace":
-		i, err := childIndex(parent, last)
+		i, err := yamledit.ChildIndex(parent, last)
 		if err != nil {
 			return fmt.Errorf("missing: %s", edited)
 		}
@@ -392,7 +394,7 @@ func undoOne(doc *textyaml.Node, owned map[*textyaml.Node]bool, root string, u u
 		}
 		switch parent.Kind {
 		case textyaml.MappingNode:
-			if mapMember(parent, last) != nil {
+			if yamledit.Member(parent, last) != nil {
 				return fmt.Errorf("present again: %s", edited)
 			}
 			at := 2 * u.At
@@ -402,7 +404,7 @@ func undoOne(doc *textyaml.Node, owned map[*textyaml.Node]bool, root string, u u
 			parent.Content = append(parent.Content[:at], append([]*textyaml.Node{key, val}, parent.Content[at:]...)...)
 			return nil
 		case textyaml.SequenceNode:
-			i, err := index(last, len(parent.Content)+1)
+			i, err := yamledit.Index(last, len(parent.Content)+1)
 			if err != nil {
 				return fmt.Errorf("%v: %s", err, edited)
 			}
@@ -427,33 +429,4 @@ func wasMember(was string, budget *yamlbound.Budget) (key, val *textyaml.Node, e
 		return nil, nil, fmt.Errorf("invalid value in %s: want one member", AnnotationUndo)
 	}
 	return d.Content[0].Content[0], d.Content[0].Content[1], nil
-}
-
-// ownedPath follows a JSON Pointer from root, copying every node on the way
-// so that the last one may be edited.
-func ownedPath(root *textyaml.Node, owned map[*textyaml.Node]bool, p string) (*textyaml.Node, error) {
-	toks, err := pointerTokens(p)
-	if err != nil {
-		return nil, err
-	}
-	n := root
-	for _, t := range toks {
-		i, err := childIndex(n, t)
-		if err != nil {
-			return nil, err
-		}
-		c := own(owned, n.Content[i])
-		n.Content[i] = c
-		n = c
-	}
-	return n, nil
-}
-
-func deleteMember(m *textyaml.Node, key string) {
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		if m.Content[i].Value == key {
-			m.Content = append(m.Content[:i], m.Content[i+2:]...)
-			return
-		}
-	}
 }

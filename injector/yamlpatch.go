@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -18,6 +17,7 @@ import (
 
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 
+	"github.com/restart-supervisor/restart-supervisor/internal/yamledit"
 	"github.com/restart-supervisor/restart-supervisor/internal/yamlstyle"
 )
 
@@ -41,7 +41,7 @@ func patchYAML(raw []byte, parsed *textyaml.Node, ops []PatchOp, roots []string)
 	// stream may be written more than once) and value nodes with a cache,
 	// so every node on the way to an edit is copied before it changes.
 	owned := map[*textyaml.Node]bool{}
-	doc.Content = []*textyaml.Node{own(owned, doc.Content[0])}
+	doc.Content = []*textyaml.Node{yamledit.Own(owned, doc.Content[0])}
 	compact := yamlstyle.CompactSequences(raw, true)
 	if roots != nil {
 		if _, err := applyWithUndo(doc.Content[0], owned, ops, roots, false, compact); err != nil {
@@ -58,22 +58,10 @@ func patchYAML(raw []byte, parsed *textyaml.Node, ops []PatchOp, roots []string)
 	return []byte(out), err
 }
 
-// own returns a shallow copy of n that may be edited, or n when it is
-// already such a copy.
-func own(owned map[*textyaml.Node]bool, n *textyaml.Node) *textyaml.Node {
-	if owned[n] {
-		return n
-	}
-	c := *n
-	c.Content = append([]*textyaml.Node(nil), n.Content...)
-	owned[&c] = true
-	return &c
-}
-
 // applyNodeOp applies op to the tree at root. When rec is not nil, it
 // also records how to undo op (see undoRecorder).
 func applyNodeOp(root *textyaml.Node, op PatchOp, owned map[*textyaml.Node]bool, rec *undoRecorder) error {
-	tokens, err := pointerTokens(op.Path)
+	tokens, err := yamledit.PointerTokens(op.Path)
 	if err != nil {
 		return err
 	}
@@ -82,11 +70,11 @@ func applyNodeOp(root *textyaml.Node, op PatchOp, owned map[*textyaml.Node]bool,
 	}
 	parent := root
 	for _, tok := range tokens[:len(tokens)-1] {
-		idx, err := childIndex(parent, tok)
+		idx, err := yamledit.ChildIndex(parent, tok)
 		if err != nil {
 			return err
 		}
-		c := own(owned, parent.Content[idx])
+		c := yamledit.Own(owned, parent.Content[idx])
 		parent.Content[idx] = c
 		parent = c
 	}
@@ -120,7 +108,7 @@ func applyNodeOp(root *textyaml.Node, op PatchOp, owned map[*textyaml.Node]bool,
 				parent.Content = append(parent.Content, val)
 				return rec.added(parentPath+strconv.Itoa(len(parent.Content)-1), c.digest)
 			}
-			i, err := index(last, len(parent.Content)+1)
+			i, err := yamledit.Index(last, len(parent.Content)+1)
 			if err != nil {
 				return err
 			}
@@ -141,7 +129,7 @@ func applyNodeOp(root *textyaml.Node, op PatchOp, owned map[*textyaml.Node]bool,
 			}
 			return fmt.Errorf("no member %q", last)
 		case textyaml.SequenceNode:
-			i, err := index(last, len(parent.Content))
+			i, err := yamledit.Index(last, len(parent.Content))
 			if err != nil {
 				return err
 			}
@@ -155,60 +143,6 @@ func applyNodeOp(root *textyaml.Node, op PatchOp, owned map[*textyaml.Node]bool,
 		return fmt.Errorf("unsupported operation")
 	}
 	return fmt.Errorf("parent is neither a mapping nor a sequence")
-}
-
-// childIndex locates the child named by tok in n.Content.
-func childIndex(n *textyaml.Node, tok string) (int, error) {
-	var i int
-	switch n.Kind {
-	case textyaml.MappingNode:
-		i = -1
-		for k := 0; k+1 < len(n.Content); k += 2 {
-			if n.Content[k].Value == tok {
-				i = k + 1
-				break
-			}
-		}
-		if i < 0 {
-			return 0, fmt.Errorf("no member %q", tok)
-		}
-	case textyaml.SequenceNode:
-		var err error
-		if i, err = index(tok, len(n.Content)); err != nil {
-			return 0, err
-		}
-	default:
-		return 0, fmt.Errorf("%q: not a mapping or sequence", tok)
-	}
-	if c := n.Content[i]; c.Kind == textyaml.AliasNode || c.Anchor != "" {
-		// An edit through an alias or below an anchor would change every
-		// place that refers to it; the caller falls back to writing the
-		// object, with aliases expanded.
-		return 0, fmt.Errorf("%q: path goes through an anchor or alias", tok)
-	}
-	return i, nil
-}
-
-func index(tok string, n int) (int, error) {
-	i, err := strconv.Atoi(tok)
-	if err != nil || i < 0 || i >= n {
-		return 0, fmt.Errorf("index %q out of range", tok)
-	}
-	return i, nil
-}
-
-func pointerTokens(p string) ([]string, error) {
-	if p == "" {
-		return nil, nil
-	}
-	if p[0] != '/' {
-		return nil, fmt.Errorf("JSON pointer must start with /")
-	}
-	toks := strings.Split(p[1:], "/")
-	for i, t := range toks {
-		toks[i] = strings.ReplaceAll(strings.ReplaceAll(t, "~1", "/"), "~0", "~")
-	}
-	return toks, nil
 }
 
 // converted is a patch value as block-style YAML, keeping the key order
@@ -237,7 +171,7 @@ func convertValue(v any) (*converted, error) {
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
-	n, err := tokenNode(dec)
+	n, err := yamledit.FromJSON(dec)
 	if err != nil {
 		return nil, err
 	}
@@ -265,54 +199,3 @@ var (
 	valueRoots     sync.Map // *converted.node → *converted
 	valueNodeCount atomic.Int64
 )
-
-func tokenNode(dec *json.Decoder) (*textyaml.Node, error) {
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, err
-	}
-	switch t := tok.(type) {
-	case json.Delim:
-		switch t {
-		case '{':
-			n := &textyaml.Node{Kind: textyaml.MappingNode, Tag: "!!map"}
-			for dec.More() {
-				k, err := dec.Token()
-				if err != nil {
-					return nil, err
-				}
-				v, err := tokenNode(dec)
-				if err != nil {
-					return nil, err
-				}
-				n.Content = append(n.Content, &textyaml.Node{Kind: textyaml.ScalarNode, Tag: "!!str", Value: k.(string)}, v)
-			}
-			_, err := dec.Token() // '}'
-			return n, err
-		case '[':
-			n := &textyaml.Node{Kind: textyaml.SequenceNode, Tag: "!!seq"}
-			for dec.More() {
-				v, err := tokenNode(dec)
-				if err != nil {
-					return nil, err
-				}
-				n.Content = append(n.Content, v)
-			}
-			_, err := dec.Token() // ']'
-			return n, err
-		}
-	case string:
-		return &textyaml.Node{Kind: textyaml.ScalarNode, Tag: "!!str", Value: t}, nil
-	case json.Number:
-		tag := "!!int"
-		if strings.ContainsAny(string(t), ".eE") {
-			tag = "!!float"
-		}
-		return &textyaml.Node{Kind: textyaml.ScalarNode, Tag: tag, Value: string(t)}, nil
-	case bool:
-		return &textyaml.Node{Kind: textyaml.ScalarNode, Tag: "!!bool", Value: strconv.FormatBool(t)}, nil
-	case nil:
-		return &textyaml.Node{Kind: textyaml.ScalarNode, Tag: "!!null", Value: "null"}, nil
-	}
-	return nil, fmt.Errorf("unexpected JSON token %v", tok)
-}

@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/injector"
 	"github.com/restart-supervisor/restart-supervisor/rules"
 )
@@ -318,7 +319,7 @@ func (h *Handler) review(ctx context.Context, req *admissionv1.AdmissionRequest,
 		// the native fields still ignores it, so such pods are still injected.
 		// A pod is left to the cluster only when it honours every feature
 		// the pod relies on.
-		if h.NativeState != nil && h.NativeState.HonouredFor(feature) && pod.Annotations[injector.AnnotationRules] == "" {
+		if h.NativeState != nil && h.NativeState.HonouredFor(feature) && pod.Annotations[contract.AnnotationRules] == "" {
 			return &admissionv1.AdmissionResponse{Allowed: true}, ResultUntouched
 		}
 	}
@@ -372,8 +373,8 @@ func (h *Handler) review(ctx context.Context, req *admissionv1.AdmissionRequest,
 // relies on the annotation, which only the injector reads.
 func allowNative(pod *corev1.Pod, why string) *admissionv1.AdmissionResponse {
 	resp := &admissionv1.AdmissionResponse{Allowed: true}
-	if pod.Annotations[injector.AnnotationRules] != "" {
-		resp.Warnings = []string{fmt.Sprintf("annotation %s is ignored (%s): use the containers' restartPolicyRules fields", injector.AnnotationRules, why)}
+	if pod.Annotations[contract.AnnotationRules] != "" {
+		resp.Warnings = []string{fmt.Sprintf("annotation %s is ignored (%s): use the containers' restartPolicyRules fields", contract.AnnotationRules, why)}
 	}
 	return resp
 }

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/restart-supervisor/restart-supervisor/imagelookup/registry"
 	"github.com/restart-supervisor/restart-supervisor/injector"
 )
 
@@ -65,7 +66,7 @@ func TestPullSecretsScopedToReviewNamespace(t *testing.T) {
 	client := fake.NewClientset(pullSecret("apps", "pull"), pullSecret("kube-system", "pull"))
 	log := testLogger(t)
 	h := &Handler{Mutator: injector.New(injector.Options{SupervisorImage: "example.test/restart-supervisor:test",
-		Resolver: injector.NewResolver(injector.ResolverOptions{PullSecrets: PullSecretReader(client, log), Timeout: 5 * time.Second})}),
+		Resolver: registry.New(registry.Options{PullSecrets: PullSecretReader(client, log), Timeout: 5 * time.Second})}),
 		Entrypoint: EntrypointDeny, Native: NativeOff, Log: log}
 	ts := startServer(t, h)
 

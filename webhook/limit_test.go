@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/restart-supervisor/restart-supervisor/imagelookup/registry"
 	"github.com/restart-supervisor/restart-supervisor/injector"
 )
 
@@ -117,7 +118,7 @@ func TestInFlightBounded(t *testing.T) {
 	reg := newStallingRegistry(t)
 	host := strings.TrimPrefix(reg.srv.URL, "http://")
 	h := &Handler{Mutator: injector.New(injector.Options{SupervisorImage: "example.test/restart-supervisor:test",
-		Resolver: injector.NewResolver(injector.ResolverOptions{InsecureRegistries: []string{host}, Timeout: time.Minute})}),
+		Resolver: registry.New(registry.Options{InsecureRegistries: []string{host}, Timeout: time.Minute})}),
 		Entrypoint: EntrypointDeny, Native: NativeOff}
 	h.Metrics, h.Log = NewMetrics(), testLogger(t)
 	ts := startServerOpts(t, h, h.Metrics, h.Log, func(s *Server) { s.MaxInFlight = inFlight })

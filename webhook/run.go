@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
+	"github.com/restart-supervisor/restart-supervisor/imagelookup/registry"
 	"github.com/restart-supervisor/restart-supervisor/injector"
 )
 
@@ -198,7 +199,7 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	for _, list := range []*[]string{&c.InsecureRegistries, &c.AllowedRegistries} {
 		for i, r := range *list {
-			n, err := injector.NormalizeRegistry(r)
+			n, err := registry.NormalizeRegistry(r)
 			if err != nil {
 				return c, err
 			}
@@ -262,7 +263,7 @@ func Run(ctx context.Context, c Config) error {
 		VolumeMedium:    c.VolumeMedium,
 	}
 	if c.RegistryLookup {
-		ropts := injector.ResolverOptions{
+		ropts := registry.Options{
 			Timeout:            c.LookupTimeout,
 			Transport:          countingTransport{next: http.DefaultTransport, reqs: registryReqs},
 			InsecureRegistries: c.InsecureRegistries,
@@ -278,7 +279,7 @@ func Run(ctx context.Context, c Config) error {
 		if client != nil {
 			ropts.PullSecrets = PullSecretReader(client, log)
 		}
-		opts.Resolver = injector.NewResolver(ropts)
+		opts.Resolver = registry.New(ropts)
 	}
 
 	certs := NewCertWatcher(c.CertDir, log, func(t time.Time) { metrics.CertExpiry.Set(float64(t.Unix())) })

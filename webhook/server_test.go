@@ -262,11 +262,11 @@ func TestInjectsNativeRulesAsExplicitPatch(t *testing.T) {
 	if !bytes.Contains(out, []byte(`"futureField":{"x":1}`)) {
 		t.Errorf("unknown field lost by the patch: %s", out)
 	}
-	if len(pod.Spec.InitContainers) != 1 || pod.Spec.InitContainers[0].Name != injector.InstallContainer {
+	if len(pod.Spec.InitContainers) != 1 || pod.Spec.InitContainers[0].Name != contract.InstallContainer {
 		t.Fatalf("init containers: %+v", pod.Spec.InitContainers)
 	}
 	tr := pod.Spec.Containers[0]
-	if len(tr.Command) == 0 || tr.Command[0] != injector.SupervisorPath {
+	if len(tr.Command) == 0 || tr.Command[0] != contract.SupervisorPath {
 		t.Errorf("trainer command = %q", tr.Command)
 	}
 	if tr.RestartPolicy != nil || len(tr.RestartPolicyRules) != 0 {
@@ -275,7 +275,7 @@ func TestInjectsNativeRulesAsExplicitPatch(t *testing.T) {
 	if ex := pod.Spec.Containers[1]; len(ex.Command) != 1 || ex.Command[0] != "/exporter" {
 		t.Errorf("container without rules changed: %q", ex.Command)
 	}
-	if pod.Annotations[injector.AnnotationStatus] == "" {
+	if pod.Annotations[contract.AnnotationStatus] == "" {
 		t.Errorf("no status annotation")
 	}
 
@@ -662,17 +662,17 @@ func TestRerunSidecarThroughWebhook(t *testing.T) {
 	for _, c := range pod.Spec.InitContainers {
 		names = append(names, c.Name)
 	}
-	if strings.Join(names, ",") != injector.InstallContainer+",fetch,fetch-rerun" {
+	if strings.Join(names, ",") != contract.InstallContainer+",fetch,fetch-rerun" {
 		t.Fatalf("init containers %q", names)
 	}
 	rc := pod.Spec.InitContainers[2]
-	if rc.RestartPolicy == nil || *rc.RestartPolicy != corev1.ContainerRestartPolicyAlways || rc.Command[0] != injector.SupervisorPath ||
+	if rc.RestartPolicy == nil || *rc.RestartPolicy != corev1.ContainerRestartPolicyAlways || rc.Command[0] != contract.SupervisorPath ||
 		len(rc.Resources.Requests) != 0 || rc.ReadinessProbe != nil {
 		t.Errorf("re-run sidecar: %+v", rc)
 	}
 	members := ""
 	for _, e := range pod.Spec.Containers[0].Env {
-		if e.Name == injector.EnvPodMembers && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil &&
+		if e.Name == contract.EnvPodMembers && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil &&
 			e.ValueFrom.FieldRef.FieldPath == contract.PodMembersFieldPath {
 			members = pod.Annotations[contract.AnnotationPodMembers]
 		}

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 
+	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/injector"
 )
 
@@ -77,7 +78,7 @@ func (h *Handler) reviewTemplate(req *admissionv1.AdmissionRequest) (*admissionv
 	pt := admissionv1.PatchTypeJSONPatch
 	return &admissionv1.AdmissionResponse{Allowed: true, Patch: patch, PatchType: &pt, Warnings: []string{fmt.Sprintf(
 		"this API server drops restartPolicyRules from pod templates (ContainerRestartRules off): the rules of %s were copied into the annotation %s, and pods are run under restart-supervisor",
-		someNames(res.Containers, 8), injector.AnnotationRules)}}, ResultInjected
+		someNames(res.Containers, 8), contract.AnnotationRules)}}, ResultInjected
 }
 
 // someNames lists the first n of names, and how many more there are: a

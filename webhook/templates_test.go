@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
-	"github.com/restart-supervisor/restart-supervisor/injector"
+	"github.com/restart-supervisor/restart-supervisor/contract"
 )
 
 type fixedFields struct{ kept, known bool }
@@ -79,7 +79,7 @@ func TestTemplateRulesMovedToAnnotationWhenDropped(t *testing.T) {
 		if err := json.Unmarshal(out, &d); err != nil {
 			t.Fatal(err)
 		}
-		got := d.Spec.Template.Metadata.Annotations[injector.AnnotationRules]
+		got := d.Spec.Template.Metadata.Annotations[contract.AnnotationRules]
 		// The user's current fields replace the annotation's entry for web;
 		// the entry for sidecar (annotation only) is kept.
 		want := `{"sidecar":{"restartPolicy":"Always","restartPolicyRules":[{"action":"Restart","exitCodes":{"operator":"In","values":[3]}}]},"web":{"restartPolicy":"Never","restartPolicyRules":[{"action":"Restart","exitCodes":{"operator":"In","values":[42]}}]}}`
@@ -138,7 +138,7 @@ spec:
 	if err := json.Unmarshal(out, &obj); err != nil {
 		t.Fatal(err)
 	}
-	s, _, _ := unstructured.NestedString(obj, "spec", "jobTemplate", "spec", "template", "metadata", "annotations", injector.AnnotationRules)
+	s, _, _ := unstructured.NestedString(obj, "spec", "jobTemplate", "spec", "template", "metadata", "annotations", contract.AnnotationRules)
 	if !strings.HasPrefix(s, `{"job":{"restartPolicy":"Never"`) {
 		t.Fatalf("patched: %s", out)
 	}
@@ -200,7 +200,7 @@ spec:
 	if _, found, _ := unstructured.NestedFieldNoCopy(jobs[0].(map[string]any), "template", "spec", "template", "metadata"); found {
 		t.Errorf("the driver's template, which has no rules, was changed: %s", out)
 	}
-	s, _, _ := unstructured.NestedString(jobs[1].(map[string]any), "template", "spec", "template", "metadata", "annotations", injector.AnnotationRules)
+	s, _, _ := unstructured.NestedString(jobs[1].(map[string]any), "template", "spec", "template", "metadata", "annotations", contract.AnnotationRules)
 	if !strings.HasPrefix(s, `{"worker":{"restartPolicy":"Never"`) {
 		t.Fatalf("patched: %s", out)
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 
 	"github.com/restart-supervisor/restart-supervisor/compose"
+	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/dockerrun"
 	"github.com/restart-supervisor/restart-supervisor/injector"
 )
@@ -18,10 +19,10 @@ const composeUsage = `usage: restart-injector compose -f FILE [-o FILE] [flags]
 Rewrites a Docker Compose file whose services carry restart rules in an
 '` + compose.RulesKey + `' extension (the supervisor's config document:
 restartPolicy, restartPolicyRules, backoff) so that they run under
-restart-supervisor: a one-shot service '` + compose.InstallService + `' installs the
-binary into the volume '` + compose.BinVolume + `', and each ruled service gets
+restart-supervisor: a one-shot service '` + contract.InstallContainer + `' installs the
+binary into the volume '` + contract.BinVolume + `', and each ruled service gets
 the supervisor as entrypoint, its own command after '--', the rules in the
-environment and the shared state volume '` + compose.StateVolume + `'. When a
+environment and the shared state volume '` + contract.StateVolume + `'. When a
 rule uses RestartAllContainers, every service is wrapped and takes part in
 pod restarts. Compose's restart: becomes the rules' podRestartPolicy (no:
 Never, on-failure: OnFailure, always and unless-stopped: Always).

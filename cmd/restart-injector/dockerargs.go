@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/dockerrun"
 )
 
@@ -17,8 +18,8 @@ const dockerArgsUsage = `usage: restart-injector docker-args IMAGE [flags] [-- A
 
 Prints, as one shell-quoted line, the arguments that follow 'docker run' to run
 IMAGE under restart-supervisor without rebuilding it: the supervisor binary
-mounted read-only at ` + dockerrun.MountDir + `, set as the entrypoint, the rules
-in ` + dockerrun.ConfigEnv + ` and the image's own ENTRYPOINT and CMD after '--'.
+mounted read-only at ` + contract.BinDir + `, set as the entrypoint, the rules
+in ` + contract.EnvConfig + ` and the image's own ENTRYPOINT and CMD after '--'.
 The image config comes from the local engine ('docker image inspect') or, when
 the engine does not have the image, from its registry (credentials from
 'docker login'). ARGS after '--' replace the image's CMD, as they

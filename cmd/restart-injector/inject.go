@@ -14,6 +14,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/restart-supervisor/restart-supervisor/contract"
+	"github.com/restart-supervisor/restart-supervisor/imagelookup/registry"
 	"github.com/restart-supervisor/restart-supervisor/injector"
 	"github.com/restart-supervisor/restart-supervisor/rules"
 )
@@ -46,7 +48,7 @@ func runInject(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	var files fileList
 	fl.Var(&files, "f", "manifest file, directory (read recursively) or - for stdin; repeatable")
 	image := fl.String("supervisor-image", "", "image of the install init container (default "+injector.DefaultSupervisorImage()+")")
-	noLookup := fl.Bool("no-lookup", false, "never contact a registry: containers without command need the annotation "+injector.AnnotationEntrypoint+"<container>")
+	noLookup := fl.Bool("no-lookup", false, "never contact a registry: containers without command need the annotation "+contract.AnnotationEntrypoint+"<container>")
 	timeout := fl.Duration("lookup-timeout", 10*time.Second, "time limit of one image lookup")
 	var insecure, allowed registryList
 	registryFlags(fl, &insecure, &allowed)
@@ -79,7 +81,7 @@ func runInject(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	}
 	opts := injector.Options{SupervisorImage: *image, VolumeMedium: corev1.StorageMedium(*medium), KubeVersion: kubeVersion}
 	if !*noLookup {
-		opts.Resolver = injector.NewResolver(injector.ResolverOptions{Keychain: authn.DefaultKeychain, Timeout: *timeout,
+		opts.Resolver = registry.New(registry.Options{Keychain: authn.DefaultKeychain, Timeout: *timeout,
 			InsecureRegistries: insecure, AllowedRegistries: allowed})
 	}
 	inj := injector.New(opts)

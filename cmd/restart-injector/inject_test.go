@@ -19,6 +19,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
+	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/injector"
 )
 
@@ -170,11 +171,11 @@ func TestInjectDirectoryAndStdin(t *testing.T) {
 	if code != exitOK || errOut != "" {
 		t.Fatalf("exit %d: %q", code, errOut)
 	}
-	if strings.Count(out, injector.SupervisorPath) != 2 || !strings.Contains(out, "\n---\n{") {
+	if strings.Count(out, contract.SupervisorPath) != 2 || !strings.Contains(out, "\n---\n{") {
 		t.Errorf("directory output:\n%s", out)
 	}
 	code, out, _ = runCmd(t, strings.ReplaceAll(deployYAML, "IMAGE", "x"), "inject", "--no-lookup", "-f", "-")
-	if code != exitOK || !strings.Contains(out, injector.SupervisorPath) {
+	if code != exitOK || !strings.Contains(out, contract.SupervisorPath) {
 		t.Errorf("stdin: exit %d\n%s", code, out)
 	}
 }
@@ -349,7 +350,7 @@ func TestInjectNamesEveryBadDocument(t *testing.T) {
 		t.Fatalf("exit %d, stderr:\n%s", code, errOut)
 	}
 	docs := strings.Split(out, "---\n")
-	if len(docs) != 3 || docs[0] != badRules || !strings.Contains(docs[1], injector.SupervisorPath) || docs[2] != badYAML {
+	if len(docs) != 3 || docs[0] != badRules || !strings.Contains(docs[1], contract.SupervisorPath) || docs[2] != badYAML {
 		t.Errorf("output:\n%s", out)
 	}
 }
@@ -364,7 +365,7 @@ func TestInjectOutputFile(t *testing.T) {
 		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	got, err := os.ReadFile(f)
-	if err != nil || !strings.Contains(string(got), injector.SupervisorPath) {
+	if err != nil || !strings.Contains(string(got), contract.SupervisorPath) {
 		t.Fatalf("the file was not replaced by the injected stream: %v\n%s", err, got)
 	}
 	bad := writeFile(t, filepath.Join(dir, "bad.yaml"), "a: [1\n")

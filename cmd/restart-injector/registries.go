@@ -4,7 +4,7 @@ import (
 	"flag"
 	"strings"
 
-	"github.com/restart-supervisor/restart-supervisor/injector"
+	"github.com/restart-supervisor/restart-supervisor/imagelookup/registry"
 )
 
 // registryList is a repeatable flag of registries (HOST[:PORT]), each value
@@ -15,7 +15,7 @@ func (l *registryList) String() string { return strings.Join(*l, ",") }
 
 func (l *registryList) Set(v string) error {
 	for _, s := range strings.Split(v, ",") {
-		n, err := injector.NormalizeRegistry(s)
+		n, err := registry.NormalizeRegistry(s)
 		if err != nil {
 			return err
 		}

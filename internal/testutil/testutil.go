@@ -4,6 +4,7 @@ package testutil
 
 import (
 	"bytes"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -41,4 +42,15 @@ func Within[T any](t testing.TB, limit time.Duration, f func() T) T {
 		t.Fatalf("still blocked after %v", limit)
 		panic("unreachable")
 	}
+}
+
+// HeapCost runs f and returns the bytes allocated meanwhile by the whole
+// process (servers the test runs in-process included).
+func HeapCost(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
 }

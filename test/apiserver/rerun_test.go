@@ -55,7 +55,7 @@ type namedResources struct {
 
 func (rc rerunCase) pod() *corev1.Pod {
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: rc.name, Namespace: "default", Annotations: map[string]string{
-		injector.AnnotationRules: `{"trainer": {"restartPolicy": "Never", "restartPolicyRules": [{"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [88]}}]}}`,
+		contract.AnnotationRules: `{"trainer": {"restartPolicy": "Never", "restartPolicyRules": [{"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [88]}}]}}`,
 	}}}
 	p.Spec.RestartPolicy = corev1.RestartPolicyNever
 	p.Spec.Resources = rc.podLevel

@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/injector"
 	"github.com/restart-supervisor/restart-supervisor/webhook"
 )
@@ -182,9 +183,9 @@ func runAgainstAPIServer(t *testing.T, assets string, gate bool) {
 			t.Fatal(err)
 		}
 		assertInjected(t, p, "trainer")
-		cfg := envOf(p.Spec.Containers[0], injector.EnvConfig)
+		cfg := envOf(p.Spec.Containers[0], contract.EnvConfig)
 		if !strings.Contains(cfg, `"restartPolicyRules":[{"action":"Restart","exitCodes":{"operator":"In","values":[42]}}]`) {
-			t.Errorf("%s = %s", injector.EnvConfig, cfg)
+			t.Errorf("%s = %s", contract.EnvConfig, cfg)
 		}
 		if c := p.Spec.Containers[1]; len(c.Command) != 1 || c.Command[0] != "/exporter" || len(c.VolumeMounts) != 0 {
 			t.Errorf("container without rules was changed: %+v", c)
@@ -198,7 +199,7 @@ func runAgainstAPIServer(t *testing.T, assets string, gate bool) {
 			t.Fatal(err)
 		}
 		tmplRules := stored.Spec.Template.Spec.Containers[0].RestartPolicyRules
-		carried := stored.Spec.Template.Annotations[injector.AnnotationRules]
+		carried := stored.Spec.Template.Annotations[contract.AnnotationRules]
 		if !gate {
 			// The API server drops the fields from a stored template with the
 			// gate off; the template webhook copied them into the annotation
@@ -221,7 +222,7 @@ func runAgainstAPIServer(t *testing.T, assets string, gate bool) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := storedCron.Spec.JobTemplate.Spec.Template.Annotations[injector.AnnotationRules]; (got != "") == gate {
+		if got := storedCron.Spec.JobTemplate.Spec.Template.Annotations[contract.AnnotationRules]; (got != "") == gate {
 			t.Errorf("gate %v: CronJob template annotation %q", gate, got)
 		}
 
@@ -250,7 +251,7 @@ func runAgainstAPIServer(t *testing.T, assets string, gate bool) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(p.Spec.InitContainers) != 0 || len(p.Spec.Volumes) != 0 || p.Annotations[injector.AnnotationStatus] != "" ||
+		if len(p.Spec.InitContainers) != 0 || len(p.Spec.Volumes) != 0 || p.Annotations[contract.AnnotationStatus] != "" ||
 			len(p.Spec.Containers[0].Command) != 1 || p.Spec.Containers[0].Command[0] != "/app" {
 			t.Errorf("pod without rules changed: %+v", p.Spec)
 		}
@@ -459,19 +460,19 @@ func addNode(t testing.TB, client kubernetes.Interface, name, kubelet string, de
 }
 
 func injected(p *corev1.Pod) bool {
-	return len(p.Spec.InitContainers) > 0 && p.Spec.InitContainers[0].Name == injector.InstallContainer
+	return len(p.Spec.InitContainers) > 0 && p.Spec.InitContainers[0].Name == contract.InstallContainer
 }
 
 func assertInjected(t testing.TB, p *corev1.Pod, container string) {
 	t.Helper()
 	installs := 0
 	for _, c := range p.Spec.InitContainers {
-		if c.Name == injector.InstallContainer {
+		if c.Name == contract.InstallContainer {
 			installs++
 		}
 	}
 	if installs != 1 || !injected(p) {
-		t.Fatalf("pod %s: want exactly one %s first among init containers, got %v", p.Name, injector.InstallContainer, names(p.Spec.InitContainers))
+		t.Fatalf("pod %s: want exactly one %s first among init containers, got %v", p.Name, contract.InstallContainer, names(p.Spec.InitContainers))
 	}
 	if p.Spec.InitContainers[0].Image != supervisorImage {
 		t.Errorf("install image %q", p.Spec.InitContainers[0].Image)
@@ -480,7 +481,7 @@ func assertInjected(t testing.TB, p *corev1.Pod, container string) {
 		if c.Name != container {
 			continue
 		}
-		if len(c.Command) == 0 || c.Command[0] != injector.SupervisorPath {
+		if len(c.Command) == 0 || c.Command[0] != contract.SupervisorPath {
 			t.Errorf("pod %s container %s: command %q not wrapped", p.Name, c.Name, c.Command)
 		}
 		if c.RestartPolicy != nil || len(c.RestartPolicyRules) != 0 {
@@ -536,7 +537,7 @@ func annotatedPod(name string) *corev1.Pod {
 		"restartPolicy":      "Never",
 		"restartPolicyRules": []any{map[string]any{"action": "Restart", "exitCodes": map[string]any{"operator": "In", "values": []int{42}}}},
 	}})
-	p.Annotations = map[string]string{injector.AnnotationRules: string(rules)}
+	p.Annotations = map[string]string{contract.AnnotationRules: string(rules)}
 	return p
 }
 

@@ -284,7 +284,7 @@ func TestInjectedPodRestartsInPlace(t *testing.T) {
 	n := newNode(t, out, supervisor)
 
 	// The init container fills the binary volume from the image.
-	install := findContainer(t, out.Spec.InitContainers, injector.InstallContainer)
+	install := findContainer(t, out.Spec.InitContainers, contract.InstallContainer)
 	argv, env, _ := n.process(install)
 	if code, log := run(t, argv, env); code != 0 {
 		t.Fatalf("install container exited %d:\n%s", code, log)
@@ -423,7 +423,7 @@ func TestInjectedPodRestartsTogether(t *testing.T) {
 	}
 	out := res.Pod
 	n := newNode(t, out, supervisor)
-	argv, env, _ := n.process(findContainer(t, out.Spec.InitContainers, injector.InstallContainer))
+	argv, env, _ := n.process(findContainer(t, out.Spec.InitContainers, contract.InstallContainer))
 	if code, log := run(t, argv, env); code != 0 {
 		t.Fatalf("install container exited %d:\n%s", code, log)
 	}

@@ -64,7 +64,7 @@ func TestInjectedProbesRunInTheSupervisor(t *testing.T) {
 		t.Fatalf("probes of the wrapped container: liveness %v startup %v readiness %v", wc.LivenessProbe, wc.StartupProbe, wc.ReadinessProbe)
 	}
 	n := newNode(t, out, supervisor)
-	argv, env, _ := n.process(findContainer(t, out.Spec.InitContainers, injector.InstallContainer))
+	argv, env, _ := n.process(findContainer(t, out.Spec.InitContainers, contract.InstallContainer))
 	if code, log := run(t, argv, env); code != 0 {
 		t.Fatalf("install container exited %d:\n%s", code, log)
 	}

@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 
-	"github.com/restart-supervisor/restart-supervisor/injector"
+	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/test/e2e/cluster"
 )
 
@@ -79,8 +79,8 @@ func watchAdmissions(ctx context.Context, c *cluster.Cluster, ns string) (*admis
 }
 
 func (a *admissions) add(pod *corev1.Pod) {
-	_, wrapped := pod.Annotations[injector.AnnotationStatus]
-	_, annotated := pod.Annotations[injector.AnnotationRules]
+	_, wrapped := pod.Annotations[contract.AnnotationStatus]
+	_, annotated := pod.Annotations[contract.AnnotationRules]
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if _, seen := a.pods[pod.Name]; !seen {

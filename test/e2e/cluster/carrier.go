@@ -7,7 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/restart-supervisor/restart-supervisor/injector"
+	"github.com/restart-supervisor/restart-supervisor/contract"
 )
 
 // annotatedRules is one container's entry of the restart-supervisor.dev/rules
@@ -28,9 +28,9 @@ type annotatedRules struct {
 // the container's fields.
 func RulesToAnnotation(meta *metav1.ObjectMeta, spec *corev1.PodSpec) error {
 	ann := map[string]annotatedRules{}
-	if v, ok := meta.Annotations[injector.AnnotationRules]; ok {
+	if v, ok := meta.Annotations[contract.AnnotationRules]; ok {
 		if err := json.Unmarshal([]byte(v), &ann); err != nil {
-			return fmt.Errorf("annotation %s: %w", injector.AnnotationRules, err)
+			return fmt.Errorf("annotation %s: %w", contract.AnnotationRules, err)
 		}
 	}
 	changed := false
@@ -48,7 +48,7 @@ func RulesToAnnotation(meta *metav1.ObjectMeta, spec *corev1.PodSpec) error {
 			want, _ := json.Marshal(a)
 			have, _ := json.Marshal(old)
 			if string(want) != string(have) {
-				return fmt.Errorf("container %q: annotation %s says %s, the container's fields %s", c.Name, injector.AnnotationRules, have, want)
+				return fmt.Errorf("container %q: annotation %s says %s, the container's fields %s", c.Name, contract.AnnotationRules, have, want)
 			}
 		}
 		ann[c.Name] = a
@@ -74,6 +74,6 @@ func RulesToAnnotation(meta *metav1.ObjectMeta, spec *corev1.PodSpec) error {
 	if meta.Annotations == nil {
 		meta.Annotations = map[string]string{}
 	}
-	meta.Annotations[injector.AnnotationRules] = string(b)
+	meta.Annotations[contract.AnnotationRules] = string(b)
 	return nil
 }

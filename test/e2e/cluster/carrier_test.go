@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/injector"
 )
 
@@ -66,7 +67,7 @@ func TestRulesToAnnotation(t *testing.T) {
 	}
 	got, err := injector.PodRules(moved, "spec", "pod p")
 	if err != nil {
-		t.Fatalf("the injector refuses the annotation %s: %v", moved.Annotations[injector.AnnotationRules], err)
+		t.Fatalf("the injector refuses the annotation %s: %v", moved.Annotations[contract.AnnotationRules], err)
 	}
 	if len(got) != len(want) {
 		t.Fatalf("%d containers read from the annotation, %d from the fields", len(got), len(want))
@@ -93,7 +94,7 @@ func TestRulesToAnnotation(t *testing.T) {
 func TestRulesToAnnotationExisting(t *testing.T) {
 	pod := carrierPod()
 	pod.Spec.InitContainers = nil
-	pod.Annotations = map[string]string{injector.AnnotationRules: `{"a":{"restartPolicy":"Never","restartPolicyRules":[{"action":"Restart","exitCodes":{"operator":"In","values":[42,43]}}]}}`}
+	pod.Annotations = map[string]string{contract.AnnotationRules: `{"a":{"restartPolicy":"Never","restartPolicyRules":[{"action":"Restart","exitCodes":{"operator":"In","values":[42,43]}}]}}`}
 	if err := RulesToAnnotation(&pod.ObjectMeta, &pod.Spec); err != nil {
 		t.Fatalf("agreeing annotation: %v", err)
 	}
@@ -102,7 +103,7 @@ func TestRulesToAnnotationExisting(t *testing.T) {
 	}
 
 	pod = carrierPod()
-	pod.Annotations = map[string]string{injector.AnnotationRules: `{"a":{"restartPolicy":"Never","restartPolicyRules":[{"action":"Restart","exitCodes":{"operator":"In","values":[1]}}]}}`}
+	pod.Annotations = map[string]string{contract.AnnotationRules: `{"a":{"restartPolicy":"Never","restartPolicyRules":[{"action":"Restart","exitCodes":{"operator":"In","values":[1]}}]}}`}
 	err := RulesToAnnotation(&pod.ObjectMeta, &pod.Spec)
 	if err == nil || !strings.Contains(err.Error(), `container "a"`) {
 		t.Fatalf("disagreeing annotation: err = %v, want one naming container a", err)

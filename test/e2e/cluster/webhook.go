@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/restart-supervisor/restart-supervisor/injector"
+	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/webhook"
 )
 
@@ -142,7 +142,7 @@ func (c *Cluster) StartWebhook(ctx context.Context, repo string) error {
 		if err != nil {
 			return err
 		}
-		if _, ok := got.Annotations[injector.AnnotationStatus]; !ok {
+		if _, ok := got.Annotations[contract.AnnotationStatus]; !ok {
 			return fmt.Errorf("pod not mutated yet")
 		}
 		return nil

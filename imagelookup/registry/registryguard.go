@@ -1,4 +1,4 @@
-package injector
+package registry
 
 import (
 	"crypto/tls"
@@ -13,6 +13,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+
+	"github.com/restart-supervisor/restart-supervisor/imagelookup"
 )
 
 // What one lookup may read. A lookup reads the manifest of the reference,
@@ -58,23 +60,13 @@ const (
 
 // keptConfig is what a lookup keeps of one platform's config, refused
 // when its ENTRYPOINT and CMD pass MaxArgvEntries or MaxArgvBytes.
-func keptConfig(host, digest, platform string, cf *v1.ConfigFile) (ImageConfig, error) {
-	entries, size := argvSize(cf.Config.Entrypoint, cf.Config.Cmd)
+func keptConfig(host, digest, platform string, cf *v1.ConfigFile) (imagelookup.ImageConfig, error) {
+	entries, size := imagelookup.ArgvSize(cf.Config.Entrypoint, cf.Config.Cmd)
 	if entries > MaxArgvEntries || size > MaxArgvBytes {
-		return ImageConfig{}, lookupErrorf(nil, "registry %s: image %s: platform %s: ENTRYPOINT and CMD hold %d strings of %d bytes, over the cap of %d strings and %s",
+		return imagelookup.ImageConfig{}, lookupErrorf(nil, "registry %s: image %s: platform %s: ENTRYPOINT and CMD hold %d strings of %d bytes, over the cap of %d strings and %s",
 			host, digest, platform, entries, size, MaxArgvEntries, sizeString(MaxArgvBytes))
 	}
-	return ImageConfig{cf.Config.Entrypoint, cf.Config.Cmd, cf.Config.StopSignal}, nil
-}
-
-func argvSize(lists ...[]string) (entries, size int) {
-	for _, l := range lists {
-		entries += len(l)
-		for _, s := range l {
-			size += len(s)
-		}
-	}
-	return entries, size
+	return imagelookup.ImageConfig{Entrypoint: cf.Config.Entrypoint, Cmd: cf.Config.Cmd, StopSignal: cf.Config.StopSignal}, nil
 }
 
 // LookupError is a failed lookup described for the pod author: it names the

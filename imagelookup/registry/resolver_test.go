@@ -1,7 +1,8 @@
-package injector
+package registry
 
 import (
 	"context"
+	kubeyaml "sigs.k8s.io/yaml"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,12 +13,15 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/restart-supervisor/restart-supervisor/injector"
+	"github.com/restart-supervisor/restart-supervisor/internal/testutil/testregistry"
 )
 
 func TestResolveSingleArch(t *testing.T) {
-	tr := newTestRegistry(t)
-	tr.push(t, "registry.test/app:1", testImage(t, "linux", "amd64", []string{"/app"}, []string{"serve"}))
-	r := NewResolver(ResolverOptions{Transport: tr.transport})
+	tr := testregistry.New(t)
+	tr.Push(t, "registry.test/app:1", testregistry.Image(t, "linux", "amd64", []string{"/app"}, []string{"serve"}))
+	r := New(Options{Transport: tr.Transport})
 	img, err := r.Resolve(context.Background(), "registry.test/app:1", "", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -32,9 +36,9 @@ func TestResolveSingleArch(t *testing.T) {
 }
 
 func TestResolveCmdOnly(t *testing.T) {
-	tr := newTestRegistry(t)
-	tr.push(t, "registry.test/py:1", testImage(t, "linux", "amd64", nil, []string{"python", "main.py"}))
-	img, err := NewResolver(ResolverOptions{Transport: tr.transport}).Resolve(context.Background(), "registry.test/py:1", "", nil)
+	tr := testregistry.New(t)
+	tr.Push(t, "registry.test/py:1", testregistry.Image(t, "linux", "amd64", nil, []string{"python", "main.py"}))
+	img, err := New(Options{Transport: tr.Transport}).Resolve(context.Background(), "registry.test/py:1", "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,30 +46,16 @@ func TestResolveCmdOnly(t *testing.T) {
 	if len(cfg.Entrypoint) != 0 || strings.Join(cfg.Cmd, " ") != "python main.py" {
 		t.Errorf("got %+v", cfg)
 	}
-	// The Kubernetes table: no ENTRYPOINT + args → args alone; no args → CMD.
-	if got := imageArgv(cfg, true); len(got) != 0 {
-		t.Errorf("with args: %v", got)
-	}
-	if got := imageArgv(cfg, false); strings.Join(got, " ") != "python main.py" {
-		t.Errorf("without args: %v", got)
-	}
-	cfg.Entrypoint = []string{"/e"}
-	if got := imageArgv(cfg, true); strings.Join(got, " ") != "/e" {
-		t.Errorf("entrypoint with args: %v", got)
-	}
-	if got := imageArgv(cfg, false); strings.Join(got, " ") != "/e python main.py" {
-		t.Errorf("entrypoint without args: %v", got)
-	}
 }
 
 func TestResolveMultiArchIndex(t *testing.T) {
-	tr := newTestRegistry(t)
-	tr.pushIndex(t, "registry.test/multi:1", testIndex(
-		platformImage{v1.Platform{OS: "linux", Architecture: "amd64"}, testImage(t, "linux", "amd64", []string{"/amd64"}, nil)},
-		platformImage{v1.Platform{OS: "linux", Architecture: "arm", Variant: "v7"}, testImage(t, "linux", "arm", []string{"/armv7"}, nil)},
-		platformImage{v1.Platform{OS: "unknown", Architecture: "unknown"}, testImage(t, "unknown", "unknown", nil, nil)},
+	tr := testregistry.New(t)
+	tr.PushIndex(t, "registry.test/multi:1", testregistry.Index(
+		testregistry.PlatformImage{Platform: v1.Platform{OS: "linux", Architecture: "amd64"}, Img: testregistry.Image(t, "linux", "amd64", []string{"/amd64"}, nil)},
+		testregistry.PlatformImage{Platform: v1.Platform{OS: "linux", Architecture: "arm", Variant: "v7"}, Img: testregistry.Image(t, "linux", "arm", []string{"/armv7"}, nil)},
+		testregistry.PlatformImage{Platform: v1.Platform{OS: "unknown", Architecture: "unknown"}, Img: testregistry.Image(t, "unknown", "unknown", nil, nil)},
 	))
-	img, err := NewResolver(ResolverOptions{Transport: tr.transport}).Resolve(context.Background(), "registry.test/multi:1", "", nil)
+	img, err := New(Options{Transport: tr.Transport}).Resolve(context.Background(), "registry.test/multi:1", "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,16 +68,16 @@ func TestResolveMultiArchIndex(t *testing.T) {
 }
 
 func TestResolveAuth(t *testing.T) {
-	tr := newTestRegistry(t)
-	tr.push(t, "private.test/team/app:2", testImage(t, "linux", "amd64", []string{"/p"}, nil))
+	tr := testregistry.New(t)
+	tr.Push(t, "private.test/team/app:2", testregistry.Image(t, "linux", "amd64", []string{"/p"}, nil))
 	var gotNS string
 	var gotNames []string
-	r := NewResolver(ResolverOptions{Transport: tr.transport,
+	r := New(Options{Transport: tr.Transport,
 		PullSecrets: func(_ context.Context, ns string, names []string) ([]corev1.Secret, error) {
 			gotNS, gotNames = ns, names
 			return []corev1.Secret{
-				dockerConfigSecret("other", "elsewhere.test", "x", "y"),
-				dockerConfigSecret("right", "private.test/team", privateUser, privatePass),
+				testregistry.DockerConfigSecret("other", "elsewhere.test", "x", "y"),
+				testregistry.DockerConfigSecret("right", "private.test/team", testregistry.PrivateUser, testregistry.PrivatePass),
 			}, nil
 		}})
 	if _, err := r.Resolve(context.Background(), "private.test/team/app:2", "prod", nil); err == nil || !strings.Contains(err.Error(), "registry private.test answered HTTP 401") {
@@ -101,10 +91,20 @@ func TestResolveAuth(t *testing.T) {
 		t.Errorf("got %+v, secrets asked in %q: %v", img, gotNS, gotNames)
 	}
 	// Wrong credentials fail.
-	r = NewResolver(ResolverOptions{Transport: tr.transport, Keychain: staticKeychain{authn.FromConfig(authn.AuthConfig{Username: "robot", Password: "wrong"})}})
+	r = New(Options{Transport: tr.Transport, Keychain: staticKeychain{authn.FromConfig(authn.AuthConfig{Username: "robot", Password: "wrong"})}})
 	if _, err := r.Resolve(context.Background(), "private.test/team/app:2", "", nil); err == nil {
 		t.Error("wrong password accepted")
 	}
+}
+
+// podYAML is the pod s describes, for the lookups through the injector.
+func podYAML(t *testing.T, s string) *corev1.Pod {
+	t.Helper()
+	var p corev1.Pod
+	if err := kubeyaml.UnmarshalStrict([]byte(s), &p); err != nil {
+		t.Fatal(err)
+	}
+	return &p
 }
 
 type staticKeychain struct{ a authn.Authenticator }
@@ -112,8 +112,8 @@ type staticKeychain struct{ a authn.Authenticator }
 func (k staticKeychain) Resolve(authn.Resource) (authn.Authenticator, error) { return k.a, nil }
 
 func TestResolveTimeout(t *testing.T) {
-	tr := newTestRegistry(t)
-	r := NewResolver(ResolverOptions{Transport: tr.transport, Timeout: 300 * time.Millisecond})
+	tr := testregistry.New(t)
+	r := New(Options{Transport: tr.Transport, Timeout: 300 * time.Millisecond})
 	start := time.Now()
 	_, err := r.Resolve(context.Background(), "slow.test/app:1", "", nil)
 	if err == nil || err.Error() != "registry lookup timed out after 300ms" {
@@ -127,16 +127,16 @@ func TestResolveTimeout(t *testing.T) {
 metadata: {name: p}
 spec:
   containers: [{name: app, image: "slow.test/app:1", restartPolicy: Never}]`)
-	_, err = New(Options{Resolver: r}).MutatePod(context.Background(), pod)
-	if ee, ok := err.(*EntrypointError); !ok || ee.Image != "slow.test/app:1" || !strings.Contains(err.Error(), "timed out") {
+	_, err = injector.New(injector.Options{Resolver: r}).MutatePod(context.Background(), pod)
+	if ee, ok := err.(*injector.EntrypointError); !ok || ee.Image != "slow.test/app:1" || !strings.Contains(err.Error(), "timed out") {
 		t.Errorf("got %v", err)
 	}
 }
 
 func TestResolveCache(t *testing.T) {
-	tr := newTestRegistry(t)
-	tr.push(t, "registry.test/app:1", testImage(t, "linux", "amd64", []string{"/v1"}, nil))
-	r := NewResolver(ResolverOptions{Transport: tr.transport, TagTTL: time.Minute})
+	tr := testregistry.New(t)
+	tr.Push(t, "registry.test/app:1", testregistry.Image(t, "linux", "amd64", []string{"/v1"}, nil))
+	r := New(Options{Transport: tr.Transport, TagTTL: time.Minute})
 	now := time.Now()
 	r.now = func() time.Time { return now }
 	ctx := context.Background()
@@ -154,28 +154,28 @@ func TestResolveCache(t *testing.T) {
 	}
 	wg.Wait()
 	first, _ := r.Resolve(ctx, "registry.test/app:1", "", nil)
-	if n := tr.manifests.Load(); n != 1 {
+	if n := tr.Manifests.Load(); n != 1 {
 		t.Errorf("%d manifest requests for 17 lookups of one tag, want 1", n)
 	}
 	// By digest: served from the cache, no request at all.
-	if _, err := r.Resolve(ctx, "registry.test/app@"+first.Digest, "", nil); err != nil || tr.manifests.Load() != 1 {
-		t.Errorf("digest lookup: err %v, %d requests", err, tr.manifests.Load())
+	if _, err := r.Resolve(ctx, "registry.test/app@"+first.Digest, "", nil); err != nil || tr.Manifests.Load() != 1 {
+		t.Errorf("digest lookup: err %v, %d requests", err, tr.Manifests.Load())
 	}
 	// The tag moves; within the TTL the old digest is still used, after it
 	// the new image is seen.
-	tr.push(t, "registry.test/app:1", testImage(t, "linux", "amd64", []string{"/v2"}, nil))
+	tr.Push(t, "registry.test/app:1", testregistry.Image(t, "linux", "amd64", []string{"/v2"}, nil))
 	if img, _ := r.Resolve(ctx, "registry.test/app:1", "", nil); img.Platforms["linux/amd64"].Entrypoint[0] != "/v1" {
 		t.Errorf("within TTL: %+v", img)
 	}
 	now = now.Add(2 * time.Minute)
 	img, err := r.Resolve(ctx, "registry.test/app:1", "", nil)
-	if err != nil || img.Platforms["linux/amd64"].Entrypoint[0] != "/v2" || tr.manifests.Load() != 2 {
-		t.Errorf("after TTL: %+v %v, %d requests", img, err, tr.manifests.Load())
+	if err != nil || img.Platforms["linux/amd64"].Entrypoint[0] != "/v2" || tr.Manifests.Load() != 2 {
+		t.Errorf("after TTL: %+v %v, %d requests", img, err, tr.Manifests.Load())
 	}
 }
 
 func TestKeychainMatching(t *testing.T) {
-	secret := func(key string) corev1.Secret { return dockerConfigSecret("s", key, "u-"+key, "p") }
+	secret := func(key string) corev1.Secret { return testregistry.DockerConfigSecret("s", key, "u-"+key, "p") }
 	kc, err := KeychainFromSecrets([]corev1.Secret{
 		secret("*.example.com"), secret("registry.example.com/team"), secret("index.docker.io/v1"), secret("localhost:5000"),
 		{Type: corev1.SecretTypeOpaque},
@@ -209,10 +209,10 @@ func TestKeychainMatching(t *testing.T) {
 
 // The Observe hook sees every lookup, marked by whether the cache answered.
 func TestResolveObserveCacheHits(t *testing.T) {
-	tr := newTestRegistry(t)
-	tr.push(t, "registry.test/app:1", testImage(t, "linux", "amd64", []string{"/v1"}, nil))
+	tr := testregistry.New(t)
+	tr.Push(t, "registry.test/app:1", testregistry.Image(t, "linux", "amd64", []string{"/v1"}, nil))
 	var hits, misses atomic.Int64
-	r := NewResolver(ResolverOptions{Transport: tr.transport, Observe: func(hit bool) {
+	r := New(Options{Transport: tr.Transport, Observe: func(hit bool) {
 		if hit {
 			hits.Add(1)
 		} else {

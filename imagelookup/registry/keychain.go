@@ -1,4 +1,4 @@
-package injector
+package registry
 
 import (
 	"encoding/base64"

@@ -1,4 +1,10 @@
-package injector
+// Package registry looks image configurations up in container registries
+// with go-containerregistry: the imagelookup.Resolver the webhook, inject
+// and docker-args use. It owns what a lookup may read (registryguard.go:
+// plain HTTP only to listed registries, every response capped, denials
+// without registry text), the cache, and the keychain of a pod's pull
+// secrets (keychain.go).
+package registry
 
 import (
 	"context"
@@ -19,10 +25,12 @@ import (
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sync/singleflight"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/restart-supervisor/restart-supervisor/imagelookup"
 )
 
-// ResolverOptions configure registry lookups.
-type ResolverOptions struct {
+// Options configure registry lookups.
+type Options struct {
 	// Keychain supplies credentials after the pod's pull secrets; nil
 	// means anonymous. The CLI passes authn.DefaultKeychain (docker login).
 	Keychain authn.Keychain
@@ -56,58 +64,6 @@ type ResolverOptions struct {
 	Observe func(cacheHit bool)
 }
 
-// ImageConfig is the part of an image configuration that decides what a
-// container runs.
-type ImageConfig struct {
-	Entrypoint []string `json:"entrypoint,omitempty"`
-	Cmd        []string `json:"cmd,omitempty"`
-	// StopSignal is the image's STOPSIGNAL, the signal the runtime stops
-	// the container with when the pod does not say otherwise.
-	StopSignal string `json:"stopSignal,omitempty"`
-}
-
-// ResolvedImage is what a reference points to: the image configuration of
-// each platform, keyed "os/arch" or "os/arch/variant" as the supervisor
-// expects in RESTART_SUPERVISOR_PLATFORM_COMMANDS.
-type ResolvedImage struct {
-	Digest    string
-	Platforms map[string]ImageConfig
-}
-
-// Uniform returns the configuration shared by every platform, or false
-// when platforms differ.
-func (r *ResolvedImage) Uniform() (ImageConfig, bool) {
-	var first *ImageConfig
-	for _, c := range r.Platforms {
-		if first == nil {
-			c := c
-			first = &c
-			continue
-		}
-		if !equalStrings(first.Entrypoint, c.Entrypoint) || !equalStrings(first.Cmd, c.Cmd) {
-			return ImageConfig{}, false
-		}
-	}
-	if first == nil {
-		return ImageConfig{}, false
-	}
-	return *first, true
-}
-
-// StopSignal returns the STOPSIGNAL every platform shares, "" when there is
-// none or the platforms disagree.
-func (r *ResolvedImage) StopSignal() string {
-	sig, first := "", true
-	for _, c := range r.Platforms {
-		if first {
-			sig, first = c.StopSignal, false
-		} else if c.StopSignal != sig {
-			return ""
-		}
-	}
-	return sig
-}
-
 // Resolver looks up image configurations in registries. Results are cached
 // by the credentials used and manifest digest (immutable), tags by digest
 // for TagTTL, and concurrent lookups of one reference with the same
@@ -115,26 +71,28 @@ func (r *ResolvedImage) StopSignal() string {
 // secrets is thus served only to lookups that present the same
 // credentials.
 type Resolver struct {
-	opts       ResolverOptions
+	opts       Options
 	insecure   map[string]bool
 	allowed    map[string]bool
 	transport  http.RoundTripper
 	group      singleflight.Group
 	mu         sync.Mutex
-	byDig      map[string]*ResolvedImage // authKey + "@" + digest
-	byTag      map[string]tagEntry       // authKey + " " + reference
+	byDig      map[string]*imagelookup.ResolvedImage // authKey + "@" + digest
+	byTag      map[string]tagEntry                   // authKey + " " + reference
 	cacheBytes int
 	now        func() time.Time
-	lookup     func(ctx context.Context, ref name.Reference, kc authn.Keychain) (*ResolvedImage, error)
+	lookup     func(ctx context.Context, ref name.Reference, kc authn.Keychain) (*imagelookup.ResolvedImage, error)
 }
+
+var _ imagelookup.Resolver = (*Resolver)(nil)
 
 type tagEntry struct {
 	digest  string
 	expires time.Time
 }
 
-// NewResolver returns a Resolver with defaults filled in.
-func NewResolver(opts ResolverOptions) *Resolver {
+// New returns a Resolver with defaults filled in.
+func New(opts Options) *Resolver {
 	if opts.Timeout <= 0 {
 		opts.Timeout = 5 * time.Second
 	}
@@ -150,7 +108,7 @@ func NewResolver(opts ResolverOptions) *Resolver {
 	if opts.Keychain == nil {
 		opts.Keychain = authn.NewMultiKeychain()
 	}
-	r := &Resolver{opts: opts, byDig: map[string]*ResolvedImage{}, byTag: map[string]tagEntry{}, now: time.Now,
+	r := &Resolver{opts: opts, byDig: map[string]*imagelookup.ResolvedImage{}, byTag: map[string]tagEntry{}, now: time.Now,
 		insecure: registrySet(opts.InsecureRegistries), allowed: registrySet(opts.AllowedRegistries)}
 	next := opts.Transport
 	if next == nil {
@@ -175,7 +133,7 @@ func registrySet(regs []string) map[string]bool {
 
 // Resolve returns the image configurations of image. Pull secrets named by
 // the pod (in namespace) are tried before the Resolver's keychain.
-func (r *Resolver) Resolve(ctx context.Context, image, namespace string, pullSecrets []string) (*ResolvedImage, error) {
+func (r *Resolver) Resolve(ctx context.Context, image, namespace string, pullSecrets []string) (*imagelookup.ResolvedImage, error) {
 	ref, err := name.ParseReference(image)
 	if err != nil {
 		return nil, fmt.Errorf("invalid image reference: %v", err)
@@ -229,7 +187,7 @@ func (r *Resolver) Resolve(ctx context.Context, image, namespace string, pullSec
 		}
 		return nil, err
 	}
-	return v.(*ResolvedImage), nil
+	return v.(*imagelookup.ResolvedImage), nil
 }
 
 // authKey identifies the credentials kc presents for ref's repository: a
@@ -251,7 +209,7 @@ func authKey(kc authn.Keychain, ref name.Reference) (string, error) {
 	return hex.EncodeToString(sum[:16]), nil
 }
 
-func (r *Resolver) cached(key string, ref name.Reference) *ResolvedImage {
+func (r *Resolver) cached(key string, ref name.Reference) *imagelookup.ResolvedImage {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	dig := ""
@@ -263,14 +221,14 @@ func (r *Resolver) cached(key string, ref name.Reference) *ResolvedImage {
 	return r.byDig[key+"@"+dig]
 }
 
-func (r *Resolver) store(key string, ref name.Reference, res *ResolvedImage) {
+func (r *Resolver) store(key string, ref name.Reference, res *imagelookup.ResolvedImage) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	// Eviction is wholesale: a full cache is rare (distinct images in
 	// admission traffic) and the next lookup only costs one request.
-	size := res.size()
+	size := cacheSize(res)
 	if len(r.byDig) >= r.opts.MaxEntries || r.cacheBytes+size > r.opts.MaxCacheBytes {
-		r.byDig, r.cacheBytes = map[string]*ResolvedImage{}, 0
+		r.byDig, r.cacheBytes = map[string]*imagelookup.ResolvedImage{}, 0
 	}
 	if len(r.byTag) >= r.opts.MaxEntries {
 		r.byTag = map[string]tagEntry{}
@@ -285,8 +243,8 @@ func (r *Resolver) store(key string, ref name.Reference, res *ResolvedImage) {
 	}
 }
 
-// size is about the bytes the cache keeps for r.
-func (r *ResolvedImage) size() int {
+// cacheSize is about the bytes the cache keeps for r.
+func cacheSize(r *imagelookup.ResolvedImage) int {
 	n := len(r.Digest)
 	for k, c := range r.Platforms {
 		n += len(k) + len(c.StopSignal) + 64
@@ -302,14 +260,14 @@ func (r *ResolvedImage) size() int {
 // guard), for an index at most MaxIndexPlatforms platform manifests, and
 // one config blob per platform. go-containerregistry reads a blob no
 // further than its descriptor's size and checks its digest.
-func (r *Resolver) fetch(ctx context.Context, ref name.Reference, kc authn.Keychain) (*ResolvedImage, error) {
+func (r *Resolver) fetch(ctx context.Context, ref name.Reference, kc authn.Keychain) (*imagelookup.ResolvedImage, error) {
 	host := ref.Context().RegistryStr()
 	ropts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(kc), remote.WithTransport(r.transport)}
 	desc, err := remote.Get(ref, ropts...)
 	if err != nil {
 		return nil, registryErr(ctx, host, err)
 	}
-	res := &ResolvedImage{Digest: desc.Digest.String(), Platforms: map[string]ImageConfig{}}
+	res := &imagelookup.ResolvedImage{Digest: desc.Digest.String(), Platforms: map[string]imagelookup.ImageConfig{}}
 	if !desc.MediaType.IsIndex() {
 		img, err := desc.Image()
 		if err != nil {
@@ -319,7 +277,7 @@ func (r *Resolver) fetch(ctx context.Context, ref name.Reference, kc authn.Keych
 		if err != nil {
 			return nil, registryErr(ctx, host, err)
 		}
-		key := platformKey(cf.OS, cf.Architecture, cf.Variant)
+		key := imagelookup.PlatformKey(cf.OS, cf.Architecture, cf.Variant)
 		if res.Platforms[key], err = keptConfig(host, res.Digest, key, cf); err != nil {
 			return nil, err
 		}
@@ -369,14 +327,14 @@ func (r *Resolver) fetch(ctx context.Context, ref name.Reference, kc authn.Keych
 				if err != nil {
 					return err
 				}
-				key := platformKey(m.Platform.OS, m.Platform.Architecture, m.Platform.Variant)
+				key := imagelookup.PlatformKey(m.Platform.OS, m.Platform.Architecture, m.Platform.Variant)
 				kept, err := keptConfig(host, res.Digest, key, cf)
 				if err != nil {
 					return err
 				}
 				mu.Lock()
 				defer mu.Unlock()
-				_, size := argvSize(kept.Entrypoint, kept.Cmd)
+				_, size := imagelookup.ArgvSize(kept.Entrypoint, kept.Cmd)
 				if total += size; total > MaxImageArgvBytes {
 					return lookupErrorf(nil, "registry %s: image index %s: the ENTRYPOINT and CMD of its platforms hold more than %s together, over the cap",
 						host, res.Digest, sizeString(MaxImageArgvBytes))
@@ -399,14 +357,6 @@ func (r *Resolver) fetch(ctx context.Context, ref name.Reference, kc authn.Keych
 	return res, nil
 }
 
-func platformKey(os, arch, variant string) string {
-	k := os + "/" + arch
-	if variant != "" {
-		k += "/" + variant
-	}
-	return k
-}
-
 // configFile reads img's config after checking the size its manifest
 // declares for it.
 func configFile(host string, img v1.Image) (*v1.ConfigFile, error) {
@@ -426,16 +376,4 @@ func registryErr(ctx context.Context, host string, err error) error {
 		return ctx.Err()
 	}
 	return safeError(host, err)
-}
-
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
