@@ -140,14 +140,22 @@ func stateDir(t *testing.T, podsDir string, uid any) string {
 }
 
 // writeStatus writes a status document with podstate's own writer, as a
-// supervisor that restarted its workload restarts times would.
+// supervisor that restarted its workload restarts times would, the first of
+// its container.
 func writeStatus(t *testing.T, dir, container string, restarts int, gen uint64, backoff bool) {
+	t.Helper()
+	writeStatusTotal(t, dir, container, restarts, restarts, gen, backoff)
+}
+
+// writeStatusTotal is writeStatus for a later supervisor of the container:
+// total counts the restarts of its predecessors too (restartsTotal).
+func writeStatusTotal(t *testing.T, dir, container string, restarts, total int, gen uint64, backoff bool) {
 	t.Helper()
 	now := time.Now()
 	rule := 0
 	exit := &podstate.Exit{Code: 3, Rule: &rule, Action: rules.ActionRestart, At: now}
 	s := podstate.Status{Container: container, State: supervise.Running, Restarts: restarts, Generation: gen,
-		PodRestarts: int(gen), LastExit: exit, StartedAt: now, SupervisorPID: 1, UpdatedAt: now}
+		PodRestarts: int(gen), LastExit: exit, StartedAt: now, SupervisorPID: 1, UpdatedAt: now, RestartsTotal: total}
 	if restarts > 0 {
 		s.LastRestart = exit
 	}
@@ -292,14 +300,15 @@ func TestNodeAgent(t *testing.T) {
 	waitEvents(t, client, web, nodeagent.ReasonRestarted, 4)
 
 	// The kubelet restarted the container: a new supervisor counts from
-	// 0. The counter goes on from 5.
-	writeStatus(t, webDir, "app", 1, 0, false)
+	// 0 and carries its predecessors' 5 in restartsTotal. The counter goes
+	// on from 5.
+	writeStatusTotal(t, webDir, "app", 1, 6, 0, false)
 	waitMetric(t, agent.addr, appSeries, "6")
 	waitEvents(t, client, web, nodeagent.ReasonRestarted, 5)
 
 	// A pod-wide restart (RestartAllContainers): generation 1 in both
 	// documents.
-	writeStatus(t, webDir, "app", 2, 1, false)
+	writeStatusTotal(t, webDir, "app", 2, 7, 1, false)
 	writeStatus(t, webDir, "side", 1, 1, false)
 	waitMetric(t, agent.addr, series("restart_supervisor_pod_restarts_total", "namespace", "default", "pod", "web"), "1")
 	waitEvents(t, client, web, nodeagent.ReasonPodRestarted, 1)
