@@ -224,15 +224,16 @@ sleep 2; touch up-$n; exec sleep 600`, dir))
 // the back-off from the instance that exited before
 // (kuberuntime_manager.go, v1.37.2): the first kill has none before it (no
 // back-off, no step), the second waits Delay(0) = 0, the third Delay(1) =
-// 4 s less the second run's second. Measured from each kill, as before,
-// they were 0, 4 s, 8 s. Each run lasts the probe's 1 s initial delay; the
-// fourth exits 0 before its first check.
+// 8 s less the time since the second exit (the third run's second or so).
+// Measured from each kill, as before, they were 0, 8 s, 16 s. Each run
+// lasts the probe's 1 s initial delay; the fourth exits 0 before its first
+// check. The 8 s leave room for a run slowed by a loaded machine.
 func TestProbeKillBackoffFromThePreviousExit(t *testing.T) {
 	dir := t.TempDir()
 	script := fmt.Sprintf(`cd %s; n=$(cat n 2>/dev/null || echo 0); n=$((n+1)); echo $n > n
 [ $n -ge 4 ] && exit 0
 exec sleep 600`, dir)
-	r, log := runProbed(t, script, `{"restartPolicy":"OnFailure","podRestartPolicy":"Never","backoff":{"initial":"4s","max":"60s"},
+	r, log := runProbed(t, script, `{"restartPolicy":"OnFailure","podRestartPolicy":"Never","backoff":{"initial":"8s","max":"60s"},
 	  "probes":{"liveness":{"exec":{"command":["false"]},"initialDelaySeconds":1,"periodSeconds":1,"failureThreshold":1}}}`)
 	if r.Status != 0 || r.Restarts != 3 {
 		t.Fatalf("result %+v, want status 0 after 3 restarts; log:\n%s", r, log)
@@ -249,7 +250,7 @@ exec sleep 600`, dir)
 		}
 		delays = append(delays, d)
 	}
-	if len(delays) != 3 || delays[0] != 0 || delays[1] != 0 || delays[2] <= 0 || delays[2] >= 4*time.Second {
-		t.Fatalf("delays after the probe kills %v, want 0, 0, and less than 4s; log:\n%s", delays, log)
+	if len(delays) != 3 || delays[0] != 0 || delays[1] != 0 || delays[2] <= 0 || delays[2] >= 8*time.Second {
+		t.Fatalf("delays after the probe kills %v, want 0, 0, and less than 8s; log:\n%s", delays, log)
 	}
 }
