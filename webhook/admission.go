@@ -44,22 +44,25 @@ var errPatchTooLarge = errors.New("patch too large")
 // array passes max bytes: each op is bounded by the review it came from,
 // the whole by max.
 func encodePatch(ops []injector.PatchOp, max int) ([]byte, error) {
-	out := make([]byte, 0, 4096)
-	out = append(out, '[')
+	// One stream for all operations: a Marshal per operation allocated a
+	// slice each (+20 % per injected review in BenchmarkReview).
+	st := patchJSON.BorrowStream(nil)
+	defer patchJSON.ReturnStream(st)
+	st.WriteArrayStart()
 	for i, op := range ops {
-		b, err := patchJSON.Marshal(op)
-		if err != nil {
-			return nil, err
-		}
 		if i > 0 {
-			out = append(out, ',')
+			st.WriteMore()
 		}
-		if len(out)+len(b)+1 > max {
-			return nil, fmt.Errorf("%w: %d of %d operations take %d bytes", errPatchTooLarge, i+1, len(ops), len(out)+len(b)+1)
+		st.WriteVal(op)
+		if st.Error != nil {
+			return nil, st.Error
 		}
-		out = append(out, b...)
+		if st.Buffered()+1 > max {
+			return nil, fmt.Errorf("%w: %d of %d operations take %d bytes", errPatchTooLarge, i+1, len(ops), st.Buffered()+1)
+		}
 	}
-	return append(out, ']'), nil
+	st.WriteArrayEnd()
+	return append([]byte(nil), st.Buffer()...), nil
 }
 
 // patchJSON is fastJSON without HTML escapes: "<", ">" and "&" in a
