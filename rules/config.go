@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
@@ -400,7 +401,17 @@ func oneLine(err error) string {
 }
 
 // clip shortens a value from the document for an error message.
-func clip(s string) string { return clipLen(s, 64) }
+//
+// A key that is not plain printable text (a CR, a newline, a control
+// character) is quoted Go-style, so that an error naming it stays one line.
+func clip(s string) string {
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return clipLen(strconv.Quote(s), 64)
+		}
+	}
+	return clipLen(s, 64)
+}
 
 // clipLen cuts s to at most max bytes on a rune boundary, marking the cut.
 func clipLen(s string, max int) string {
