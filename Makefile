@@ -16,6 +16,7 @@ FUZZTIME ?= 20s
 # counts no execs meanwhile: on the injector's multi-KB seeds a 20 s run was
 # almost all minimization (about 300 execs instead of about 8000).
 FUZZMINIMIZETIME ?= 2s
+TRAINING_RUNS ?= 5
 
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := bin/golangci-lint-$(GOLANGCI_LINT_VERSION)
@@ -88,13 +89,18 @@ conformance:
 		E2E_MODES=$(CONFORMANCE_MODES) E2E_WRITE_REPORT=1 KUBE_BIN_DIR=$$dir go test -count=1 -run TestConformance -v -timeout 60m ./test/e2e/ || rc=1; \
 	done; exit $$rc
 
-# examples/training (PyTorch DDP over gloo, Debian's python3-torch) under the
-# real supervisor, one per rank, on loopback: a rank's exit 42 and its SIGKILL,
-# RUNS (default 5) runs each, and docs/training-process.md written from the run.
-# Root the first time (installs python3-torch, about 150 MB); about 5 minutes.
+# examples/training (PyTorch DDP over gloo, Debian's python3-torch): first
+# under the real supervisor, one per rank, on loopback (test/training,
+# docs/training-process.md); then on a real kubelet, as an indexed Job of two
+# pods, every recovery path side by side (test/e2e TestTrainingOnKubelet,
+# docs/training.md). TRAINING_RUNS (default 5) runs each row; KUBE_BIN_DIR
+# picks the release (setup.sh's by default). Root; the first run installs
+# python3-torch (about 150 MB) and builds the training image
+# (hack/training-rootfs.sh, about 4 min, 1.2 GB, cached); about 40 minutes.
 training:
 	dpkg -s python3-torch >/dev/null 2>&1 || hack/apt-install.sh python3-torch
-	go test -tags training -count=1 -v -timeout 30m ./test/training -update
+	RUNS=$(TRAINING_RUNS) go test -tags training -count=1 -v -timeout 30m ./test/training -update
+	TRAINING_RUNS=$(TRAINING_RUNS) go test -tags training -count=1 -v -timeout 150m -run TestTrainingOnKubelet ./test/e2e -update-training
 
 e2e-up:
 	hack/e2e-up.sh

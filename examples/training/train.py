@@ -15,7 +15,12 @@ A fault fires once (a marker in --ckpt-dir remembers it across restarts):
 
 One JSON line per step on stdout: rank, step, loss, time (Unix seconds),
 attempt (the supervisor's RESTART_SUPERVISOR_RESTART_COUNT, or torchrun's
-TORCHELASTIC_RESTART_COUNT).
+TORCHELASTIC_RESTART_COUNT). With --log-file the same lines are appended to
+that file too (a file in a volume outlives the container, so a harness can
+read every attempt, also of pods that were replaced).
+
+The rank is RANK, or an indexed Job's JOB_COMPLETION_INDEX when RANK is not
+set: one pod per rank needs no wrapper script.
 """
 import argparse
 import datetime
@@ -42,7 +47,19 @@ def parse():
     p.add_argument("--fault-rank", type=int, default=int(os.environ.get("FAULT_RANK", "1")))
     p.add_argument("--fault-step", type=int, default=int(os.environ.get("FAULT_STEP", "25")))
     p.add_argument("--fault-code", type=int, default=int(os.environ.get("FAULT_CODE", "42")))
+    p.add_argument("--log-file", default=os.environ.get("LOG_FILE", ""), help="also append every line here")
     return p.parse_args()
+
+
+LOG = None
+
+
+def emit(record):
+    text = json.dumps(record)
+    print(text, flush=True)
+    if LOG is not None:
+        LOG.write(text + "\n")
+        LOG.flush()
 
 
 def attempt():
@@ -67,8 +84,12 @@ def save(path, step, model, opt):
 
 
 def main():
+    global LOG
     a = parse()
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    rank = int(os.environ.get("RANK", os.environ.get("JOB_COMPLETION_INDEX", "0")))
+    world = int(os.environ["WORLD_SIZE"])
+    if a.log_file:
+        LOG = open(a.log_file.replace("{rank}", str(rank)), "a")
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=a.timeout))
     torch.manual_seed(a.seed)
     model = DDP(torch.nn.Linear(16, 1))
@@ -82,13 +103,13 @@ def main():
         opt.load_state_dict(state["opt"])
         start = state["step"]
     env = {k: v for k, v in os.environ.items() if k.startswith("RESTART_SUPERVISOR_") and k != "RESTART_SUPERVISOR_CONFIG"}
-    print(json.dumps({"rank": rank, "event": "start", "resumeFrom": start, "attempt": attempt(), "time": time.time(), "env": env}), flush=True)
+    emit({"rank": rank, "event": "start", "resumeFrom": start, "attempt": attempt(), "time": time.time(), "env": env})
     marker = os.path.join(a.ckpt_dir, "fault-done-rank%d" % a.fault_rank)
     loss = None
     for step in range(start + 1, a.steps + 1):
         if a.fault_kind != "none" and rank == a.fault_rank and step == a.fault_step and not os.path.exists(marker):
             open(marker, "w").close()
-            print(json.dumps({"rank": rank, "event": "fault", "kind": a.fault_kind, "step": step, "time": time.time()}), flush=True)
+            emit({"rank": rank, "event": "fault", "kind": a.fault_kind, "step": step, "time": time.time()})
             if a.fault_kind == "exit":
                 os._exit(a.fault_code)
             if a.fault_kind == "kill":
@@ -103,7 +124,7 @@ def main():
         loss = out.item()
         if a.step_time:
             time.sleep(a.step_time)
-        print(json.dumps({"rank": rank, "step": step, "loss": loss, "time": time.time(), "attempt": attempt()}), flush=True)
+        emit({"rank": rank, "step": step, "loss": loss, "time": time.time(), "attempt": attempt()})
         if step % a.ckpt_every == 0:
             if rank == 0:
                 save(ckpt, step, model.module, opt)
@@ -111,7 +132,7 @@ def main():
     # The final loss every rank agrees on: the mean over ranks of the last step's loss.
     t = torch.tensor([loss if loss is not None else float("nan")])
     dist.all_reduce(t)
-    print(json.dumps({"rank": rank, "event": "done", "finalLoss": t.item() / world, "time": time.time()}), flush=True)
+    emit({"rank": rank, "event": "done", "finalLoss": t.item() / world, "time": time.time()})
     dist.destroy_process_group()
 
 

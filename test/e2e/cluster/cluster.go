@@ -73,7 +73,10 @@ type Options struct {
 	// (hack/jobset.sh): its CRD, its controller on the host and its
 	// webhooks.
 	JobSetDir string
-	Log       io.Writer
+	// Images are more docker-archive files to import into containerd
+	// (BuildTrainingImage makes one).
+	Images []string
+	Log    io.Writer
 }
 
 // State is what a running cluster records in Dir/state.json.
@@ -220,6 +223,7 @@ func Up(ctx context.Context, opts Options) (c *Cluster, err error) {
 		images = append(images, p)
 	}
 
+	images = append(images, opts.Images...)
 	if err := c.startContainerd(ctx, images); err != nil {
 		return c, err
 	}

@@ -3,6 +3,7 @@ package cluster
 import (
 	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"fmt"
 	"io"
 	"os"
@@ -29,6 +30,9 @@ const (
 	// image has: the runtime stops its containers with SIGQUIT.
 	BusyboxQuitImage = "e2e.local/busybox-quit:1"
 	SupervisorImage  = "e2e.local/restart-supervisor:e2e"
+	// TrainingImage is Debian bookworm with python3-torch
+	// (hack/training-rootfs.sh), for examples/training.
+	TrainingImage = "e2e.local/training:1"
 )
 
 // tarFile is one entry of a single-layer image.
@@ -184,4 +188,46 @@ func buildSupervisorImage(repo, dir string) (string, error) {
 	out := filepath.Join(dir, "restart-supervisor.tar")
 	return out, writeImage(out, SupervisorImage, files,
 		v1.Config{Entrypoint: []string{"/restart-supervisor"}, User: "65532"})
+}
+
+// BuildTrainingImage wraps the root filesystem tar that
+// hack/training-rootfs.sh built into a one-layer docker-archive of
+// TrainingImage at out. An out newer than rootfs is kept: compressing the
+// 1 GB layer takes about a minute.
+func BuildTrainingImage(rootfs, out string) error {
+	src, err := os.Stat(rootfs)
+	if err != nil {
+		return fmt.Errorf("training image: %w", err)
+	}
+	if dst, err := os.Stat(out); err == nil && dst.Size() > 0 && dst.ModTime().After(src.ModTime()) {
+		return nil
+	}
+	layer, err := tarball.LayerFromFile(rootfs, tarball.WithCompressionLevel(gzip.BestSpeed))
+	if err != nil {
+		return fmt.Errorf("training image: layer: %w", err)
+	}
+	img, err := mutate.AppendLayers(empty.Image, layer)
+	if err != nil {
+		return fmt.Errorf("training image: %w", err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return fmt.Errorf("training image: %w", err)
+	}
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture = "linux", runtime.GOARCH
+	cf.Config = v1.Config{Cmd: []string{"/usr/bin/python3"}, Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin"}}
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
+		return fmt.Errorf("training image: %w", err)
+	}
+	tag, err := name.NewTag(TrainingImage)
+	if err != nil {
+		return err
+	}
+	tmp := out + ".tmp"
+	if err := tarball.WriteToFile(tmp, tag, img); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("training image: %w", err)
+	}
+	return os.Rename(tmp, out)
 }

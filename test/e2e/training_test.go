@@ -1,0 +1,501 @@
+//go:build training
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/restart-supervisor/restart-supervisor/test/e2e/cluster"
+)
+
+var updateTraining = flag.Bool("update-training", false, "write docs/training.md from this run")
+
+// The job every path runs: examples/training/train.py, 2 ranks, trainSteps
+// steps, a checkpoint every trainEvery, one rank faulting at trainFault.
+const (
+	trainSteps = 40
+	trainEvery = 10
+	trainFault = 25
+	// trainFaultRank is the rank that faults; rank 0 hosts the rendezvous.
+	trainFaultRank = 1
+)
+
+// trainingPath is one way a job can recover from a rank's fault.
+type trainingPath struct {
+	id, name string
+	// job builds the path's Job for one run: ckpt is the node directory
+	// of the checkpoints, the fault marker and the ranks' log files.
+	job func(e *env, name, ckpt string, port int, fault []string) (*batchv1.Job, error)
+	// ranksPerPod is 2 for torchrun's path (both ranks in one pod), else 1.
+	ranksPerPod int
+}
+
+// trainingFault is one way a rank fails.
+type trainingFault struct {
+	id, name string
+	args []string
+}
+
+// trainingRun is what one run of a path gave.
+type trainingRun struct {
+	rec            recoveryTime
+	pods           int   // pods the Job created
+	kubeletRestart int32 // the kubelet's restartCount, summed over the Job's pods
+	state          string
+}
+
+// recoveryTime is one faulted run read from the ranks' log files.
+type recoveryTime struct {
+	seconds    float64 // fault → first step completed after the resume, the slower rank
+	stepsLost  int
+	finalLoss  float64
+	resumeFrom int
+}
+
+// trainLine is one JSON line of train.py.
+type trainLine struct {
+	Rank       int     `json:"rank"`
+	Event      string  `json:"event"`
+	Step       int     `json:"step"`
+	Time       float64 `json:"time"`
+	ResumeFrom int     `json:"resumeFrom"`
+	FinalLoss  float64 `json:"finalLoss"`
+}
+
+// trainingRules restart the faulting rank's 42, SIGKILL's 137 and 1, the
+// peer's Python error when gloo loses its connection.
+func trainingRules() (*corev1.ContainerRestartPolicy, []corev1.ContainerRestartRule) {
+	return policy(corev1.ContainerRestartPolicyNever), []corev1.ContainerRestartRule{
+		rule(corev1.ContainerRestartRuleActionRestart, corev1.ContainerRestartRuleOnExitCodesOpIn, 1, 42, 137)}
+}
+
+// TestTrainingOnKubelet runs examples/training on a real kubelet of the
+// release in KUBE_BIN_DIR (setup.sh's otherwise) as an indexed Job of two
+// pods, one rank each, DDP over gloo on the host network's loopback, with
+// the checkpoints in a node directory that outlives the pods. Rank 1 exits
+// 42, or is SIGKILLed, at step 25; each recovery path of trainingPaths runs
+// TRAINING_RUNS (default 5) times per fault, in one run of the cluster, and
+// every run must end with an unfaulted run's final loss, bit for bit. With
+// -update-training it writes docs/training.md.
+func TestTrainingOnKubelet(t *testing.T) {
+	repo, binDir := prepareNode(t)
+	runs := 5
+	if v, err := strconv.Atoi(os.Getenv("TRAINING_RUNS")); err == nil && v > 0 {
+		runs = v
+	}
+	out, err := exec.Command(filepath.Join(repo, "hack", "training-rootfs.sh")).Output()
+	if err != nil {
+		unavailable(t, "hack/training-rootfs.sh (Debian bookworm with python3-torch) failed: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	rootfs := lines[len(lines)-1]
+	image := rootfs + ".image.tar"
+	imageStart := time.Now()
+	if err := cluster.BuildTrainingImage(rootfs, image); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("training image %s ready in %s", image, time.Since(imageStart).Round(time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Hour)
+	defer cancel()
+	upStart := time.Now()
+	c, err := cluster.Up(ctx, cluster.Options{
+		BinDir: binDir, Repo: repo, RestartRules: true, ControllerManager: true,
+		SupervisorImage: true, Images: []string{image}, Log: testWriter{t},
+	})
+	if err != nil {
+		t.Fatalf("cluster up: %v", err)
+	}
+	tearDownAtEnd(t, c)
+	t.Logf("cluster %s up in %s", c.KubeVersion, time.Since(upStart).Round(time.Second))
+	e := &env{mode: supervised, repo: repo, c: c, ns: "default"}
+	e.superviseWithInjector()
+	loadStart := loadAverage()
+
+	port := 29800
+	next := func() int { port++; return port }
+	base, err := trainingJob(e, "unfaulted", trainingCkpt(t, c, "unfaulted"), next(), nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unfaulted, err := runTrainingJob(ctx, e, base, filepath.Join(c.Dir, "training", "unfaulted"), false)
+	if err != nil {
+		t.Fatalf("unfaulted run: %v", err)
+	}
+	want := unfaulted.rec.finalLoss
+	t.Logf("unfaulted final loss %v", want)
+
+	faults := []trainingFault{
+		{id: "exit42", name: "rank 1 exits 42 at step 25", args: []string{"--fault-kind", "exit", "--fault-code", "42"}},
+		{id: "kill", name: "rank 1 is SIGKILLed at step 25", args: []string{"--fault-kind", "kill"}},
+	}
+	paths := trainingPaths()
+	results := map[string]map[string][]trainingRun{}
+	for _, p := range paths {
+		results[p.name] = map[string][]trainingRun{}
+		for _, f := range faults {
+			for i := range runs {
+				key := fmt.Sprintf("%s-%s-%d", p.id, f.id, i)
+				ckpt := trainingCkpt(t, c, key)
+				job, err := p.job(e, key, ckpt, next(), append(f.args, "--fault-rank", strconv.Itoa(trainFaultRank), "--fault-step", strconv.Itoa(trainFault)))
+				if err != nil {
+					t.Fatalf("%s, %s: %v", p.name, f.name, err)
+				}
+				run, err := runTrainingJob(ctx, e, job, ckpt, true)
+				if err != nil {
+					t.Fatalf("%s, %s, run %d: %v", p.name, f.name, i, err)
+				}
+				if run.rec.finalLoss != want {
+					t.Fatalf("%s, %s, run %d: final loss %v, want the unfaulted %v", p.name, f.name, i, run.rec.finalLoss, want)
+				}
+				t.Logf("%s, %s, run %d: %.2f s to the first step after resume, %d steps lost, %d pods, restartCount %d, Job %s",
+					p.name, f.name, i, run.rec.seconds, run.rec.stepsLost, run.pods, run.kubeletRestart, run.state)
+				results[p.name][f.name] = append(results[p.name][f.name], run)
+			}
+		}
+	}
+	if *updateTraining {
+		doc := trainingReport(c, runs, want, loadStart, paths, faults, results)
+		if err := os.WriteFile(filepath.Join(repo, "docs", "training.md"), []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// trainingCkpt makes the node directory of one run: a hostPath, so that
+// the checkpoint outlives a pod the Job controller replaces.
+func trainingCkpt(t *testing.T, c *cluster.Cluster, key string) string {
+	dir := filepath.Join(c.Dir, "training", key)
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// trainingPaths are the recovery paths, each the Job a user would write.
+func trainingPaths() []trainingPath {
+	return []trainingPath{
+		{id: "supervised", name: "in place, restart-supervisor", ranksPerPod: 1, job: func(e *env, name, ckpt string, port int, fault []string) (*batchv1.Job, error) {
+			job, err := trainingJob(e, name, ckpt, port, fault, true)
+			if err != nil {
+				return nil, err
+			}
+			// The annotation carrier, as on a cluster without the fields;
+			// the kubelet here has them, and must not see them.
+			if err := cluster.RulesToAnnotation(&job.Spec.Template.ObjectMeta, &job.Spec.Template.Spec); err != nil {
+				return nil, err
+			}
+			return e.mutateJob(context.Background(), job)
+		}},
+		{id: "native", name: "in place, the kubelet's container rules (KEP-5307)", ranksPerPod: 1, job: func(e *env, name, ckpt string, port int, fault []string) (*batchv1.Job, error) {
+			return trainingJob(e, name, ckpt, port, fault, true)
+		}},
+		{id: "recreated", name: "pods recreated, Job backoffLimit", ranksPerPod: 1, job: func(e *env, name, ckpt string, port int, fault []string) (*batchv1.Job, error) {
+			return trainingJob(e, name, ckpt, port, fault, false)
+		}},
+		{id: "torchrun", name: "in process, torchrun --max-restarts 3", ranksPerPod: 2, job: torchrunJob},
+	}
+}
+
+// trainingJob is the indexed Job of two pods, one rank each. With rules,
+// the trainer carries the restart rules; the pod policy is Never, so that
+// without them a failed rank fails its pod and the Job replaces it.
+func trainingJob(e *env, name, ckpt string, port int, fault []string, withRules bool) (*batchv1.Job, error) {
+	args := append([]string{"/usr/bin/python3", "/examples/train.py"}, trainArgs(fault)...)
+	c := trainerContainer(args, []corev1.EnvVar{
+		{Name: "WORLD_SIZE", Value: "2"}, {Name: "MASTER_ADDR", Value: "127.0.0.1"},
+		{Name: "MASTER_PORT", Value: strconv.Itoa(port)},
+	})
+	if withRules {
+		c.RestartPolicy, c.RestartPolicyRules = trainingRules()
+	}
+	two, limit := int32(2), int32(4)
+	indexed := batchv1.IndexedCompletion
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
+		Spec: batchv1.JobSpec{
+			Parallelism: &two, Completions: &two, BackoffLimit: &limit, CompletionMode: &indexed,
+			Template: corev1.PodTemplateSpec{Spec: trainingPodSpec(e, ckpt, c)},
+		},
+	}, nil
+}
+
+// torchrunJob is one pod of both ranks under torchrun, whose elastic agent
+// restarts the whole worker group in the container, up to 3 times.
+func torchrunJob(e *env, name, ckpt string, port int, fault []string) (*batchv1.Job, error) {
+	args := append([]string{"/usr/bin/torchrun", "--nnodes", "1", "--nproc_per_node", "2", "--max_restarts", "3",
+		"--rdzv_backend", "c10d", "--rdzv_endpoint", "127.0.0.1:" + strconv.Itoa(port), "/examples/train.py"}, trainArgs(fault)...)
+	c := trainerContainer(args, nil)
+	one, limit := int32(1), int32(0)
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
+		Spec: batchv1.JobSpec{
+			Parallelism: &one, Completions: &one, BackoffLimit: &limit,
+			Template: corev1.PodTemplateSpec{Spec: trainingPodSpec(e, ckpt, c)},
+		},
+	}, nil
+}
+
+func trainArgs(fault []string) []string {
+	return append([]string{"--steps", strconv.Itoa(trainSteps), "--ckpt-every", strconv.Itoa(trainEvery),
+		"--ckpt-dir", "/ckpt", "--timeout", "60", "--log-file", "/ckpt/rank{rank}.jsonl"}, fault...)
+}
+
+func trainerContainer(args []string, env []corev1.EnvVar) corev1.Container {
+	return corev1.Container{
+		Name: "trainer", Image: cluster.TrainingImage, ImagePullPolicy: corev1.PullNever,
+		Command: args[:1], Args: args[1:], Env: env,
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: "ckpt", MountPath: "/ckpt"},
+			{Name: "examples", MountPath: "/examples", ReadOnly: true},
+		},
+	}
+}
+
+func trainingPodSpec(e *env, ckpt string, c corev1.Container) corev1.PodSpec {
+	spec := podSpec(corev1.RestartPolicyNever, 10, c)
+	dir := corev1.HostPathDirectory
+	spec.Volumes = []corev1.Volume{
+		{Name: "ckpt", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: ckpt, Type: &dir}}},
+		{Name: "examples", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{
+			Path: filepath.Join(e.repo, "examples", "training"), Type: &dir}}},
+	}
+	return spec
+}
+
+// runTrainingJob creates the Job, waits for it to complete and reads the
+// ranks' log files; faulted runs are measured from the fault.
+func runTrainingJob(ctx context.Context, e *env, job *batchv1.Job, ckpt string, faulted bool) (trainingRun, error) {
+	var run trainingRun
+	if _, err := e.c.Client.BatchV1().Jobs(e.ns).Create(ctx, job, metav1.CreateOptions{}); err != nil {
+		return run, fmt.Errorf("create Job %s: %w", job.Name, err)
+	}
+	deadline := time.Now().Add(10 * time.Minute)
+	for run.state == "" {
+		j, err := e.c.Client.BatchV1().Jobs(e.ns).Get(ctx, job.Name, metav1.GetOptions{})
+		if err != nil {
+			return run, err
+		}
+		for _, c := range j.Status.Conditions {
+			if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
+				run.state = string(c.Type)
+			}
+		}
+		if run.state == "" && time.Now().After(deadline) {
+			return run, fmt.Errorf("Job %s: neither Complete nor Failed after 10 min", job.Name)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	pods, err := e.c.Client.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{LabelSelector: "batch.kubernetes.io/job-name=" + job.Name})
+	if err != nil {
+		return run, err
+	}
+	run.pods = len(pods.Items)
+	for _, p := range pods.Items {
+		for _, s := range p.Status.ContainerStatuses {
+			run.kubeletRestart += s.RestartCount
+		}
+	}
+	if run.state != string(batchv1.JobComplete) {
+		return run, fmt.Errorf("Job %s %s (%d pods)", job.Name, run.state, run.pods)
+	}
+	ranks, err := readRankLogs(ckpt)
+	if err != nil {
+		return run, err
+	}
+	run.rec, err = measureRecovery(ranks, faulted)
+	return run, err
+}
+
+// readRankLogs reads rank0.jsonl and rank1.jsonl of a run's directory.
+func readRankLogs(dir string) ([2][]trainLine, error) {
+	var ranks [2][]trainLine
+	for r := range ranks {
+		f, err := os.Open(filepath.Join(dir, fmt.Sprintf("rank%d.jsonl", r)))
+		if err != nil {
+			return ranks, err
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			var l trainLine
+			if json.Unmarshal(sc.Bytes(), &l) == nil {
+				ranks[r] = append(ranks[r], l)
+			}
+		}
+		f.Close()
+		if err := sc.Err(); err != nil {
+			return ranks, err
+		}
+	}
+	return ranks, nil
+}
+
+// measureRecovery: the final loss rank 0 printed and, for a faulted run,
+// the seconds from the fault to the first step after the resume on the
+// slower rank, and the steps done again.
+func measureRecovery(ranks [2][]trainLine, faulted bool) (recoveryTime, error) {
+	var rec recoveryTime
+	done := false
+	for _, l := range ranks[0] {
+		if l.Event == "done" {
+			rec.finalLoss, done = l.FinalLoss, true
+		}
+	}
+	if !done {
+		return rec, errors.New("rank 0 logged no final loss")
+	}
+	if !faulted {
+		return rec, nil
+	}
+	var faultAt float64
+	for _, l := range ranks[trainFaultRank] {
+		if l.Event == "fault" {
+			faultAt = l.Time
+		}
+	}
+	if faultAt == 0 {
+		return rec, fmt.Errorf("rank %d logged no fault", trainFaultRank)
+	}
+	for r, lines := range ranks {
+		resumed, stepped := false, false
+		for _, l := range lines {
+			switch {
+			case l.Event == "start" && l.Time > faultAt:
+				resumed, rec.resumeFrom = true, l.ResumeFrom
+			case resumed && l.Event == "" && l.Step > rec.resumeFrom:
+				rec.seconds = max(rec.seconds, l.Time-faultAt)
+				resumed, stepped = false, true
+			}
+		}
+		if !stepped {
+			return rec, fmt.Errorf("rank %d never stepped after a restart that followed the fault", r)
+		}
+	}
+	rec.stepsLost = trainFault - 1 - rec.resumeFrom
+	return rec, nil
+}
+
+func medianOf(xs []float64) float64 {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.Fields(string(b))[0]
+}
+
+// trainingReport renders docs/training.md from the run.
+func trainingReport(c *cluster.Cluster, runs int, want float64, loadStart string, paths []trainingPath,
+	faults []trainingFault, results map[string]map[string][]trainingRun) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Distributed training on a real kubelet: recovery from a rank's fault, path by path\n\n")
+	fmt.Fprintf(&b, "Written by `make training` (`go test -tags training ./test/e2e -run TestTrainingOnKubelet -update-training`), not by hand.\n"+
+		"%s, Kubernetes %s (kubelet, API server, Job controller; containerd), %d CPUs, %s/%s, load average %s at the start and %s at the end.\n\n",
+		time.Now().UTC().Format("2006-01-02 15:04 MST"), c.KubeVersion, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, loadStart, loadAverage())
+	fmt.Fprintf(&b, "The job: [examples/training/train.py](../examples/training/train.py), DDP over gloo, 2 ranks, %d steps, a checkpoint every %d,\n"+
+		"seeded synthetic data, in the image `hack/training-rootfs.sh` builds (Debian bookworm, `python3-torch` 1.13.1, no registry).\n"+
+		"An indexed Job of two pods, one rank each, on the host network (rendezvous on 127.0.0.1), the checkpoints in a node directory\n"+
+		"(hostPath) so that a replaced pod finds them too. Rank 1 faults at step %d; every path must end with the unfaulted run's final loss\n"+
+		"(%v), bit for bit, and did in every run below. The rules, where a path has them: `Restart` on exit codes 1, 42 and 137 (the\n"+
+		"faulting rank's 42 or SIGKILL's 137, and 1, the peer's Python error when gloo loses its connection, which came within seconds:\n"+
+		"no collective timeout was reached). Each path runs as a user writes it, with its defaults (the crash back-off of the\n"+
+		"supervisor and of the kubelet, the Job controller's pod-failure back-off).\n\n", trainSteps, trainEvery, trainFault, want)
+	fmt.Fprintf(&b, "| Path | Fault | Runs | Fault → first step after resume, median | worst | Steps lost | Pods created | restartCount | Job |\n|---|---|---|---|---|---|---|---|---|\n")
+	for _, p := range paths {
+		for _, f := range faults {
+			rs := results[p.name][f.name]
+			var secs []float64
+			worst := 0.0
+			pods, restarts := map[int]bool{}, map[int32]bool{}
+			states := map[string]bool{}
+			lost := 0
+			for _, r := range rs {
+				secs = append(secs, r.rec.seconds)
+				worst = max(worst, r.rec.seconds)
+				pods[r.pods], restarts[r.kubeletRestart], states[r.state] = true, true, true
+				lost = r.rec.stepsLost
+			}
+			fmt.Fprintf(&b, "| %s | %s | %d | %.2f s | %.2f s | %d | %s | %s | %s |\n", p.name, f.name, len(rs), medianOf(secs), worst, lost,
+				joinInts(pods), joinInt32s(restarts), joinKeys(states))
+		}
+	}
+	fmt.Fprintf(&b, "\n%s", trainingRecipe)
+	return b.String()
+}
+
+func joinInts(m map[int]bool) string {
+	var s []string
+	for k := range m {
+		s = append(s, strconv.Itoa(k))
+	}
+	sort.Strings(s)
+	return strings.Join(s, ", ")
+}
+
+func joinInt32s(m map[int32]bool) string {
+	var s []string
+	for k := range m {
+		s = append(s, strconv.Itoa(int(k)))
+	}
+	sort.Strings(s)
+	return strings.Join(s, ", ")
+}
+
+func joinKeys(m map[string]bool) string {
+	var s []string
+	for k := range m {
+		s = append(s, k)
+	}
+	sort.Strings(s)
+	return strings.Join(s, ", ")
+}
+
+const trainingRecipe = `## Reading the table
+
+- **Pods created** counts the Job's pods at the end: 2 when no pod was replaced (1 for torchrun's single pod).
+- **restartCount** is the kubelet's, summed over the Job's pods: the in-place restarts of the supervisor never move it
+  (docs/supervisor.md); the kubelet's own restarts do.
+- **Steps lost** are the steps done again: from the last checkpoint to the fault.
+- Where a path restarts at once (the first crash restart of the kubelet and of the supervisor has no back-off), most of the
+  recovery is Python importing torch and joining the new rendezvous; the supervisor's own restart is under a millisecond
+  (docs/benchmarks.md). The Job controller waits its pod-failure back-off before it creates the replacement pods.
+
+## A recipe
+
+- Put the exit codes your job fails with retriably in the rules, and the peers' code too: when one gloo or NCCL rank dies,
+  the others fail their next collective with a Python error (exit 1 here) long before the collective timeout, so a rule on
+  the faulting rank's code alone leaves the peers to the pod policy.
+- Write checkpoints to a volume that outlives the container (an emptyDir survives in-place restarts and the kubelet's;
+  a replaced pod needs a PersistentVolume or, as here, a node directory) and resume from the newest at every start; the
+  supervisor gives the workload ` + "`RESTART_SUPERVISOR_RESTART_COUNT`" + ` and the last exit code (docs/supervisor.md).
+- Seed the data by step and rank, as train.py does, and a resumed run reaches the unfaulted final loss exactly.
+- With a Job: keep ` + "`restartPolicy: Never`" + ` on the pod and the rules on the trainer; ` + "`podFailurePolicy`" + ` sees only the exits the
+  rules hand to the kubelet. With a JobSet: the rules restart a rank in place before the JobSet's ` + "`failurePolicy`" + ` would
+  recreate every Job; ` + "`failurePolicy.maxRestarts`" + ` then counts only what the rules did not handle.
+- ` + "`make training`" + ` runs this on the release in KUBE_BIN_DIR; TRAINING_RUNS sets the runs per row.
+`
