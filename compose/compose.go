@@ -139,7 +139,7 @@ func Generate(ctx context.Context, data []byte, opts Options) ([]byte, error) {
 			continue
 		}
 		if err := wrap(ctx, s, members, opts); err != nil {
-			return nil, fmt.Errorf("service %s: %v", s.name, err)
+			return nil, fmt.Errorf("service %s: %v", shown(s.name), err)
 		}
 	}
 
@@ -192,7 +192,7 @@ func readServices(servicesNode *textyaml.Node) ([]*service, error) {
 		name := servicesNode.Content[i].Value
 		node := servicesNode.Content[i+1]
 		if err := podstateName(name); err != nil {
-			return nil, fmt.Errorf("service %s: %v", name, err)
+			return nil, fmt.Errorf("service %s: %v", shown(name), err)
 		}
 		if node.Kind == textyaml.AliasNode {
 			// Edits must not reach the node other services alias: this
@@ -205,12 +205,12 @@ func readServices(servicesNode *textyaml.Node) ([]*service, error) {
 		}
 		s := &service{name: name, node: node}
 		if err := node.Decode(&s.eff); err != nil {
-			return nil, fmt.Errorf("service %s: %s", name, oneLine(err))
+			return nil, fmt.Errorf("service %s: %s", shown(name), oneLine(err))
 		}
 		if rn := yamledit.Member(node, RulesKey); rn != nil || s.eff[RulesKey] != nil {
 			cfg, err := readRules(s)
 			if err != nil {
-				return nil, fmt.Errorf("service %s: %s: %v", name, RulesKey, err)
+				return nil, fmt.Errorf("service %s: %s: %v", shown(name), RulesKey, err)
 			}
 			s.cfg = &cfg
 		}
@@ -307,10 +307,10 @@ func wrap(ctx context.Context, s *service, members []contract.PodMember, opts Op
 			ic, err = opts.Inspect(ctx, image)
 			switch {
 			case errors.Is(err, ErrNoSuchImage) && !hasEP:
-				return fmt.Errorf("image %s: not in the local engine; pull or build it first (docker-compose pull / build), or give the service an entrypoint and command", image)
+				return fmt.Errorf("image %s: not in the local engine; pull or build it first (docker-compose pull / build), or give the service an entrypoint and command", shown(image))
 			case errors.Is(err, ErrNoSuchImage):
 				if opts.Warn != nil {
-					opts.Warn(fmt.Sprintf("service %s: image %s is not in the local engine, so its STOPSIGNAL is unknown; set stop_signal if the image has one", s.name, image))
+					opts.Warn(fmt.Sprintf("service %s: image %s is not in the local engine, so its STOPSIGNAL is unknown; set stop_signal if the image has one", shown(s.name), shown(image)))
 				}
 			case err != nil:
 				return err

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode"
 
 	textyaml "go.yaml.in/yaml/v3"
 )
@@ -94,6 +95,18 @@ func sortedKeys(m map[string]any) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// shown is a name or image from the file as an error or warning names it:
+// as written when it is plain printable text, else Go-quoted, so that a
+// line break or control character in it cannot split the message.
+func shown(s string) string {
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return strconv.Quote(s)
+		}
+	}
+	return s
 }
 
 func oneLine(err error) string {

@@ -262,9 +262,12 @@ func checkUndoOp(u undoOp, templates []string) error {
 		if undoable(u.Op, toks) {
 			if u.Op == "insert" || u.Op == "replace" {
 				budget := yamlbound.Default
-				key, _, err := wasMember(u.Was, &budget)
+				key, val, err := wasMember(u.Was, &budget)
 				if err != nil || key.Kind != textyaml.ScalarNode || key.Value != toks[len(toks)-1] {
 					return fmt.Errorf("%s %q: the value it gives back is not that member; refusing to follow the record", u.Op, clipLen(u.Path, 128))
+				}
+				if toks[0] == "metadata" && len(toks) <= 2 && (val.Kind != textyaml.ScalarNode || val.Tag != "!!null") {
+					return fmt.Errorf("%s %q: inject only fills an empty %s; the record gives back a value; refusing to follow it", u.Op, clipLen(u.Path, 128), toks[len(toks)-1])
 				}
 			}
 			return nil
@@ -285,7 +288,10 @@ func undoable(op string, toks []string) bool {
 	case toks[0] == "metadata":
 		switch len(toks) {
 		case 1, 2:
-			return op == "remove" && (len(toks) == 1 || toks[1] == "annotations")
+			// replace: the template had `metadata:` or `annotations:`
+			// with no value, which inject filled (checkUndoOp lets the
+			// record give back only that null).
+			return (op == "remove" || op == "replace") && (len(toks) == 1 || toks[1] == "annotations")
 		case 3:
 			return toks[1] == "annotations" && strings.HasPrefix(toks[2], "restart-supervisor.dev/") && (op == "remove" || op == "replace")
 		}

@@ -320,6 +320,12 @@ func TestUninjectRefusesForeignRecord(t *testing.T) {
 			`remove "/spec/selector": not an edit`},
 		{"another annotation", undoOp{Op: "replace", Path: "/spec/template/metadata/annotations/other", Was: "other: x\n"},
 			`replace "/spec/template/metadata/annotations/other": not an edit`},
+		// inject fills an empty `metadata:` or `annotations:`; a record
+		// may give back that null and nothing else.
+		{"the template's metadata", undoOp{Op: "replace", Path: "/spec/template/metadata", Was: "metadata: {labels: {app: evil}}\n"},
+			`replace "/spec/template/metadata": inject only fills an empty metadata`},
+		{"the template's annotations", undoOp{Op: "replace", Path: "/spec/template/metadata/annotations", Was: "annotations: {a: b}\n"},
+			`replace "/spec/template/metadata/annotations": inject only fills an empty annotations`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var rec undoRecord

@@ -51,7 +51,7 @@ type trainingPath struct {
 // trainingFault is one way a rank fails.
 type trainingFault struct {
 	id, name string
-	args []string
+	args     []string
 }
 
 // trainingRun is what one run of a path gave.
