@@ -266,7 +266,7 @@ func checkUndoOp(u undoOp, templates []string) error {
 				if err != nil || key.Kind != textyaml.ScalarNode || key.Value != toks[len(toks)-1] {
 					return fmt.Errorf("%s %q: the value it gives back is not that member; refusing to follow the record", u.Op, clipLen(u.Path, 128))
 				}
-				if toks[0] == "metadata" && len(toks) <= 2 && (val.Kind != textyaml.ScalarNode || val.Tag != "!!null") {
+				if u.Op == "replace" && fillsNull(toks) && (val.Kind != textyaml.ScalarNode || val.Tag != "!!null") {
 					return fmt.Errorf("%s %q: inject only fills an empty %s; the record gives back a value; refusing to follow it", u.Op, clipLen(u.Path, 128), toks[len(toks)-1])
 				}
 			}
@@ -274,6 +274,24 @@ func checkUndoOp(u undoOp, templates []string) error {
 		}
 	}
 	return bad
+}
+
+// fillsNull: toks (relative to a pod template) names a mapping or list
+// that inject adds to, which a template may hold as an empty value
+// (`metadata:`, `volumes:`, `env:` with nothing after them). inject then
+// replaces the null, and its record gives the null back: checkUndoOp
+// lets such a replace give back nothing else.
+func fillsNull(toks []string) bool {
+	switch len(toks) {
+	case 1:
+		return toks[0] == "metadata"
+	case 2:
+		return toks[0] == "metadata" && toks[1] == "annotations" ||
+			toks[0] == "spec" && (toks[1] == "volumes" || toks[1] == "initContainers")
+	case 4:
+		return toks[0] == "spec" && (toks[3] == "env" || toks[3] == "volumeMounts")
+	}
+	return false
 }
 
 // undoable: op at toks (relative to a pod template) undoes an edit of
@@ -288,21 +306,18 @@ func undoable(op string, toks []string) bool {
 	case toks[0] == "metadata":
 		switch len(toks) {
 		case 1, 2:
-			// replace: the template had `metadata:` or `annotations:`
-			// with no value, which inject filled (checkUndoOp lets the
-			// record give back only that null).
-			return (op == "remove" || op == "replace") && (len(toks) == 1 || toks[1] == "annotations")
+			return (op == "remove" || op == "replace" && fillsNull(toks)) && (len(toks) == 1 || toks[1] == "annotations")
 		case 3:
 			return toks[1] == "annotations" && strings.HasPrefix(toks[2], "restart-supervisor.dev/") && (op == "remove" || op == "replace")
 		}
 	case toks[0] == "spec" && len(toks) >= 2:
 		switch {
 		case len(toks) == 2:
-			return op == "remove" && (toks[1] == "volumes" || toks[1] == "initContainers")
+			return (op == "remove" || op == "replace" && fillsNull(toks)) && (toks[1] == "volumes" || toks[1] == "initContainers")
 		case len(toks) == 3:
 			return op == "remove" && (toks[1] == "volumes" || toks[1] == "initContainers") && isIndex(toks[2])
 		case len(toks) == 4:
-			return containers(toks[1]) && isIndex(toks[2]) && undoFields[op][toks[3]]
+			return containers(toks[1]) && isIndex(toks[2]) && (undoFields[op][toks[3]] || op == "replace" && fillsNull(toks))
 		case len(toks) == 5:
 			return op == "remove" && containers(toks[1]) && isIndex(toks[2]) && (toks[3] == "env" || toks[3] == "volumeMounts") && isIndex(toks[4])
 		}

@@ -326,6 +326,10 @@ func TestUninjectRefusesForeignRecord(t *testing.T) {
 			`replace "/spec/template/metadata": inject only fills an empty metadata`},
 		{"the template's annotations", undoOp{Op: "replace", Path: "/spec/template/metadata/annotations", Was: "annotations: {a: b}\n"},
 			`replace "/spec/template/metadata/annotations": inject only fills an empty annotations`},
+		{"a container's env", undoOp{Op: "replace", Path: "/spec/template/spec/containers/0/env", Was: "env: [{name: LD_PRELOAD, value: /evil.so}]\n"},
+			`replace "/spec/template/spec/containers/0/env": inject only fills an empty env`},
+		{"the volumes", undoOp{Op: "replace", Path: "/spec/template/spec/volumes", Was: "volumes: [{name: root, hostPath: {path: /}}]\n"},
+			`replace "/spec/template/spec/volumes": inject only fills an empty volumes`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var rec undoRecord
