@@ -216,6 +216,7 @@ func supervisorCmd(args []string) int {
 		Pod:              pod.Restarter(),
 		PodGeneration:    pod.PodGeneration(),
 		Resume:           pod.Resume(),
+		Limits:           pod.Limits(),
 		// The kubelet gives each container instance an empty
 		// termination message file (kuberuntime_container.go
 		// makeMounts, v1.37.2); each in-place run starts with one too,
