@@ -114,7 +114,18 @@ func init() {
 	configSchema["progress"] = map[string]valueKind{"file": kindString, "maxStalledRestarts": kindInt32}
 }
 
-// validate checks the limits; each error names its field.
+// Validate checks the limits; each error names its field, under path (""
+// at the top of the config document).
+func (l Limits) Validate(path string) ErrorList {
+	errs := l.validate()
+	if path != "" {
+		for _, e := range errs {
+			e.Field = path + "." + e.Field
+		}
+	}
+	return errs
+}
+
 func (l Limits) validate() ErrorList {
 	var errs ErrorList
 	if b := l.RestartBudget; b != nil {
