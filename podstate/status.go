@@ -60,8 +60,12 @@ type Exit struct {
 	// Stopped is set when the exit ended a stop of the container (the
 	// kubelet's or the runtime's): the next supervisor does not take it
 	// for a crash to back off from.
-	Stopped bool      `json:"stopped,omitempty"`
-	At      time.Time `json:"at"`
+	Stopped bool `json:"stopped,omitempty"`
+	// Reason is the kubelet's reason for such an exit when the
+	// supervisor can tell it: OOMKilled, a SIGKILL that the container's
+	// cgroup counted as an out-of-memory kill (memory.events oom_kill).
+	Reason string    `json:"reason,omitempty"`
+	At     time.Time `json:"at"`
 }
 
 // Status is one container's status document.
