@@ -380,7 +380,7 @@ func exitOf(e *supervise.Exit) *Exit {
 	if e == nil {
 		return nil
 	}
-	x := &Exit{Code: int32(e.Code), Action: e.Action, PodRestart: e.PodRestart, Stopped: e.Stopped, At: e.At}
+	x := &Exit{Code: int32(e.Code), Action: e.Action, PodRestart: e.PodRestart, Stopped: e.Stopped, Reason: e.Reason, At: e.At}
 	if e.Signal != 0 {
 		x.Signal = unix.SignalName(e.Signal)
 	}

@@ -51,7 +51,10 @@ type Exit struct {
 	// or the runtime's), not one the workload chose; the kubelet's
 	// back-off does not count it.
 	Stopped bool
-	At      time.Time
+	// Reason is the kubelet's reason for the exit when the supervisor
+	// can tell it: ReasonOOMKilled (oom.go), else empty.
+	Reason string
+	At     time.Time
 }
 
 // State is a snapshot for status reporting.

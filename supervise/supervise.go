@@ -127,6 +127,11 @@ type Options struct {
 	// none of it.
 	Limits *LimitState
 
+	// MemoryEvents is the container's cgroup v2 memory.events file
+	// (oom.go); empty, out-of-memory kills are not told from other
+	// SIGKILLs.
+	MemoryEvents string
+
 	// BeforeRestart, when set, is called before each in-place start (not
 	// the first): what the kubelet would give a new container instance,
 	// the supervisor's caller gives the next run (an empty termination
@@ -197,6 +202,11 @@ type supervisor struct {
 	// last exit was handed over instead of restarted in place.
 	limits   LimitState
 	handOver *HandOver
+
+	// oomAtStart is the cgroup's oom_kill counter at the start of the
+	// run (oom.go); oomAtStartOK is false when it could not be read.
+	oomAtStart   uint64
+	oomAtStartOK bool
 
 	// baseEnv is Options.Env without the attempt variables (attempt.go).
 	baseEnv []string
@@ -336,6 +346,7 @@ func (s *supervisor) start() {
 	if s.last != nil && s.o.BeforeRestart != nil {
 		s.o.BeforeRestart()
 	}
+	s.oomAtStart, s.oomAtStartOK = oomKills(s.o.MemoryEvents)
 	p, err := spawn(s.o.Path, s.o.Argv, s.attemptEnv(), s.tty)
 	if err != nil {
 		s.onStartError(err.(*StartError))
@@ -445,6 +456,13 @@ func (s *supervisor) onWorkloadExit(st ExitStatus) {
 	s.last = exit
 	ran := exit.At.Sub(p.started)
 	attrs := exitAttrs(p.pid, st, ran)
+	if end.cause == endNone {
+		// A kill of the supervisor's own (a stop's, a probe's, a pod
+		// restart's grace) is no out-of-memory kill.
+		if exit.Reason = s.oomReason(st); exit.Reason != "" {
+			attrs = append(attrs, "exitReason", exit.Reason)
+		}
+	}
 
 	if end.cause == endStop {
 		exit.Stopped = true
