@@ -190,7 +190,7 @@ func (p *Pod) resumeFrom(prev Status, now time.Time) {
 // of the container's UID can write: counts bounded, at most
 // supervise.MaxBudgetRecent times and none after now (a budget's window
 // counts back from now, so a time to come would never leave it), and a
-// digest that is not one is dropped (the next look then starts the count
+// digest that is not one (32 hex digits) is dropped (the next look then starts the count
 // over, as a changed file does).
 func limitsFrom(l *Limits, now time.Time) *supervise.LimitState {
 	if l == nil {
@@ -217,7 +217,7 @@ func limitsFrom(l *Limits, now time.Time) *supervise.LimitState {
 }
 
 func isHexDigest(s string) bool {
-	if len(s) != 64 {
+	if len(s) != 32 {
 		return false
 	}
 	for _, c := range s {

@@ -134,7 +134,7 @@ type Limits struct {
 	// BudgetRecent are the times of the most recent of them, oldest
 	// first (at most supervise.MaxBudgetRecent), for a budget's window.
 	BudgetRecent []time.Time `json:"budgetRecent,omitempty"`
-	// ProgressDigest is the SHA-256 of the progress file at the last
+	// ProgressDigest is the FNV-1a 128 digest of the progress file at the last
 	// look ("absent": there was none), StalledRestarts the in-place
 	// restarts since it last changed.
 	ProgressDigest  string `json:"progressDigest,omitempty"`
