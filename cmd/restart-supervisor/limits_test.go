@@ -25,6 +25,13 @@ func limitsEnv(state, extra string) []string {
 		  "restartPolicyRules":[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[]}}]` + extra + `}`}
 }
 
+// supArgs runs the supervisor on argv with its termination message next to
+// the state directory (a state directory otherwise sends it to
+// /dev/termination-log, the kubelet's path).
+func supArgs(state string, argv ...string) []string {
+	return append([]string{bin, "--termination-message-path", state + ".termination-log", "--"}, argv...)
+}
+
 func stateDir(t *testing.T) (dir, state string) {
 	dir = t.TempDir()
 	state = filepath.Join(dir, "state")
@@ -56,7 +63,7 @@ func TestRestartBudgetHandsOverAndIsNotReset(t *testing.T) {
 	dir, state := stateDir(t)
 	env := limitsEnv(state, `,"restartBudget":{"maxRestarts":3}`)
 	w := counterScript(t, dir, 42)
-	s := start(t, env, bin, "--", w)
+	s := start(t, env, supArgs(state, w)...)
 	if st := s.wait(15 * time.Second); st != 42 {
 		t.Fatalf("exit %d, want the workload's 42", st)
 	}
@@ -69,8 +76,11 @@ func TestRestartBudgetHandsOverAndIsNotReset(t *testing.T) {
 	if r, b := handOverOf(t, state); r != "RestartBudgetExhausted" || b != 3 {
 		t.Errorf("document: handOver.reason %q, limits.budgetRestarts %v; want RestartBudgetExhausted and 3", r, b)
 	}
+	if msg, _ := os.ReadFile(state + ".termination-log"); !strings.Contains(string(msg), "; handed over: RestartBudgetExhausted") {
+		t.Errorf("termination message %q lacks the reason", msg)
+	}
 
-	s = start(t, env, bin, "--", w)
+	s = start(t, env, supArgs(state, w)...)
 	if st := s.wait(15 * time.Second); st != 42 {
 		t.Fatalf("second supervisor: exit %d, want 42", st)
 	}
@@ -106,7 +116,7 @@ func TestRestartBudgetWindow(t *testing.T) {
 			dir, state := stateDir(t)
 			writeOwnStatus(t, state, "trainer", map[string]any{"container": "trainer", "state": "exited",
 				"limits": map[string]any{"budgetRestarts": len(c.recent), "budgetRecent": c.recent}, "updatedAt": now})
-			s := start(t, limitsEnv(state, `,"restartBudget":`+c.budget), bin, "--", counterScript(t, dir, 42))
+			s := start(t, limitsEnv(state, `,"restartBudget":`+c.budget), supArgs(state, counterScript(t, dir, 42))...)
 			if st := s.wait(15 * time.Second); st != 42 {
 				t.Fatalf("exit %d, want 42", st)
 			}
@@ -123,7 +133,7 @@ func TestRestartBudgetWindow(t *testing.T) {
 // TestNoBudgetRestartsForever: the default is upstream's: no limit.
 func TestNoBudgetRestartsForever(t *testing.T) {
 	dir, state := stateDir(t)
-	s := start(t, limitsEnv(state, ""), bin, "--", counterScript(t, dir, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0))
+	s := start(t, limitsEnv(state, ""), supArgs(state, counterScript(t, dir, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0))...)
 	s.waitLog("restarts=10 ", 15*time.Second)
 	if r, _ := handOverOf(t, state); r != "" {
 		t.Errorf("handOver.reason %q without limits", r)
@@ -137,7 +147,7 @@ func TestNoBudgetRestartsForever(t *testing.T) {
 // would hold it (container Never under pod Always): the pod policy decides.
 func TestHandOverExitCodes(t *testing.T) {
 	dir, state := stateDir(t)
-	s := start(t, limitsEnv(state, `,"handOverExitCodes":[93]`), bin, "--", counterScript(t, dir, 1, 1, 93))
+	s := start(t, limitsEnv(state, `,"handOverExitCodes":[93]`), supArgs(state, counterScript(t, dir, 1, 1, 93))...)
 	if st := s.wait(15 * time.Second); st != 93 {
 		t.Fatalf("exit %d, want 93", st)
 	}
@@ -178,7 +188,7 @@ n=$(cat `+dir+`/checks 2>/dev/null || echo 0); n=$((n+1)); echo $n > `+dir+`/che
 echo "check $n: gpu memory free"
 [ $n -lt 3 ]
 `, 0o755)
-	s := start(t, checkEnv(state, `["`+check+`"]`, 10), bin, "--", counterScript(t, dir, 1, 1, 0))
+	s := start(t, checkEnv(state, `["`+check+`"]`, 10), supArgs(state, counterScript(t, dir, 1, 1, 0))...)
 	if st := s.wait(15 * time.Second); st != 0 {
 		t.Fatalf("exit %d, want 0", st)
 	}
@@ -202,7 +212,7 @@ func TestPreRestartCheckTimesOutAndItsGroupDies(t *testing.T) {
 	dir, state := stateDir(t)
 	pidFile := filepath.Join(dir, "bg.pid")
 	check := writeFile(t, dir, "check.sh", "#!/bin/sh\nsleep 1000 &\necho $! > "+pidFile+"\nexec sleep 1000\n", 0o755)
-	s := start(t, checkEnv(state, `["`+check+`"]`, 1), bin, "--", "sh", "-c", "exit 7")
+	s := start(t, checkEnv(state, `["`+check+`"]`, 1), supArgs(state, "sh", "-c", "exit 7")...)
 	if st := s.wait(20 * time.Second); st != 7 {
 		t.Fatalf("exit %d, want 7", st)
 	}
@@ -233,7 +243,7 @@ func aliveProcess(pid int) bool {
 // output reach the log; a check that cannot be started hands over too.
 func TestPreRestartCheckFloodAndStartFailure(t *testing.T) {
 	_, state := stateDir(t)
-	s := start(t, checkEnv(state, `["sh","-c","head -c 8000000 /dev/zero | tr '\\0' x; exit 1"]`, 30), bin, "--", "sh", "-c", "exit 5")
+	s := start(t, checkEnv(state, `["sh","-c","head -c 8000000 /dev/zero | tr '\\0' x; exit 1"]`, 30), supArgs(state, "sh", "-c", "exit 5")...)
 	if st := s.wait(30 * time.Second); st != 5 {
 		t.Fatalf("exit %d, want 5", st)
 	}
@@ -245,7 +255,7 @@ func TestPreRestartCheckFloodAndStartFailure(t *testing.T) {
 		t.Errorf("log of %d bytes for one flooding check", len(out))
 	}
 
-	s = start(t, checkEnv(state, `["/nonexistent/check"]`, 5), bin, "--", "sh", "-c", "exit 6")
+	s = start(t, checkEnv(state, `["/nonexistent/check"]`, 5), supArgs(state, "sh", "-c", "exit 6")...)
 	if st := s.wait(15 * time.Second); st != 6 {
 		t.Fatalf("exit %d, want 6", st)
 	}
@@ -262,7 +272,7 @@ func TestPreRestartCheckFloodAndStartFailure(t *testing.T) {
 func TestStopDuringPreRestartCheck(t *testing.T) {
 	dir, state := stateDir(t)
 	check := writeFile(t, dir, "check.sh", "#!/bin/sh\necho $$ > "+dir+"/check.pid\nexec sleep 1000\n", 0o755)
-	s := start(t, checkEnv(state, `["`+check+`"]`, 600), bin, "--", "sh", "-c", "exit 9")
+	s := start(t, checkEnv(state, `["`+check+`"]`, 600), supArgs(state, "sh", "-c", "exit 9")...)
 	waitFor(t, "the check to run", 15*time.Second, func() bool { return countIn(t, dir, "check.pid") > 0 })
 	s.signal(syscall.SIGTERM)
 	if st := s.wait(10 * time.Second); st != 9 {
@@ -284,7 +294,7 @@ n=$(cat `+dir+`/count 2>/dev/null || echo 0); n=$((n+1)); echo $n > `+dir+`/coun
 [ $n -le 2 ] && echo "iteration $n" > `+progress+`
 exit 1
 `, 0o755)
-	s := start(t, limitsEnv(state, `,"progress":{"file":"`+progress+`","maxStalledRestarts":2}`), bin, "--", w)
+	s := start(t, limitsEnv(state, `,"progress":{"file":"`+progress+`","maxStalledRestarts":2}`), supArgs(state, w)...)
 	if st := s.wait(15 * time.Second); st != 1 {
 		t.Fatalf("exit %d, want 1", st)
 	}
@@ -315,7 +325,7 @@ func TestProgressFileIsReadAsAnAdversarys(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			s := start(t, limitsEnv(state, `,"progress":{"file":"`+progress+`","maxStalledRestarts":2}`), bin, "--", counterScript(t, dir, 1))
+			s := start(t, limitsEnv(state, `,"progress":{"file":"`+progress+`","maxStalledRestarts":2}`), supArgs(state, counterScript(t, dir, 1))...)
 			if st := s.wait(15 * time.Second); st != 1 {
 				t.Fatalf("exit %d, want 1", st)
 			}
