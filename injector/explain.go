@@ -107,10 +107,11 @@ func plan(cr ContainerRules, cp ContainerPlan) ContainerPlan {
 		o := Outcome{Codes: ranges(groups[k]), Handling: k.h, Decision: d}
 		o.Why, o.Supervised, o.Native, o.Difference = describe(cr, c, d, k.h, cp.Wrapped)
 		if k.rule == handOverCode {
+			// Handed over whatever the rules say: the kubelet, which
+			// does not know them, applies the policy it has.
 			o.Why = "handOverExitCodes (" + o.Why + ")"
-			if o.Native != "stays terminated" || cr.KubeletPolicy != rules.Never {
-				o.Difference = "the kubelet's pod policy decides, not the rules"
-			}
+			o.Supervised = "exit; kubelet applies pod policy " + string(cr.KubeletPolicy)
+			o.Difference = "the pod policy decides, not the rules"
 		}
 		if cp.Kind == KindRerun {
 			o.Supervised, o.Difference = describeRerun(d, o.Supervised, o.Difference)
@@ -130,20 +131,20 @@ const handOverCode = -2
 // limitLines describes the limits that turn a restart in place into a
 // hand-over to the kubelet, whose policy (pod) then decides.
 func limitLines(l rules.Limits, pod rules.RestartPolicy) []string {
-	then := "then the exit is handed to the kubelet (pod restartPolicy " + string(pod) + ")"
+	handed := "the exit is handed to the kubelet (pod restartPolicy " + string(pod) + ")"
 	var out []string
 	if b := l.RestartBudget; b != nil {
 		within := " in the pod's life (not reset by the kubelet's restarts)"
 		if w := b.WindowDuration(); w > 0 {
 			within = " within any " + w.String()
 		}
-		out = append(out, fmt.Sprintf("restart budget: at most %d in-place restarts%s; %s", b.Max(), within, then))
+		out = append(out, fmt.Sprintf("restart budget: at most %d in-place restarts%s; %s", b.Max(), within, "then "+handed))
 	}
 	if p := l.Progress; p != nil {
-		out = append(out, fmt.Sprintf("progress: after %d in-place restarts without a change of %s, %s", p.MaxStalledRestarts, p.File, then))
+		out = append(out, fmt.Sprintf("progress: after %d in-place restarts without a change of %s, %s", p.MaxStalledRestarts, p.File, handed))
 	}
 	if c := l.PreRestartCheck; c != nil {
-		out = append(out, fmt.Sprintf("pre-restart check: %s (timeout %s) before each in-place restart; when it fails, %s", strings.Join(c.Command, " "), c.Timeout(), then))
+		out = append(out, fmt.Sprintf("pre-restart check: %s (timeout %s) before each in-place restart; when it fails, %s", strings.Join(c.Command, " "), c.Timeout(), handed))
 	}
 	return out
 }

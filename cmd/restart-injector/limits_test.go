@@ -46,8 +46,8 @@ func TestExplainShowsTheLimits(t *testing.T) {
 	}
 	for _, want := range []string{
 		"trainer: restart budget: at most 3 in-place restarts within any 1h0m0s; then the exit is handed to the kubelet (pod restartPolicy OnFailure)",
-		"trainer: progress: after 2 in-place restarts without a change of /ckpt/iteration, then the exit is handed to the kubelet",
-		"trainer: pre-restart check: /bin/gpu-check --wait (timeout 1m0s) before each in-place restart; when it fails, then the exit is handed to the kubelet",
+		"trainer: progress: after 2 in-place restarts without a change of /ckpt/iteration, the exit is handed to the kubelet",
+		"trainer: pre-restart check: /bin/gpu-check --wait (timeout 1m0s) before each in-place restart; when it fails, the exit is handed to the kubelet",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("explain lacks %q:\n%s", want, out)
@@ -59,7 +59,7 @@ func TestExplainShowsTheLimits(t *testing.T) {
 			row93 = l
 		}
 	}
-	if !strings.Contains(row93, "handOverExitCodes (rule 0: Restart NotIn [0])") || !strings.Contains(row93, "exit; kubelet restarts it") {
+	if !strings.Contains(row93, "handOverExitCodes (rule 0: Restart NotIn [0])") || !strings.Contains(row93, "exit; kubelet applies pod policy OnFailure") || !strings.Contains(row93, "the pod policy decides, not the rules") {
 		t.Errorf("exit 93 row %q; explain:\n%s", row93, out)
 	}
 }
