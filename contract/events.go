@@ -9,4 +9,8 @@ const (
 	// EventAnnotationPodRestart is on a PodRestartedInPlace Event: the pod
 	// restart generation, a decimal number.
 	EventAnnotationPodRestart = "restart-supervisor.dev/pod-restart"
+	// EventAnnotationHandOver is on a HandedOverToKubelet Event: a JSON
+	// object (container, total, reason, message, exitCode, signal,
+	// exitReason).
+	EventAnnotationHandOver = "restart-supervisor.dev/hand-over"
 )

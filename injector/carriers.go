@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	// The library for YAML text (see the package documentation); the
@@ -44,6 +45,10 @@ type ContainerRules struct {
 	// FromAnnotation reports that some of the rules came from the
 	// restart-supervisor.dev/rules annotation.
 	FromAnnotation bool
+	// Limits are the supervisor's own limits on restarting in place
+	// (restartBudget, handOverExitCodes, preRestartCheck, progress),
+	// which only the annotation carries: a pod spec has no such fields.
+	Limits rules.Limits
 	// native are the KEP-5307 fields present on the container itself.
 	nativePolicy, nativeRules bool
 	// tool reports that the container mounts the supervisor's binary or
@@ -73,7 +78,7 @@ func PodRulesFor(v rules.KubeVersion, pod *corev1.Pod, specPath, object string) 
 
 // podRules is PodRulesFor with the annotation carrier already parsed; ann
 // nil reads the container fields alone.
-func podRules(v rules.KubeVersion, pod *corev1.Pod, ann map[string]rules.Container, specPath, object string) ([]ContainerRules, error) {
+func podRules(v rules.KubeVersion, pod *corev1.Pod, ann map[string]carried, specPath, object string) ([]ContainerRules, error) {
 	var err error
 	for i, c := range pod.Spec.EphemeralContainers {
 		f := fmt.Sprintf("%s.ephemeralContainers[%d]", specPath, i)
@@ -111,9 +116,13 @@ func podRules(v rules.KubeVersion, pod *corev1.Pod, ann map[string]rules.Contain
 			merged := native
 			if a, ok := ann[c.Name]; ok {
 				cr.FromAnnotation = true
-				if merged, err = merge(native, a); err != nil {
+				if merged, err = merge(native, a.Container); err != nil {
 					return fmt.Errorf("%s: container %q: %v", object, c.Name, err)
 				}
+				if errs := a.Limits.Validate(""); len(errs) > 0 {
+					return fmt.Errorf("%s: metadata.annotations[%s]: container %q: %v", object, contract.AnnotationRules, c.Name, errs)
+				}
+				cr.Limits = a.Limits
 			}
 			cr.Rules = merged
 			if init {
@@ -353,7 +362,11 @@ func (cr ContainerRules) supervised() rules.Container {
 // applies, the policy the kubelet would apply, and for an init container
 // that is not a sidecar the mark that its exit 0 means "initialized".
 func (cr ContainerRules) config() rules.Config {
-	return rules.Config{Container: cr.supervised(), PodRestartPolicy: cr.KubeletPolicy, InitContainer: cr.Kind == KindInit}
+	cfg := rules.Config{Container: cr.supervised(), PodRestartPolicy: cr.KubeletPolicy, InitContainer: cr.Kind == KindInit}
+	if cr.Ruled {
+		cfg.Limits = cr.Limits
+	}
+	return cfg
 }
 
 // gatedFields reports which KEP-5307 fields the container itself carries
@@ -383,7 +396,7 @@ const maxContainerName = 63
 // document is parsed into nodes only, checked here in one pass (sizes,
 // kinds, known fields, no key twice), and each container's fields, which
 // then hold at most a handful of keys per mapping, are decoded on their own.
-func parseRulesAnnotation(ann map[string]string) (map[string]rules.Container, error) {
+func parseRulesAnnotation(ann map[string]string) (map[string]carried, error) {
 	v, ok := ann[contract.AnnotationRules]
 	if !ok {
 		return nil, nil
@@ -403,7 +416,7 @@ func parseRulesAnnotation(ann map[string]string) (map[string]rules.Container, er
 	if root.Kind == textyaml.DocumentNode && len(root.Content) == 1 {
 		root = root.Content[0]
 	}
-	m := map[string]rules.Container{}
+	m := map[string]carried{}
 	if isNull(root) {
 		return m, nil
 	}
@@ -411,13 +424,55 @@ func parseRulesAnnotation(ann map[string]string) (map[string]rules.Container, er
 		return nil, fmt.Errorf("%s: %v", field, err)
 	}
 	for i := 0; i+1 < len(root.Content); i += 2 {
-		var c rules.Container
+		var c annEntry
 		if err := root.Content[i+1].Decode(&c); err != nil {
 			return nil, fmt.Errorf("%s: %s", field, oneLine(err))
 		}
-		m[root.Content[i].Value] = c
+		e, err := c.carried()
+		if err != nil {
+			return nil, fmt.Errorf("%s: container %q: %v", field, root.Content[i].Value, err)
+		}
+		m[root.Content[i].Value] = e
 	}
 	return m, nil
+}
+
+// carried is one container's entry of the annotation: its restart fields
+// and the supervisor's limits. It is written as JSON (carryRules), both
+// flattened into one object as in the supervisor's config.
+type carried struct {
+	rules.Container
+	rules.Limits
+}
+
+// annEntry is an entry as the annotation's YAML library decodes it; the
+// window is a string here, since rules.Duration decodes through the
+// config's YAML library, not this one.
+type annEntry struct {
+	rules.Container `yaml:",inline"`
+	RestartBudget   *struct {
+		MaxRestarts *int32  `yaml:"maxRestarts"`
+		Window      *string `yaml:"window"`
+	} `yaml:"restartBudget"`
+	HandOverExitCodes []int32                `yaml:"handOverExitCodes"`
+	PreRestartCheck   *rules.PreRestartCheck `yaml:"preRestartCheck"`
+	Progress          *rules.Progress        `yaml:"progress"`
+}
+
+func (a annEntry) carried() (carried, error) {
+	c := carried{Container: a.Container, Limits: rules.Limits{HandOverExitCodes: a.HandOverExitCodes, PreRestartCheck: a.PreRestartCheck, Progress: a.Progress}}
+	if b := a.RestartBudget; b != nil {
+		c.RestartBudget = &rules.RestartBudget{MaxRestarts: b.MaxRestarts}
+		if b.Window != nil {
+			d, err := time.ParseDuration(*b.Window)
+			if err != nil {
+				return c, fmt.Errorf("restartBudget.window: Invalid value: %q: must be a Go duration such as \"10m\"", clip(*b.Window))
+			}
+			w := rules.Duration(d)
+			c.RestartBudget.Window = &w
+		}
+	}
+	return c, nil
 }
 
 // annShape is what a node of the annotation must be.
@@ -431,12 +486,20 @@ const (
 	annExitCodes
 	annValues // list of scalars
 	annScalar
+	annBudget
+	annCheck
+	annArgs // list of scalars, a command's
+	annProgress
 )
 
 // annFields are the keys of each mapping shape and the shape of their
 // values: the fields of rules.Container, Rule and ExitCodes.
 var annFields = map[annShape]map[string]annShape{
-	annContainer: {"restartPolicy": annScalar, "restartPolicyRules": annRules},
+	annContainer: {"restartPolicy": annScalar, "restartPolicyRules": annRules,
+		"restartBudget": annBudget, "handOverExitCodes": annValues, "preRestartCheck": annCheck, "progress": annProgress},
+	annBudget:    {"maxRestarts": annScalar, "window": annScalar},
+	annCheck:     {"command": annArgs, "timeoutSeconds": annScalar},
+	annProgress:  {"file": annScalar, "maxStalledRestarts": annScalar},
 	annRule:      {"action": annScalar, "exitCodes": annExitCodes},
 	annExitCodes: {"operator": annScalar, "values": annValues},
 }
@@ -466,13 +529,16 @@ func checkAnnotation(n *textyaml.Node, shape annShape, path string) error {
 		if n.Kind != textyaml.ScalarNode {
 			return want("a string")
 		}
-	case annRules, annValues:
+	case annRules, annValues, annArgs:
 		if n.Kind != textyaml.SequenceNode {
 			return want("a list")
 		}
 		max, item := rules.MaxRules, annRule
-		if shape == annValues {
+		switch shape {
+		case annValues:
 			max, item = rules.MaxValuesPerRule, annScalar
+		case annArgs:
+			max, item = rules.MaxProbeCommandArgs, annScalar
 		}
 		if len(n.Content) > max {
 			return fmt.Errorf("line %d: %s: Too many: %d: must have at most %d items", n.Line, path, len(n.Content), max)

@@ -22,6 +22,10 @@ type ContainerPlan struct {
 	Wrapped       bool
 	KubeletPolicy rules.RestartPolicy // what the kubelet applies when the container has no policy
 	Outcomes      []Outcome
+	// Limits says, one line each, when the supervisor hands an exit the
+	// rules would restart in place to the kubelet instead (rules.Limits);
+	// empty without limits or when the container is not wrapped.
+	Limits []string
 }
 
 // Outcome groups the exit codes that are handled alike.
@@ -85,10 +89,13 @@ func plan(cr ContainerRules, cp ContainerPlan) ContainerPlan {
 	decisions := map[key]rules.Decision{}
 	for code := int32(0); code <= 255; code++ {
 		d, h := cfg.Plan(code)
-		if !cp.Wrapped {
+		if !cp.Wrapped || cfg.HandsOver(code) {
 			h = rules.HandOver
 		}
 		k := key{h, d.Restart, d.Source, d.Rule}
+		if cp.Wrapped && cfg.HandsOver(code) {
+			k.rule = handOverCode
+		}
 		if _, ok := groups[k]; !ok {
 			order = append(order, k)
 			decisions[k] = d
@@ -99,12 +106,47 @@ func plan(cr ContainerRules, cp ContainerPlan) ContainerPlan {
 		d := decisions[k]
 		o := Outcome{Codes: ranges(groups[k]), Handling: k.h, Decision: d}
 		o.Why, o.Supervised, o.Native, o.Difference = describe(cr, c, d, k.h, cp.Wrapped)
+		if k.rule == handOverCode {
+			// Handed over whatever the rules say: the kubelet, which
+			// does not know them, applies the policy it has.
+			o.Why = "handOverExitCodes (" + o.Why + ")"
+			o.Supervised = "exit; kubelet applies pod policy " + string(cr.KubeletPolicy)
+			o.Difference = "the pod policy decides, not the rules"
+		}
 		if cp.Kind == KindRerun {
 			o.Supervised, o.Difference = describeRerun(d, o.Supervised, o.Difference)
 		}
 		cp.Outcomes = append(cp.Outcomes, o)
 	}
+	if cp.Wrapped {
+		cp.Limits = limitLines(cfg.Limits, cr.KubeletPolicy)
+	}
 	return cp
+}
+
+// handOverCode stands for "in handOverExitCodes" in plan's grouping key,
+// where a rule's index would be.
+const handOverCode = -2
+
+// limitLines describes the limits that turn a restart in place into a
+// hand-over to the kubelet, whose policy (pod) then decides.
+func limitLines(l rules.Limits, pod rules.RestartPolicy) []string {
+	handed := "the exit is handed to the kubelet (pod restartPolicy " + string(pod) + ")"
+	var out []string
+	if b := l.RestartBudget; b != nil {
+		within := " in the pod's life (not reset by the kubelet's restarts)"
+		if w := b.WindowDuration(); w > 0 {
+			within = " within any " + w.String()
+		}
+		out = append(out, fmt.Sprintf("restart budget: at most %d in-place restarts%s; %s", b.Max(), within, "then "+handed))
+	}
+	if p := l.Progress; p != nil {
+		out = append(out, fmt.Sprintf("progress: after %d in-place restarts without a change of %s, %s", p.MaxStalledRestarts, p.File, handed))
+	}
+	if c := l.PreRestartCheck; c != nil {
+		out = append(out, fmt.Sprintf("pre-restart check: %s (timeout %s) before each in-place restart; when it fails, %s", strings.Join(c.Command, " "), c.Timeout(), handed))
+	}
+	return out
 }
 
 // describeRerun is what an exit of a re-run, during a pod restart, does:

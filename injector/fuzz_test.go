@@ -67,6 +67,8 @@ func FuzzRulesAnnotation(f *testing.F) {
 		"app:\n  restartPolicyRules:\n  - action: RestartAllContainers\n    exitCodes: {operator: NotIn, values: [0]}\n",
 		"a: &a {}\nb: *a", "app: {restartPolicy: [x]}", "app: {restartPolicyRules: [{exitCodes: {values: [x]}}]}",
 		"{[a]: {}}", "app: {<<: {restartPolicy: Never}}", "---\napp: {}\n---\nb: {}",
+		"app: {restartBudget: {maxRestarts: 3, window: 10m}, handOverExitCodes: [93], preRestartCheck: {command: [c, -x], timeoutSeconds: 5}, progress: {file: /p, maxStalledRestarts: 2}}",
+		"app: {restartBudget: {window: soon}}", "app: {preRestartCheck: {command: x}}", "app: {restartBudget: {maxRestarts: [1]}}",
 	} {
 		f.Add(seed)
 	}

@@ -63,7 +63,7 @@ func carryRules(t podTemplate, object string) ([]PatchOp, []string, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	carried, err := parseRulesAnnotation(pod.Annotations)
+	entries, err := parseRulesAnnotation(pod.Annotations)
 	if err != nil {
 		where := ""
 		if t.path != nil {
@@ -80,21 +80,24 @@ func carryRules(t podTemplate, object string) ([]PatchOp, []string, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if carried == nil {
-		carried = map[string]rules.Container{}
+	if entries == nil {
+		entries = map[string]carried{}
 	}
 	var moved []string
 	for _, cr := range crs {
 		if r, p := cr.gatedFields(); !r && !p {
 			continue
 		}
-		carried[cr.Name] = cr.Rules
+		// The limits an earlier copy carried stay: no field holds them.
+		entry := entries[cr.Name]
+		entry.Container = cr.Rules
+		entries[cr.Name] = entry
 		moved = append(moved, cr.Name)
 	}
 	if len(moved) == 0 {
 		return nil, nil, nil
 	}
-	value, err := json.Marshal(carried) // map keys are sorted: the value is deterministic
+	value, err := json.Marshal(entries) // map keys are sorted: the value is deterministic
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %v", object, err)
 	}

@@ -244,6 +244,8 @@ func (a *Agent) record(pod *corev1.Pod, e event) {
 		ref, msg, ann = containerRef(pod, e.container), e.restart.String(), e.restart.annotations()
 	case ReasonPodRestarted:
 		ref, msg, ann = podRef(pod), podRestartMessage(e.podGen), podRestartAnnotations(e.podGen)
+	case ReasonHandedOver:
+		ref, msg, ann = containerRef(pod, e.container), e.handOver.String(), e.handOver.annotations()
 	default:
 		return
 	}

@@ -63,6 +63,9 @@ type podState struct {
 type containerCount struct {
 	base, last int
 	seen       bool
+	// handedOver is when the exit of the last hand-over reported
+	// (HandedOverToKubelet) happened.
+	handedOver time.Time
 }
 
 func (c containerCount) total() int { return c.base + c.last }
@@ -84,8 +87,9 @@ type event struct {
 	// PodRestartedInPlace, which is on the pod.
 	container string
 	times     int
-	restart   Restart // RestartedInPlace
-	podGen    uint64  // PodRestartedInPlace: the pod restart generation
+	restart   Restart  // RestartedInPlace
+	handOver  HandOver // HandedOverToKubelet
+	podGen    uint64   // PodRestartedInPlace: the pod restart generation
 }
 
 // podDiff is diffPod's answer.
@@ -126,13 +130,23 @@ func diffPod(prev *podState, pod podInfo, docs []Doc, started time.Time) podDiff
 		podGen = max(podGen, d.Generation)
 	}
 	for _, d := range valid {
+		seen := next.containers[d.Container].seen
 		c, n := countRestarts(next.containers[d.Container], d, pod.createdSinceStart, started)
-		next.containers[d.Container] = c
 		total := c.total()
 		if n > 0 {
 			out.events = append(out.events, event{reason: ReasonRestarted, container: d.Container,
 				times: min(n, maxEventsPerScan), restart: restartOf(d.Status, total)})
 		}
+		// A hand-over a limit caused, once per exit: a pod first seen by
+		// a restarted agent has it reported only when it came after
+		// this agent started, as a restart.
+		if d.HandOver != nil && d.LastExit != nil && !d.LastExit.At.Equal(c.handedOver) {
+			if seen || pod.createdSinceStart || d.LastExit.At.After(started) {
+				out.events = append(out.events, event{reason: ReasonHandedOver, container: d.Container, times: 1, handOver: handOverOf(d.Status, total)})
+			}
+			c.handedOver = d.LastExit.At
+		}
+		next.containers[d.Container] = c
 		s := sample{namespace: pod.namespace, pod: pod.name, container: d.Container,
 			restarts: total, podRestarts: podGen, inBackoff: d.State == supervise.BackingOff}
 		if d.LastExit != nil {

@@ -204,3 +204,57 @@ func TestDiffPodSamples(t *testing.T) {
 		t.Errorf("message %q", msg)
 	}
 }
+
+// handedOver is a document whose last exit (code 42 at at) a limit handed
+// over after restarts in-place restarts.
+func handedOver(restarts int, at time.Time) Doc {
+	d := doc(status("app", restarts, 0, at.Add(-time.Second)))
+	d.State = supervise.Exited
+	d.LastExit = &podstate.Exit{Code: 42, At: at}
+	d.HandOver = &podstate.HandOver{Reason: "RestartBudgetExhausted", Message: "3 in-place restarts (restartBudget.maxRestarts 3)\x1b[31m"}
+	return d
+}
+
+// TestDiffHandOver: a hand-over a limit caused makes one
+// HandedOverToKubelet Event per exit, with the supervisor's reason and
+// message (cleaned); a restarted agent reports one only when it came after
+// its start.
+func TestDiffHandOver(t *testing.T) {
+	before := agentStart.Add(-time.Hour)
+	after := agentStart.Add(time.Minute)
+	pod := podInfoOf(testPod(before, "app"), agentStart)
+
+	first := diffPod(nil, pod, []Doc{doc(status("app", 2, 0, after))}, agentStart)
+	d := diffPod(&first.state, pod, []Doc{handedOver(3, after)}, agentStart)
+	var got []event
+	for _, e := range d.events {
+		if e.reason == ReasonHandedOver {
+			got = append(got, e)
+		}
+	}
+	if len(got) != 1 {
+		t.Fatalf("events %+v, want one HandedOverToKubelet", d.events)
+	}
+	want := "Container app handed to the kubelet after 3 in-place restarts: RestartBudgetExhausted: 3 in-place restarts (restartBudget.maxRestarts 3)?[31m; exit code 42"
+	if msg := got[0].handOver.String(); msg != want {
+		t.Errorf("message %q\nwant    %q", msg, want)
+	}
+	if ann := got[0].handOver.annotations()["restart-supervisor.dev/hand-over"]; !strings.Contains(ann, `"reason":"RestartBudgetExhausted"`) {
+		t.Errorf("annotation %s", ann)
+	}
+	// The same document again: nothing new.
+	again := diffPod(&d.state, pod, []Doc{handedOver(3, after)}, agentStart)
+	for _, e := range again.events {
+		if e.reason == ReasonHandedOver {
+			t.Errorf("the same hand-over reported twice")
+		}
+	}
+	// A restarted agent, first sight: an old hand-over is not reported, a
+	// new one is.
+	if old := diffPod(nil, pod, []Doc{handedOver(3, before)}, agentStart); len(old.events) != 0 {
+		t.Errorf("old hand-over reported by a restarted agent: %+v", old.events)
+	}
+	if fresh := diffPod(nil, pod, []Doc{handedOver(0, after)}, agentStart); len(fresh.events) != 1 || fresh.events[0].reason != ReasonHandedOver {
+		t.Errorf("new hand-over first seen: %+v", fresh.events)
+	}
+}

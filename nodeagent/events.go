@@ -16,6 +16,10 @@ import (
 const (
 	ReasonRestarted    = "RestartedInPlace"
 	ReasonPodRestarted = "PodRestartedInPlace"
+	// ReasonHandedOver: a limit of the config (restartBudget,
+	// handOverExitCodes, preRestartCheck, progress) handed an exit the
+	// rules would restart in place to the kubelet.
+	ReasonHandedOver = "HandedOverToKubelet"
 	// Component is the Events' source.component and reportingController.
 	Component = "restart-supervisor-node-agent"
 )
@@ -105,6 +109,53 @@ func (r Restart) annotations() map[string]string {
 	return map[string]string{contract.EventAnnotationRestart: string(b)}
 }
 
+// HandOver is what one HandedOverToKubelet Event says (String), and its
+// annotation contract.EventAnnotationHandOver.
+type HandOver struct {
+	Container string `json:"container"`
+	// Total is the container's in-place restarts before the hand-over.
+	Total int `json:"total"`
+	// Reason is the supervisor's (RestartBudgetExhausted, ...), Message
+	// its line.
+	Reason   string `json:"reason"`
+	Message  string `json:"message,omitempty"`
+	ExitCode int32  `json:"exitCode"`
+	Signal   string `json:"signal,omitempty"`
+	// ExitReason is the exit's own reason (OOMKilled).
+	ExitReason string `json:"exitReason,omitempty"`
+}
+
+// maxHandOverMessage bounds the supervisor's message in the Event.
+const maxHandOverMessage = 256
+
+// handOverOf describes the hand-over s reports, its strings cleaned.
+func handOverOf(s podstate.Status, total int) HandOver {
+	h := HandOver{Container: clean(s.Container), Total: total, Reason: clean(s.HandOver.Reason),
+		Message: truncate(cleanText(s.HandOver.Message), maxHandOverMessage)}
+	if e := s.LastExit; e != nil {
+		h.ExitCode, h.Signal, h.ExitReason = e.Code, clean(e.Signal), clean(e.Reason)
+	}
+	return h
+}
+
+// String is the Event message, at most MaxEventMessage bytes.
+func (h HandOver) String() string {
+	exit := fmt.Sprintf("exit code %d", h.ExitCode)
+	if h.Signal != "" {
+		exit += " (" + h.Signal + ")"
+	}
+	if h.ExitReason != "" {
+		exit += ", " + h.ExitReason
+	}
+	return truncate(fmt.Sprintf("Container %s handed to the kubelet after %d in-place restarts: %s: %s; %s",
+		h.Container, h.Total, h.Reason, h.Message, exit), MaxEventMessage)
+}
+
+func (h HandOver) annotations() map[string]string {
+	b, _ := json.Marshal(h)
+	return map[string]string{contract.EventAnnotationHandOver: string(b)}
+}
+
 // podRestartMessage is the PodRestartedInPlace message.
 func podRestartMessage(gen uint64) string {
 	return fmt.Sprintf("Pod restarted in place (RestartAllContainers): pod restart %d", gen)
@@ -115,16 +166,21 @@ func podRestartAnnotations(gen uint64) map[string]string {
 	return map[string]string{contract.EventAnnotationPodRestart: fmt.Sprint(gen)}
 }
 
-// clean makes s safe to show: control and format characters (ANSI escape
-// sequences, carriage returns, bidirectional overrides) and invalid UTF-8
-// become '?', and the result is cut to maxFieldLen bytes.
-func clean(s string) string {
-	return truncate(strings.Map(func(r rune) rune {
+// cleanText is clean without the length cut.
+func cleanText(s string) string {
+	return strings.Map(func(r rune) rune {
 		if r == utf8.RuneError || r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || isFormat(r) {
 			return '?'
 		}
 		return r
-	}, s), maxFieldLen)
+	}, s)
+}
+
+// clean makes s safe to show: control and format characters (ANSI escape
+// sequences, carriage returns, bidirectional overrides) and invalid UTF-8
+// become '?', and the result is cut to maxFieldLen bytes.
+func clean(s string) string {
+	return truncate(cleanText(s), maxFieldLen)
 }
 
 // isFormat reports the Unicode format characters that reorder or hide

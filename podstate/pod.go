@@ -33,10 +33,13 @@ type Pod struct {
 	// restartsBefore is the in-place restarts of the container's earlier
 	// supervisors (Status.RestartsTotal).
 	restartsBefore int
-	live           *Liveness
-	rec            *Recorder
-	member         *Member
-	pending        chan uint64
+	// limits is what the earlier supervisor's limits left, nil when it
+	// left nothing.
+	limits  *supervise.LimitState
+	live    *Liveness
+	rec     *Recorder
+	member  *Member
+	pending chan uint64
 }
 
 // Open joins the state directory dir as container name. An empty dir
@@ -67,6 +70,7 @@ func OpenMember(dir, name string, members []contract.PodMember, watch WatchOptio
 	prev, perr := readOwnStatus(dir, name)
 	if err := perr; err == nil {
 		p.restartsBefore = min(max(prev.RestartsTotal, prev.Restarts, 0), maxRestartsTotal)
+		p.limits = limitsFrom(prev.Limits, time.Now())
 		if prev.LastExit != nil {
 			p.resumeFrom(prev, time.Now())
 		}
@@ -180,6 +184,57 @@ func (p *Pod) resumeFrom(prev Status, now time.Time) {
 		BackoffRestarts: min(max(prev.BackoffRestarts, 0), maxResumedBackoff),
 		LastStart:       start, LastExit: exit.At, Stopped: exit.Stopped,
 	}
+}
+
+// limitsFrom takes the limits' state from a document, which any process
+// of the container's UID can write: counts bounded, at most
+// supervise.MaxBudgetRecent times and none after now (a budget's window
+// counts back from now, so a time to come would never leave it), and a
+// digest that is not one (32 hex digits) is dropped (the next look then starts the count
+// over, as a changed file does).
+func limitsFrom(l *Limits, now time.Time) *supervise.LimitState {
+	if l == nil {
+		return nil
+	}
+	out := &supervise.LimitState{
+		BudgetRestarts:  min(max(l.BudgetRestarts, 0), maxRestartsTotal),
+		StalledRestarts: min(max(l.StalledRestarts, 0), maxRestartsTotal),
+	}
+	recent := l.BudgetRecent
+	if len(recent) > supervise.MaxBudgetRecent {
+		recent = recent[len(recent)-supervise.MaxBudgetRecent:]
+	}
+	for _, t := range recent {
+		if t.After(now) {
+			t = now
+		}
+		out.BudgetRecent = append(out.BudgetRecent, t)
+	}
+	if d := l.ProgressDigest; d == "absent" || isHexDigest(d) {
+		out.ProgressDigest = d
+	}
+	return out
+}
+
+func isHexDigest(s string) bool {
+	if len(s) != 32 {
+		return false
+	}
+	for _, c := range s {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// Limits returns what the limits of an earlier supervisor of this
+// container left, nil when there is nothing.
+func (p *Pod) Limits() *supervise.LimitState {
+	if p == nil {
+		return nil
+	}
+	return p.limits
 }
 
 // ExitStatus returns the status the container exits with, given final,
@@ -311,13 +366,21 @@ func (s *Status) fill(st supervise.State, gen uint64, restartsBefore int) {
 	s.StartedAt, s.NextStartAt = st.StartedAt, st.NextStartAt
 	s.BackoffRestarts = st.BackoffRestarts
 	s.Started = st.Started
+	s.Limits = nil
+	if l := st.Limits; l.BudgetRestarts != 0 || l.ProgressDigest != "" || l.StalledRestarts != 0 {
+		s.Limits = &Limits{BudgetRestarts: l.BudgetRestarts, BudgetRecent: l.BudgetRecent, ProgressDigest: l.ProgressDigest, StalledRestarts: l.StalledRestarts}
+	}
+	s.HandOver = nil
+	if h := st.HandOver; h != nil {
+		s.HandOver = &HandOver{Reason: h.Reason, Message: h.Message}
+	}
 }
 
 func exitOf(e *supervise.Exit) *Exit {
 	if e == nil {
 		return nil
 	}
-	x := &Exit{Code: int32(e.Code), Action: e.Action, PodRestart: e.PodRestart, Stopped: e.Stopped, At: e.At}
+	x := &Exit{Code: int32(e.Code), Action: e.Action, PodRestart: e.PodRestart, Stopped: e.Stopped, Reason: e.Reason, At: e.At}
 	if e.Signal != 0 {
 		x.Signal = unix.SignalName(e.Signal)
 	}

@@ -71,3 +71,34 @@ func TestRestartsTotalFromThePreviousDocument(t *testing.T) {
 		}
 	}
 }
+
+// TestLimitsFromAHostileDocument: the limits' state in a status document
+// is a writer's claim too. Counts are brought into range, no more than
+// supervise.MaxBudgetRecent times are taken and none after now (a window
+// counts back from now, so a time to come would never leave it), and a
+// digest that is not one is dropped.
+func TestLimitsFromAHostileDocument(t *testing.T) {
+	now := time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)
+	recent := make([]time.Time, 5000)
+	for i := range recent {
+		recent[i] = time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
+	}
+	l := limitsFrom(&Limits{BudgetRestarts: -7, BudgetRecent: recent, ProgressDigest: "../../etc", StalledRestarts: 1 << 62}, now)
+	if l.BudgetRestarts != 0 || l.StalledRestarts != maxRestartsTotal || len(l.BudgetRecent) != supervise.MaxBudgetRecent || l.ProgressDigest != "" {
+		t.Fatalf("limits %+v (%d times)", *l, len(l.BudgetRecent))
+	}
+	for _, r := range l.BudgetRecent {
+		if r.After(now) {
+			t.Fatalf("a restart time after now was kept: %s", r)
+		}
+	}
+	digest := "0123456789abcdef0123456789abcdef"
+	for _, d := range []string{digest, "absent"} {
+		if got := limitsFrom(&Limits{ProgressDigest: d}, now).ProgressDigest; got != d {
+			t.Errorf("digest %q taken as %q", d, got)
+		}
+	}
+	if limitsFrom(nil, now) != nil {
+		t.Error("no limits in the document must give none")
+	}
+}

@@ -60,8 +60,12 @@ type Exit struct {
 	// Stopped is set when the exit ended a stop of the container (the
 	// kubelet's or the runtime's): the next supervisor does not take it
 	// for a crash to back off from.
-	Stopped bool      `json:"stopped,omitempty"`
-	At      time.Time `json:"at"`
+	Stopped bool `json:"stopped,omitempty"`
+	// Reason is the kubelet's reason for such an exit when the
+	// supervisor can tell it: OOMKilled, a SIGKILL that the container's
+	// cgroup counted as an out-of-memory kill (memory.events oom_kill).
+	Reason string    `json:"reason,omitempty"`
+	At     time.Time `json:"at"`
 }
 
 // Status is one container's status document.
@@ -105,12 +109,44 @@ type Status struct {
 	Announced uint64 `json:"announced,omitempty"`
 	// BackoffRestarts is the container's CrashLoopBackOff count; the next
 	// supervisor of the same container continues from it.
-	BackoffRestarts int       `json:"backoffRestarts,omitempty"`
-	UpdatedAt       time.Time `json:"updatedAt"`
+	BackoffRestarts int `json:"backoffRestarts,omitempty"`
+	// Limits is what the limits of the config (restartBudget, progress)
+	// remember; the next supervisor of the same container continues from
+	// it, so that neither a hand-over nor the kubelet's restart resets the
+	// budget. Absent when the config sets none of them.
+	Limits *Limits `json:"limits,omitempty"`
+	// HandOver says why the last exit was handed to the kubelet although
+	// the rules would have restarted it in place (a limit of the config);
+	// absent otherwise.
+	HandOver  *HandOver `json:"handOver,omitempty"`
+	UpdatedAt time.Time `json:"updatedAt"`
 	// SupervisorPID is the supervisor's PID in its own container's PID
 	// namespace; it is not meaningful from another container.
 	SupervisorPID     int    `json:"supervisorPid"`
 	SupervisorVersion string `json:"supervisorVersion,omitempty"`
+}
+
+// Limits is supervise.LimitState in the status document.
+type Limits struct {
+	// BudgetRestarts counts the in-place restarts the container's own
+	// exits caused, across its supervisors.
+	BudgetRestarts int `json:"budgetRestarts,omitempty"`
+	// BudgetRecent are the times of the most recent of them, oldest
+	// first (at most supervise.MaxBudgetRecent), for a budget's window.
+	BudgetRecent []time.Time `json:"budgetRecent,omitempty"`
+	// ProgressDigest is the FNV-1a 128 digest of the progress file at the last
+	// look ("absent": there was none), StalledRestarts the in-place
+	// restarts since it last changed.
+	ProgressDigest  string `json:"progressDigest,omitempty"`
+	StalledRestarts int    `json:"stalledRestarts,omitempty"`
+}
+
+// HandOver is supervise.HandOver in the status document: a reason in the
+// kubelet's CamelCase (RestartBudgetExhausted, HandOverExitCode,
+// ProgressStalled, PreRestartCheckFailed) and a one-line message.
+type HandOver struct {
+	Reason  string `json:"reason"`
+	Message string `json:"message,omitempty"`
 }
 
 const (

@@ -39,6 +39,11 @@ func (s Status) Summary() string {
 	if s.State == supervise.Exited && s.LastExit != nil {
 		fmt.Fprintf(&b, "; final exit %s", describeExit(*s.LastExit))
 	}
+	if s.State == supervise.Exited && s.HandOver != nil {
+		// The supervisor's own reason, bounded where it is made; the
+		// kubelet shows this line in the container's lastState.
+		fmt.Fprintf(&b, "; handed over: %s", s.HandOver.Reason)
+	}
 	return b.String()
 }
 
@@ -53,6 +58,9 @@ func describeExit(e Exit) string {
 	}
 	if e.PodRestart > 0 {
 		detail = append(detail, fmt.Sprintf("pod restart %d", e.PodRestart))
+	}
+	if e.Reason != "" {
+		detail = append(detail, e.Reason)
 	}
 	if len(detail) > 0 {
 		s += " (" + strings.Join(detail, ", ") + ")"

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/restart-supervisor/restart-supervisor/supervise"
 )
 
 // TestEmptyTerminationMessage: a regular file is emptied; a symbolic link
@@ -42,5 +44,18 @@ func TestEmptyTerminationMessage(t *testing.T) {
 	}
 	if err := EmptyTerminationMessage(filepath.Join(dir, "missing")); err != nil {
 		t.Errorf("missing file: %v", err)
+	}
+}
+
+// TestSummaryNamesHandOverAndOOM: the termination message, which the
+// kubelet shows in the container's lastState, says why the supervisor
+// handed the exit over and that the kernel's OOM killer ended the run.
+func TestSummaryNamesHandOverAndOOM(t *testing.T) {
+	s := Status{State: supervise.Exited, Restarts: 3,
+		LastExit: &Exit{Code: 137, Signal: "SIGKILL", Reason: "OOMKilled"},
+		HandOver: &HandOver{Reason: "RestartBudgetExhausted", Message: "3 in-place restarts"}}
+	want := "restart-supervisor: 3 in-place restarts; final exit 137 (SIGKILL, OOMKilled); handed over: RestartBudgetExhausted"
+	if got := s.Summary(); got != want {
+		t.Errorf("summary %q\nwant    %q", got, want)
 	}
 }

@@ -29,6 +29,9 @@ type Config struct {
 	// Probes are the container's probes, which the supervisor answers for
 	// (see Probes).
 	Probes *Probes `json:"probes,omitempty" yaml:"probes,omitempty"`
+	// Limits say when an exit the rules would restart in place is handed
+	// to the kubelet instead (limits.go).
+	Limits `yaml:",inline"`
 }
 
 // Backoff configures the delay between in-place restarts. A nil field takes
@@ -336,7 +339,7 @@ func parse(data []byte, v KubeVersion) (Config, error) {
 		return cfg, fmt.Errorf("config is empty")
 	}
 	if root.Kind != yaml.MappingNode {
-		return cfg, fmt.Errorf("config: must be a mapping with the keys %s", "restartPolicy, restartPolicyRules, podRestartPolicy, initContainer, backoff, probes")
+		return cfg, fmt.Errorf("config: must be a mapping with the keys %s", "restartPolicy, restartPolicyRules, podRestartPolicy, initContainer, backoff, probes, restartBudget, handOverExitCodes, preRestartCheck, progress")
 	}
 	if err := checkValue(root, kindMap, "", "", v.checks()); err != nil {
 		return cfg, err
@@ -369,6 +372,7 @@ func (c Config) ValidateFor(v KubeVersion) error {
 		}
 	}
 	errs = append(errs, c.Probes.validate("probes")...)
+	errs = append(errs, c.Limits.validate()...)
 	if c.Probes != nil && c.InitContainer && (c.Probes.Liveness != nil || c.Probes.Startup != nil || c.Probes.Readiness != nil) {
 		errs = append(errs, &FieldError{"probes", "Forbidden: may not be set for init containers without restartPolicy=Always"})
 	}

@@ -16,6 +16,9 @@ func FuzzParse(f *testing.F) {
 		`{"restartPolicy":"OnFailure","restartPolicyRules":[{"action":"RestartAllContainers","exitCodes":{"operator":"NotIn","values":[]}}],"backoff":{"initial":"1s","max":"1m","resetAfter":"0s"}}`,
 		`backoff: {initial: -1s}`, `restartPolicyRules: [{action: X}]`, "a: &a [*a]", `{"restartPolicy": 1}`,
 		"restartPolicy: Never\n---\n{}", `{"restartPolicy":"Never","restartPolicyRules":[{"action":"Restart","exitCodes":{"operator":"In","values":[0x10, -1, 2147483647]}}]}`,
+		"restartPolicy: Always\nrestartBudget: {maxRestarts: 3, window: 10m}\nhandOverExitCodes: [93]\npreRestartCheck: {command: [/bin/check, -x], timeoutSeconds: 5}\nprogress: {file: /ckpt/iteration, maxStalledRestarts: 2}\n",
+		`{"restartBudget":{"maxRestarts":0},"handOverExitCodes":[],"preRestartCheck":{"command":["true"]},"progress":{"file":"/p","maxStalledRestarts":1}}`,
+		`restartBudget: {window: 0s}`, `progress: {file: rel}`, `preRestartCheck: {command: [""], timeoutSeconds: -1}`,
 	} {
 		f.Add([]byte(seed))
 	}

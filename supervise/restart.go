@@ -19,6 +19,7 @@ import (
 // container's FinishedAt, and the kubelet's own wait, which counted fewer
 // exits, has already used part of it.
 func (s *supervisor) resume() {
+	s.baselineProgress()
 	if s.o.InitRerun {
 		s.log.Info("init container re-run: the kubelet has run the init container; waiting for a pod restart")
 		s.await(waiting{kind: waitRerun})
@@ -52,6 +53,7 @@ func (s *supervisor) resume() {
 func (s *supervisor) restart(v verdict, exit *Exit, attrs []any) {
 	d := v.decision
 	s.restarts++
+	s.countRestart(s.config(), exit.At)
 	s.lastRestart = exit
 	attrs = append(attrs, "restarts", s.restarts)
 	podWide := d.Action == rules.ActionRestartAllContainers

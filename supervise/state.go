@@ -51,7 +51,10 @@ type Exit struct {
 	// or the runtime's), not one the workload chose; the kubelet's
 	// back-off does not count it.
 	Stopped bool
-	At      time.Time
+	// Reason is the kubelet's reason for the exit when the supervisor
+	// can tell it: ReasonOOMKilled (oom.go), else empty.
+	Reason string
+	At     time.Time
 }
 
 // State is a snapshot for status reporting.
@@ -76,6 +79,13 @@ type State struct {
 	// (the kubelet's CrashLoopBackOff count): the next restart waits
 	// Backoff.Delay(BackoffRestarts).
 	BackoffRestarts int
+	// Limits is what the limits remember (the restart budget, the
+	// progress count); the next supervisor of the container continues
+	// from it (Options.Limits).
+	Limits LimitState
+	// HandOver is why the last exit was handed over although the rules
+	// would have restarted it in place; nil when it was not.
+	HandOver *HandOver
 }
 
 // Result is how supervision ended.
@@ -140,12 +150,15 @@ const (
 	// waitHold: the workload exited for good; only a pod restart or a
 	// stop ends the wait (phase Holding).
 	waitHold
+	// waitCheck: the pre-restart check (waiting.check), then the restart
+	// in place or the hand-over (phase BackingOff).
+	waitCheck
 )
 
 // phase is the Phase a wait of this kind is reported as.
 func (k waitKind) phase() Phase {
 	switch k {
-	case waitBackoff, waitRound:
+	case waitBackoff, waitRound, waitCheck:
 		return BackingOff
 	case waitOthers:
 		return Ended
@@ -170,6 +183,7 @@ type waiting struct {
 	// cancel stops that wait (waitOthers).
 	ended  <-chan struct{}
 	cancel func()
+	check  *preCheck // waitCheck
 }
 
 func (w *waiting) backoffC() <-chan time.Time {
@@ -205,6 +219,8 @@ func (w *waiting) leave() {
 		if w.cancel != nil {
 			w.cancel()
 		}
+	case waitCheck:
+		w.check.abandon()
 	}
 	*w = waiting{}
 }

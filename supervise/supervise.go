@@ -121,6 +121,17 @@ type Options struct {
 	// (contract.EnvPodRestartGeneration).
 	PodGeneration func() uint64
 
+	// Limits, when set, is what the limits of an earlier supervisor of
+	// the same container left (State.Limits in its status document): the
+	// restart budget, the progress count. The kubelet's restart resets
+	// none of it.
+	Limits *LimitState
+
+	// MemoryEvents is the container's cgroup v2 memory.events file
+	// (oom.go); empty, out-of-memory kills are not told from other
+	// SIGKILLs.
+	MemoryEvents string
+
 	// BeforeRestart, when set, is called before each in-place start (not
 	// the first): what the kubelet would give a new container instance,
 	// the supervisor's caller gives the next run (an empty termination
@@ -187,6 +198,16 @@ type supervisor struct {
 	started           bool
 	probeKills        int
 
+	// limits is what the limits remember (limits.go); handOver why the
+	// last exit was handed over instead of restarted in place.
+	limits   LimitState
+	handOver *HandOver
+
+	// oomAtStart is the cgroup's oom_kill counter at the start of the
+	// run (oom.go); oomAtStartOK is false when it could not be read.
+	oomAtStart   uint64
+	oomAtStartOK bool
+
 	// baseEnv is Options.Env without the attempt variables (attempt.go).
 	baseEnv []string
 }
@@ -208,6 +229,10 @@ func Run(o Options) Result {
 		o.StopSignals = DefaultStopSignals
 	}
 	s := &supervisor{o: o, log: o.Log, stop: map[syscall.Signal]bool{}}
+	if o.Limits != nil {
+		s.limits = *o.Limits
+		s.limits.BudgetRecent = append([]time.Time(nil), o.Limits.BudgetRecent...)
+	}
 	notify := HandledSignals()
 	for _, sig := range o.StopSignals {
 		s.stop[sig] = true
@@ -253,6 +278,10 @@ func (s *supervisor) loop(sigs <-chan os.Signal) {
 			s.wait = waiting{}
 			s.log.Info("the pod's other containers have ended; passing the workload's last status on", "status", s.lastStatus())
 			s.finish(s.lastStatus())
+		case <-s.wait.checkTimeoutC():
+			s.onCheckTimeout()
+		case <-s.wait.checkOutputC():
+			s.onCheckOutput()
 		case <-s.startup.nextC():
 			s.onProbeTick(s.startup)
 		case <-s.liveness.nextC():
@@ -294,7 +323,9 @@ func (s *supervisor) changed() {
 
 func (s *supervisor) state() State {
 	st := State{Phase: s.phase, Restarts: s.restarts, PodRestarts: s.podRestarts, LastExit: s.last, LastRestart: s.lastRestart,
-		StartedAt: s.lastStart, BackoffRestarts: s.backoff.n}
+		StartedAt: s.lastStart, BackoffRestarts: s.backoff.n, HandOver: s.handOver}
+	st.Limits = s.limits
+	st.Limits.BudgetRecent = append([]time.Time(nil), s.limits.BudgetRecent...)
 	switch s.phase {
 	case Exited:
 		st.Status = s.result.Status
@@ -315,12 +346,14 @@ func (s *supervisor) start() {
 	if s.last != nil && s.o.BeforeRestart != nil {
 		s.o.BeforeRestart()
 	}
+	s.oomAtStart, s.oomAtStartOK = oomKills(s.o.MemoryEvents)
 	p, err := spawn(s.o.Path, s.o.Argv, s.attemptEnv(), s.tty)
 	if err != nil {
 		s.onStartError(err.(*StartError))
 		return
 	}
 	s.phase, s.proc = Running, p
+	s.handOver = nil
 	s.result.StartErr = nil
 	s.lastStart = p.started
 	s.log.Info("workload started", "pid", p.pid, "command", s.o.Argv[0], "restarts", s.restarts)
@@ -402,7 +435,9 @@ func (s *supervisor) reap() {
 		s.onWorkloadExit(*exited)
 	}
 	for _, r := range others {
-		s.reapProbe(r.pid, r.status) // or an orphan, dropped
+		if !s.reapCheck(r.pid, r.status) {
+			s.reapProbe(r.pid, r.status) // or an orphan, dropped
+		}
 	}
 }
 
@@ -421,6 +456,13 @@ func (s *supervisor) onWorkloadExit(st ExitStatus) {
 	s.last = exit
 	ran := exit.At.Sub(p.started)
 	attrs := exitAttrs(p.pid, st, ran)
+	if end.cause == endNone {
+		// A kill of the supervisor's own (a stop's, a probe's, a pod
+		// restart's grace) is no out-of-memory kill.
+		if exit.Reason = s.oomReason(st); exit.Reason != "" {
+			attrs = append(attrs, "exitReason", exit.Reason)
+		}
+	}
 
 	if end.cause == endStop {
 		exit.Stopped = true
@@ -492,10 +534,45 @@ func (s *supervisor) judge(exit *Exit, ran time.Duration) verdict {
 	return verdict{decision: d, handling: h, pod: cfg.Pod(), backoff: cfg.Backoff, ran: ran}
 }
 
-// act carries out a verdict.
+// act carries out a verdict. A restart in place is first put to the
+// limits (limits.go) and the pre-restart check (precheck.go), either of
+// which can make it a hand-over.
 func (s *supervisor) act(v verdict, exit *Exit, attrs []any) {
 	d := v.decision
-	attrs = append(attrs, "rule", d.Rule, "action", string(d.Action), "decidedBy", string(d.Source), "handling", v.handling.String())
+	attrs = append(attrs, "rule", d.Rule, "action", string(d.Action), "decidedBy", string(d.Source))
+	cfg := s.config()
+	if v.handling == rules.Hold && cfg.HandsOver(int32(exit.Code)) {
+		// Whatever the rules say: the user asked that the kubelet, and
+		// the pod's policy, have this exit.
+		s.handOverInstead(v, &HandOver{ReasonHandOverExitCode, "exit code " + itoa(exit.Code) + " is in handOverExitCodes"}, exit, attrs)
+		return
+	}
+	if v.handling == rules.RestartInPlace {
+		if h := s.limit(cfg, exit); h != nil {
+			s.handOverInstead(v, h, exit, attrs)
+			return
+		}
+		if cfg.PreRestartCheck != nil {
+			s.startPreRestartCheck(cfg.PreRestartCheck, v, exit, attrs)
+			return
+		}
+	}
+	s.carryOut(v, exit, attrs)
+}
+
+// handOverInstead hands over an exit the rules would restart in place,
+// for the reason h, with one line that says why.
+func (s *supervisor) handOverInstead(v verdict, h *HandOver, exit *Exit, attrs []any) {
+	s.handOver = h
+	s.log.Warn("workload exited; not restarting in place: "+h.Message+"; passing its status on to the kubelet, whose pod restartPolicy decides",
+		append(attrs[:len(attrs):len(attrs)], "reason", h.Reason, "restarts", s.restarts)...)
+	v.handling = rules.HandOver
+	s.carryOut(v, exit, attrs)
+}
+
+// carryOut carries out a verdict as the rules (and the limits) made it.
+func (s *supervisor) carryOut(v verdict, exit *Exit, attrs []any) {
+	attrs = append(attrs, "handling", v.handling.String())
 	if s.o.InitRerun && v.handling != rules.RestartInPlace {
 		s.endRerun(v, exit, attrs)
 		return

@@ -99,6 +99,11 @@ func writeExplanation(w io.Writer, o injector.ObjectPlan) {
 		}
 	}
 	tw.Flush()
+	for _, c := range o.Containers {
+		for _, l := range c.Limits {
+			fmt.Fprintf(w, "%s: %s\n", c.Name, l)
+		}
+	}
 	for _, warning := range o.Warnings {
 		fmt.Fprintln(w, "warning:", warning)
 	}

@@ -216,6 +216,8 @@ func supervisorCmd(args []string) int {
 		Pod:              pod.Restarter(),
 		PodGeneration:    pod.PodGeneration(),
 		Resume:           pod.Resume(),
+		Limits:           pod.Limits(),
+		MemoryEvents:     supervise.ContainerMemoryEvents(),
 		// The kubelet gives each container instance an empty
 		// termination message file (kuberuntime_container.go
 		// makeMounts, v1.37.2); each in-place run starts with one too,
