@@ -201,7 +201,7 @@ func undoObjectRecord(doc *textyaml.Node, owned map[*textyaml.Node]bool, root, r
 	// never add to the object what inject could not have taken out
 	// (privileged, hostPID, another image).
 	for _, u := range rec.Undo {
-		if err := checkUndoOp(u, templates); err != nil {
+		if err := checkUndoOp(u, templates, doc, root); err != nil {
 			return rec, fmt.Errorf("%s: %v", recField, err)
 		}
 	}
@@ -245,7 +245,11 @@ var undoFields = map[string]map[string]bool{
 // volumes and init containers it adds, the fields of a container in
 // undoFields, an item it appends to env or volumeMounts), and the member
 // an insert gives back must be the one its path names.
-func checkUndoOp(u undoOp, templates []string) error {
+//
+// A replace of what inject adds to (fillsNull) must give back a value
+// within the one at its path in doc (the object, at root): inject only
+// adds there, so the undo may only take away.
+func checkUndoOp(u undoOp, templates []string, doc *textyaml.Node, root string) error {
 	bad := fmt.Errorf("%s %q: not an edit restart-injector inject makes; refusing to follow the record", u.Op, clipLen(u.Path, 128))
 	if _, ok := undoFields[u.Op]; !ok {
 		return bad
@@ -266,8 +270,11 @@ func checkUndoOp(u undoOp, templates []string) error {
 				if err != nil || key.Kind != textyaml.ScalarNode || key.Value != toks[len(toks)-1] {
 					return fmt.Errorf("%s %q: the value it gives back is not that member; refusing to follow the record", u.Op, clipLen(u.Path, 128))
 				}
-				if u.Op == "replace" && fillsNull(toks) && (val.Kind != textyaml.ScalarNode || val.Tag != "!!null") {
-					return fmt.Errorf("%s %q: inject only fills an empty %s; the record gives back a value; refusing to follow it", u.Op, clipLen(u.Path, 128), toks[len(toks)-1])
+				if u.Op == "replace" && fillsNull(toks) {
+					cur, err := yamledit.NodeAt(doc, root+u.Path)
+					if err != nil || !within(val, cur) {
+						return fmt.Errorf("%s %q: gives back what the document does not hold, where inject only adds; refusing to follow the record", u.Op, clipLen(u.Path, 128))
+					}
 				}
 			}
 			return nil
@@ -277,10 +284,11 @@ func checkUndoOp(u undoOp, templates []string) error {
 }
 
 // fillsNull: toks (relative to a pod template) names a mapping or list
-// that inject adds to, which a template may hold as an empty value
-// (`metadata:`, `volumes:`, `env:` with nothing after them). inject then
-// replaces the null, and its record gives the null back: checkUndoOp
-// lets such a replace give back nothing else.
+// that inject adds to and may replace whole: when the template holds it
+// as an empty value (`metadata:`, `volumes:`, `env:` with nothing after
+// them), or where the text editor rewrites the whole value (unusual
+// indentation). Its record then gives back the value before: checkUndoOp
+// lets it give back only what the value holds now (within).
 func fillsNull(toks []string) bool {
 	switch len(toks) {
 	case 1:
@@ -290,6 +298,53 @@ func fillsNull(toks []string) bool {
 			toks[0] == "spec" && (toks[1] == "volumes" || toks[1] == "initContainers")
 	case 4:
 		return toks[0] == "spec" && (toks[3] == "env" || toks[3] == "volumeMounts")
+	}
+	return false
+}
+
+// within: was holds nothing that cur does not: null; a scalar equal to
+// cur; a mapping whose every member with a value cur has, with a value
+// within cur's (inject drops a member without a value that metadata does
+// not know, as the API server would);
+// a sequence whose items are within cur's items, in order (inject
+// inserts and appends items). Aliases are refused.
+func within(was, cur *textyaml.Node) bool {
+	if was.Kind == textyaml.ScalarNode && was.ShortTag() == "!!null" {
+		return true
+	}
+	if was.Kind != cur.Kind {
+		return false
+	}
+	switch was.Kind {
+	case textyaml.ScalarNode:
+		return was.Value == cur.Value && was.ShortTag() == cur.ShortTag()
+	case textyaml.MappingNode:
+		for i := 0; i+1 < len(was.Content); i += 2 {
+			k := was.Content[i]
+			if k.Kind != textyaml.ScalarNode {
+				return false
+			}
+			v, c := was.Content[i+1], yamledit.Member(cur, k.Value)
+			if v.Kind == textyaml.ScalarNode && v.ShortTag() == "!!null" {
+				continue // a member without a value gives nothing back
+			}
+			if c == nil || !within(v, c) {
+				return false
+			}
+		}
+		return true
+	case textyaml.SequenceNode:
+		j := 0
+		for _, w := range was.Content {
+			for j < len(cur.Content) && !within(w, cur.Content[j]) {
+				j++
+			}
+			if j == len(cur.Content) {
+				return false
+			}
+			j++
+		}
+		return true
 	}
 	return false
 }

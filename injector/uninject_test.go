@@ -320,16 +320,16 @@ func TestUninjectRefusesForeignRecord(t *testing.T) {
 			`remove "/spec/selector": not an edit`},
 		{"another annotation", undoOp{Op: "replace", Path: "/spec/template/metadata/annotations/other", Was: "other: x\n"},
 			`replace "/spec/template/metadata/annotations/other": not an edit`},
-		// inject fills an empty `metadata:` or `annotations:`; a record
-		// may give back that null and nothing else.
+		// inject only adds to metadata, annotations, env and volumes: a
+		// record that replaces them may give back only what they hold.
 		{"the template's metadata", undoOp{Op: "replace", Path: "/spec/template/metadata", Was: "metadata: {labels: {app: evil}}\n"},
-			`replace "/spec/template/metadata": inject only fills an empty metadata`},
+			`replace "/spec/template/metadata": gives back what the document does not hold`},
 		{"the template's annotations", undoOp{Op: "replace", Path: "/spec/template/metadata/annotations", Was: "annotations: {a: b}\n"},
-			`replace "/spec/template/metadata/annotations": inject only fills an empty annotations`},
+			`replace "/spec/template/metadata/annotations": gives back what the document does not hold`},
 		{"a container's env", undoOp{Op: "replace", Path: "/spec/template/spec/containers/0/env", Was: "env: [{name: LD_PRELOAD, value: /evil.so}]\n"},
-			`replace "/spec/template/spec/containers/0/env": inject only fills an empty env`},
+			`replace "/spec/template/spec/containers/0/env": gives back what the document does not hold`},
 		{"the volumes", undoOp{Op: "replace", Path: "/spec/template/spec/volumes", Was: "volumes: [{name: root, hostPath: {path: /}}]\n"},
-			`replace "/spec/template/spec/volumes": inject only fills an empty volumes`},
+			`replace "/spec/template/spec/volumes": gives back what the document does not hold`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var rec undoRecord
