@@ -10,8 +10,9 @@ step depends only on (seed, step, rank), so a run that resumes reaches the
 same final loss as one that never failed.
 
 A fault fires once (a marker in --ckpt-dir remembers it across restarts):
---fault-kind exit (exit with --fault-code), kill (SIGKILL itself) or hang
-(sleep forever), on --fault-rank at --fault-step.
+--fault-kind exit (exit with --fault-code), kill (SIGKILL itself; as a
+container's PID 1 it cannot, and asks the node to, see below) or hang (sleep
+forever), on --fault-rank at --fault-step.
 
 One JSON line per step on stdout: rank, step, loss, time (Unix seconds),
 attempt (the supervisor's RESTART_SUPERVISOR_RESTART_COUNT, or torchrun's
@@ -69,6 +70,13 @@ def attempt():
     return 0
 
 
+def start_time():
+    """This process's start time in clock ticks since boot (/proc/self/stat
+    field 22), the same in every PID namespace."""
+    with open("/proc/self/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[19])
+
+
 def batch(seed, step, rank, n=32, d=16):
     g = torch.Generator().manual_seed(seed * 1_000_003 + step * 101 + rank)
     x = torch.randn(n, d, generator=g)
@@ -114,6 +122,15 @@ def main():
                 os._exit(a.fault_code)
             if a.fault_kind == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
+                # Still here: this is PID 1 of its PID namespace (a
+                # container with no init), and the kernel drops a signal
+                # to its init from inside the namespace unless the init
+                # handles it, which no process can do for SIGKILL. Ask the
+                # node instead: the line names this process by its start
+                # time, which reads the same from every PID namespace, and
+                # the harness (test/e2e) SIGKILLs it from outside, as the
+                # OOM killer or a node-level kill would.
+                emit({"rank": rank, "event": "kill-me", "startTime": start_time(), "time": time.time()})
             while True:
                 time.sleep(3600)
         x, y = batch(a.seed, step, rank)
