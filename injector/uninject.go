@@ -304,7 +304,7 @@ func fillsNull(toks []string) bool {
 
 // within: was holds nothing that cur does not: null; a scalar equal to
 // cur; a mapping whose every member with a value cur has, with a value
-// within cur's (inject drops a member without a value, `{A}` or `A: ''`,
+// within cur's (inject drops a member without a value, `{A}` or A: an empty string,
 // that metadata does not know, as the API server would);
 // a sequence whose items are within cur's items, in order (inject
 // inserts and appends items). Aliases are refused.
@@ -326,7 +326,7 @@ func within(was, cur *textyaml.Node) bool {
 			}
 			v, c := was.Content[i+1], yamledit.Member(cur, k.Value)
 			if v.Kind == textyaml.ScalarNode && v.Value == "" {
-				continue // a member without a value (null, '') gives nothing back
+				continue // a member without a value (null, empty) gives nothing back
 			}
 			if c == nil || !within(v, c) {
 				return false
