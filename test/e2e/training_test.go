@@ -24,6 +24,9 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/restart-supervisor/restart-supervisor/test/e2e/cluster"
 )
@@ -46,6 +49,8 @@ type trainingPath struct {
 	// job builds the path's Job for one run: ckpt is the node directory
 	// of the checkpoints, the fault marker and the ranks' log files.
 	job func(e *env, name, ckpt string, port int, fault []string) (*batchv1.Job, error)
+	// jobSet, when set, builds a JobSet instead of a Job.
+	jobSet func(e *env, name, ckpt string, port int, fault []string) (*unstructured.Unstructured, error)
 	// ranksPerPod is 2 for torchrun's path (both ranks in one pod), else 1.
 	ranksPerPod int
 }
@@ -122,7 +127,7 @@ func TestTrainingOnKubelet(t *testing.T) {
 	upStart := time.Now()
 	c, err := cluster.Up(ctx, cluster.Options{
 		BinDir: binDir, Repo: repo, RestartRules: true, ControllerManager: true,
-		SupervisorImage: true, Images: []string{image}, Log: testWriter{t},
+		SupervisorImage: true, Images: []string{image}, JobSetDir: jobSetDir(t, repo), Log: testWriter{t},
 	})
 	if err != nil {
 		t.Fatalf("cluster up: %v", err)
@@ -158,13 +163,24 @@ func TestTrainingOnKubelet(t *testing.T) {
 			for i := range runs {
 				key := fmt.Sprintf("%s-%s-%d", p.id, f.id, i)
 				ckpt := trainingCkpt(t, c, key)
-				job, err := p.job(e, key, ckpt, next(), append(f.args, "--fault-rank", strconv.Itoa(trainFaultRank), "--fault-step", strconv.Itoa(trainFault)))
-				if err != nil {
-					t.Fatalf("%s, %s: %v", p.name, f.name, err)
+				fault := append(f.args, "--fault-rank", strconv.Itoa(trainFaultRank), "--fault-step", strconv.Itoa(trainFault))
+				var run trainingRun
+				var err error
+				if p.jobSet != nil {
+					var js *unstructured.Unstructured
+					if js, err = p.jobSet(e, key, ckpt, next(), fault); err != nil {
+						t.Fatalf("%s, %s: %v", p.name, f.name, err)
+					}
+					run, err = runTrainingJobSet(ctx, e, js, ckpt)
+				} else {
+					var job *batchv1.Job
+					if job, err = p.job(e, key, ckpt, next(), fault); err != nil {
+						t.Fatalf("%s, %s: %v", p.name, f.name, err)
+					}
+					run, err = runTrainingJob(ctx, e, job, ckpt, true)
 				}
 				// A failed run fails the test but not the others: the
 				// report then says which runs failed, and why.
-				run, err := runTrainingJob(ctx, e, job, ckpt, true)
 				if err == nil && run.rec.finalLoss != want {
 					err = fmt.Errorf("final loss %v, want the unfaulted %v", run.rec.finalLoss, want)
 				}
@@ -237,8 +253,92 @@ func trainingPaths() []trainingPath {
 		{id: "recreated", name: "pods recreated, Job backoffLimit", ranksPerPod: 1, job: func(e *env, name, ckpt string, port int, fault []string) (*batchv1.Job, error) {
 			return trainingJob(e, name, ckpt, port, fault, false)
 		}},
+		{id: "jobset", name: "all pods recreated, JobSet failurePolicy.maxRestarts 3", ranksPerPod: 1, jobSet: trainingJobSet},
 		{id: "torchrun", name: "in process, torchrun --max-restarts 3", ranksPerPod: 2, job: torchrunJob},
 	}
+}
+
+// trainingJobSet is a JobSet of one indexed Job of two pods, one rank
+// each, without rules: a failed rank fails its Job (backoffLimit 0), and
+// the JobSet controller recreates every Job, up to 3 times.
+func trainingJobSet(e *env, name, ckpt string, port int, fault []string) (*unstructured.Unstructured, error) {
+	job, err := trainingJob(e, name, ckpt, port, fault, false)
+	if err != nil {
+		return nil, err
+	}
+	template, err := k8sruntime.DefaultUnstructuredConverter.ToUnstructured(&job.Spec.Template)
+	if err != nil {
+		return nil, err
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "jobset.x-k8s.io/v1alpha2",
+		"kind":       "JobSet",
+		"metadata":   map[string]any{"name": name, "namespace": e.ns},
+		"spec": map[string]any{
+			"failurePolicy": map[string]any{"maxRestarts": int64(3)},
+			"network":       map[string]any{"enableDNSHostnames": false},
+			"replicatedJobs": []any{map[string]any{
+				"name":     "workers",
+				"replicas": int64(1),
+				"template": map[string]any{"spec": map[string]any{
+					"parallelism":    int64(2),
+					"completions":    int64(2),
+					"backoffLimit":   int64(0),
+					"completionMode": "Indexed",
+					"template":       template,
+				}},
+			}},
+		},
+	}}, nil
+}
+
+// runTrainingJobSet creates the JobSet, waits for it to complete and reads
+// the ranks' log files. Its recreated pods are gone by then: the pods
+// created are two per attempt (status.restarts + 1).
+func runTrainingJobSet(ctx context.Context, e *env, js *unstructured.Unstructured, ckpt string) (trainingRun, error) {
+	var run trainingRun
+	dyn, err := dynamic.NewForConfig(e.c.Config)
+	if err != nil {
+		return run, err
+	}
+	jobsets := dyn.Resource(jobSetResource).Namespace(e.ns)
+	if _, err := jobsets.Create(ctx, js, metav1.CreateOptions{}); err != nil {
+		return run, fmt.Errorf("create JobSet %s: %w", js.GetName(), err)
+	}
+	deadline := time.Now().Add(10 * time.Minute)
+	killed := map[int64]bool{}
+	var restarts int64
+	for run.state == "" {
+		if err := killAsked(ckpt, killed); err != nil {
+			return run, err
+		}
+		got, err := jobsets.Get(ctx, js.GetName(), metav1.GetOptions{})
+		if err != nil {
+			return run, err
+		}
+		restarts, _, _ = unstructured.NestedInt64(got.Object, "status", "restarts")
+		conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
+		for _, c := range conds {
+			m, _ := c.(map[string]any)
+			if (m["type"] == "Completed" || m["type"] == "Failed") && m["status"] == "True" {
+				run.state = "JobSet " + m["type"].(string)
+			}
+		}
+		if run.state == "" && time.Now().After(deadline) {
+			return run, fmt.Errorf("JobSet %s: neither Completed nor Failed after 10 min (restarts %d)", js.GetName(), restarts)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	run.pods = 2 * int(restarts+1)
+	if run.state != "JobSet Completed" {
+		return run, fmt.Errorf("%s %s, restarts %d", js.GetName(), run.state, restarts)
+	}
+	ranks, err := readRankLogs(ckpt)
+	if err != nil {
+		return run, err
+	}
+	run.rec, err = measureRecovery(ranks, true)
+	return run, err
 }
 
 // trainingJob is the indexed Job of two pods, one rank each. With rules,
