@@ -136,6 +136,9 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 func statusFlags() *pflag.FlagSet {
 	fs := pflag.NewFlagSet("status", pflag.ContinueOnError)
 	fs.SortFlags = false
+	if flagSetMade != nil {
+		defer flagSetMade(fs)
+	}
 	fs.StringP("namespace", "n", "", "the namespace (default: the kubeconfig context's)")
 	fs.BoolP("all-namespaces", "A", false, "every namespace")
 	fs.StringP("selector", "l", "", "only pods whose labels match this selector (kubectl's syntax: app=web,tier!=db)")
