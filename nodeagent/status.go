@@ -339,6 +339,12 @@ func restartFromEvent(e corev1.Event) (Restart, bool) {
 	return r, true
 }
 
+// AgentNodes is the set of nodes that run a node agent pod (in
+// agentNamespace, label AgentLabel), for restart-injector check.
+func AgentNodes(ctx context.Context, client kubernetes.Interface, agentNamespace string) (map[string]bool, error) {
+	return agentNodes(ctx, client, agentNamespace)
+}
+
 // agentNodes maps each node that runs a node agent pod (agentNamespace,
 // label AgentLabel) to it.
 func agentNodes(ctx context.Context, client kubernetes.Interface, agentNamespace string) (map[string]bool, error) {

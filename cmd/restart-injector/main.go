@@ -43,6 +43,10 @@ type subcommand struct {
 // subcommands is every command of the binary, in the order the usage text
 // lists them.
 var subcommands = []subcommand{
+	{"check", "check the webhook, and whether a pod would be injected, its node agent and its path (native or supervised)",
+		func(ctx context.Context, args []string, std stdio) int {
+			return runCheck(ctx, args, std.in, std.out, std.err)
+		}},
 	{"compose", "rewrite a Docker Compose file so services with restart rules run under restart-supervisor",
 		func(ctx context.Context, args []string, std stdio) int {
 			return runCompose(ctx, args, std.in, std.out, std.err)
