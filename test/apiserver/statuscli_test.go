@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -226,5 +227,93 @@ func TestStatusCommand(t *testing.T) {
 	t.Logf("$ kubectl restarts db -n default -owide\n%s", pout)
 	if l := lines(string(pout)); err != nil || len(l) != 2 || !strings.HasPrefix(l[1], "db    main        2 ") || !strings.Contains(l[0], "NODE") {
 		t.Errorf("kubectl restarts db -n default -owide: %v", err)
+	}
+}
+
+// TestStatusWatchResumes: an API server that ends every watch after 1 to 2
+// s (--min-request-timeout=1); status -w resumes from the last Event it
+// saw and still prints the restart that comes after the server ended its
+// first watch (the API server's own request count says when it has).
+func TestStatusWatchResumes(t *testing.T) {
+	env, client := startAPIServerWith(t, kubeAssets(t), true, map[string]string{"min-request-timeout": "1"})
+	dir := t.TempDir()
+	bin := buildInjector(t, dir)
+	admin := kubeconfigFor(t, env, dir, "admin", envtest.User{Name: "status-admin", Groups: []string{"system:masters"}})
+	podsDir := filepath.Join(dir, "pods")
+	web := createPod(t, client, "web", agentNode, "app")
+	webDir := stateDir(t, podsDir, web.UID)
+	writeStatus(t, webDir, "app", 0, 0, false)
+	var writes atomic.Int64
+	agent := startAgent(t, env.Config, podsDir, &writes)
+	defer agent.stop(t)
+	writeStatus(t, webDir, "app", 1, 0, false)
+	waitEvents(t, client, web, nodeagent.ReasonRestarted, 1)
+	registerAgentPod(t, client, agentNode)
+
+	// Ended watches of events, as the API server counts them.
+	endedWatches := func(ctx context.Context) (int, error) {
+		b, err := client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+		if err != nil {
+			return 0, err
+		}
+		n := 0
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "apiserver_request_total{") && strings.Contains(l, `verb="WATCH"`) && strings.Contains(l, `resource="events"`) {
+				f := strings.Fields(l)
+				var v float64
+				if _, err := fmt.Sscan(f[len(f)-1], &v); err == nil {
+					n += int(v)
+				}
+			}
+		}
+		return n, nil
+	}
+	before, err := endedWatches(context.Background())
+	must(t, err)
+
+	cmd := exec.Command(bin, "status", "--kubeconfig="+admin, "-n", "default", "-w")
+	var errb testutil.SyncBuffer
+	cmd.Stderr = &errb
+	stdout, err := cmd.StdoutPipe()
+	must(t, err)
+	must(t, cmd.Start())
+	defer cmd.Process.Kill()
+	lines := make(chan string, 100)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	wait := func(prefix string) {
+		t.Helper()
+		deadline := time.After(60 * time.Second)
+		for {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					t.Fatalf("status -w ended: %s", errb.String())
+				}
+				if strings.HasPrefix(l, prefix) {
+					return
+				}
+			case <-deadline:
+				t.Fatalf("no line %q in 60 s: %s", prefix, errb.String())
+			}
+		}
+	}
+	wait("web   app         1 ")
+	waitFor(t, "the API server to end status's first watch", 60*time.Second, func(ctx context.Context) (bool, error) {
+		n, err := endedWatches(ctx)
+		return n > before, err
+	})
+	writeStatus(t, webDir, "app", 2, 0, false)
+	wait("web   app         2 ")
+	must(t, cmd.Process.Signal(syscall.SIGINT))
+	for range lines {
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("status -w after SIGINT: %v\n%s", err, errb.String())
 	}
 }
