@@ -95,7 +95,14 @@ func main() {
 	if filepath.Base(os.Args[0]) == "kubectl-restarts" {
 		args = append([]string{"status"}, args...)
 	}
-	code := dispatch(ctx, args, stdio{os.Stdin, os.Stdout, os.Stderr})
+	// kubectl's completion of the plugin: kubectl runs a
+	// kubectl_complete-restarts link with the words typed so far.
+	var code int
+	if filepath.Base(os.Args[0]) == "kubectl_complete-restarts" {
+		code = runPluginCompletion(ctx, args, os.Stdout)
+	} else {
+		code = dispatch(ctx, args, stdio{os.Stdin, os.Stdout, os.Stderr})
+	}
 	stop()
 	os.Exit(code)
 }

@@ -228,6 +228,29 @@ func TestStatusCommand(t *testing.T) {
 	if l := lines(string(pout)); err != nil || len(l) != 2 || !strings.HasPrefix(l[1], "db    main        2 ") || !strings.Contains(l[0], "NODE") {
 		t.Errorf("kubectl restarts db -n default -owide: %v", err)
 	}
+
+	// kubectl's own completion of the plugin, through a
+	// kubectl_complete-restarts link: flags, -o's formats, and the
+	// cluster's namespaces and pods.
+	must(t, os.Symlink(bin, filepath.Join(plugins, "kubectl_complete-restarts")))
+	for _, c := range []struct {
+		words []string
+		want  string
+	}{
+		{[]string{"--all"}, "--all-namespaces\n:4\n"},
+		{[]string{"-o", ""}, "wide\njson\nyaml\nname\n:4\n"},
+		{[]string{"-n", "def"}, "default\n:4\n"},
+		{[]string{"-n", "default", ""}, "db\nweb\n:4\n"},
+		{[]string{"w"}, "web\n:4\n"},
+	} {
+		comp := exec.Command(filepath.Join(assets, "kubectl"), append([]string{"__complete", "restarts"}, c.words...)...)
+		comp.Env = append(os.Environ(), "PATH="+plugins+":"+os.Getenv("PATH"), "KUBECONFIG="+admin)
+		out, err := comp.Output()
+		t.Logf("$ kubectl __complete restarts %s\n%s", strings.Join(c.words, " "), out)
+		if err != nil || string(out) != c.want {
+			t.Errorf("kubectl __complete restarts %q: %v %q, want %q", c.words, err, out, c.want)
+		}
+	}
 }
 
 // TestStatusWatchResumes: an API server that ends every watch after 1 to 2
