@@ -161,15 +161,18 @@ func (q *StatusQuery) Watch(ctx context.Context, rv string, changed func(StatusR
 			}
 			continue
 		}
+	events:
 		for ev := range w.ResultChan() {
 			switch ev.Type {
 			case watch.Error:
 				w.Stop()
 				if st := apierrors.FromObject(ev.Object); apierrors.IsGone(st) || apierrors.IsResourceExpired(st) {
+					// Watch again from the listing's resourceVersion,
+					// not from the events still buffered.
 					if rv, err = q.relist(ctx, changed); err != nil {
 						return err
 					}
-					break
+					break events
 				}
 				return fmt.Errorf("watch events: %v", apierrors.FromObject(ev.Object))
 			case watch.Bookmark, watch.Added, watch.Modified:
