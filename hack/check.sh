@@ -18,6 +18,16 @@ if go list -deps ./cmd/restart-supervisor | grep -E '^(k8s\.io|net/http|net$|cry
 	exit 1
 fi
 
+# Its third-party packages are a closed list (ARCHITECTURE.md): the CLI
+# libraries of restart-injector (pflag, cli-runtime's printers) and
+# anything else stay out of the PID-1 binary.
+others=$(go list -deps -f '{{if not .Standard}}{{.ImportPath}}{{end}}' ./cmd/restart-supervisor |
+	grep -vE '^(github\.com/restart-supervisor/restart-supervisor(/|$)|golang\.org/x/sys/unix$|github\.com/fsnotify/fsnotify(/internal)?$|gopkg\.in/yaml\.v3$)' || true)
+if [ -n "$others" ]; then
+	printf 'cmd/restart-supervisor links third-party packages outside its closed list:\n%s\n' "$others" >&2
+	exit 1
+fi
+
 # The suites behind the training build tag are neither built by `go vet
 # ./...` nor by lint; vet them here so that they keep compiling.
 go vet -tags training ./test/training ./test/e2e

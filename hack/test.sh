@@ -13,6 +13,12 @@ log() { printf '== %s\n' "$*" >&2; }
 log "starting the Docker engine"
 bash test/docker/setup.sh
 
+log "installing zsh and fish when missing, for cmd/restart-injector's TestCompletionScripts"
+shells=()
+command -v zsh >/dev/null 2>&1 || shells+=(zsh)
+command -v fish >/dev/null 2>&1 || shells+=(fish)
+hack/apt-install.sh "${shells[@]}"
+
 log "installing the end-to-end cluster's packages and building Kubernetes binaries (cached)"
 test/e2e/setup.sh >/dev/null
 

@@ -4,16 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"sort"
 	"strconv"
-	"strings"
-	"text/tabwriter"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
@@ -22,6 +23,8 @@ import (
 // StatusRow is one supervised container as the agent's Events tell it.
 type StatusRow struct {
 	Namespace, Pod string
+	UID            string // the pod's, as the Event names it
+	Node           string // the node whose agent wrote the Event
 	Restart
 	PodRestarts uint64
 	Last        time.Time
@@ -40,75 +43,83 @@ const maxAnnotation = 4 << 10
 
 // ReadStatus lists the RestartedInPlace and PodRestartedInPlace Events in
 // namespace ("" for all) for pod ("" for every pod), and returns one row
-// per container, from its newest Event. It reads the values the agent put
-// in the Events' annotations (contract.EventAnnotationRestart), never their
-// messages, and only from Events the agent can have made (trustedEvent):
-// agentNamespace is where the agent's pods are. Events live as long as the
-// API server keeps them (--event-ttl, 1 h by default): a container whose
-// last in-place restart is older has no row.
+// per container, from its newest Event: StatusQuery.List without a label
+// selector.
 func ReadStatus(ctx context.Context, client kubernetes.Interface, agentNamespace, namespace, pod string) ([]StatusRow, error) {
-	agents, err := agentNodes(ctx, client, agentNamespace)
-	if err != nil {
-		return nil, err
+	rows, _, err := (&StatusQuery{Client: client, AgentNamespace: agentNamespace, Namespace: namespace, Pod: pod}).List(ctx)
+	return rows, err
+}
+
+// StatusQuery is what `restart-injector status` asks: the rows of one
+// namespace (or all), one pod (or all), of the pods a label selector
+// matches (or all).
+//
+// It reads the values the agent put in the Events' annotations
+// (contract.EventAnnotationRestart), never their messages, and only from
+// Events the agent can have made (trustedEvent): AgentNamespace is where
+// the agent's pods are. Events live as long as the API server keeps them
+// (--event-ttl, 1 h by default): a container whose last in-place restart
+// is older has no row.
+type StatusQuery struct {
+	Client                    kubernetes.Interface
+	AgentNamespace, Namespace string
+	Pod                       string          // "" for every pod
+	Selector                  labels.Selector // nil for every pod
+
+	agents     map[string]bool
+	agentsRead time.Time
+	pods       map[types.UID]bool // by UID: whether the pod matches Selector
+	listing    bool               // in List, where a pod the selector's list did not name is not selected
+	gens       map[podKey]uint64
+	rows       map[rowKey]*StatusRow
+}
+
+type podKey struct{ ns, name string }
+type rowKey struct{ ns, pod, container string }
+
+// agentRefresh bounds how often an Event from a node not known to run an
+// agent makes the query list the agent's pods again (a watch only).
+const agentRefresh = 10 * time.Second
+
+// List returns the rows, sorted by namespace, pod and container, and the
+// resourceVersion to watch Events from.
+func (q *StatusQuery) List(ctx context.Context) ([]StatusRow, string, error) {
+	if err := q.readAgents(ctx); err != nil {
+		return nil, "", err
 	}
-	list := func(reason string) ([]corev1.Event, error) {
+	if err := q.readPods(ctx); err != nil {
+		return nil, "", err
+	}
+	q.gens, q.rows = map[podKey]uint64{}, map[rowKey]*StatusRow{}
+	q.listing = true
+	defer func() { q.listing = false }()
+	var rv string
+	// Pod restarts first: a row carries its pod's generation.
+	for _, reason := range []string{ReasonPodRestarted, ReasonRestarted} {
 		sel := fields.Set{"reason": reason, "source": Component}
-		if pod != "" {
-			sel["involvedObject.name"] = pod
+		if q.Pod != "" {
+			sel["involvedObject.name"] = q.Pod
 		}
-		var out []corev1.Event
 		opts := metav1.ListOptions{FieldSelector: fields.SelectorFromSet(sel).String(), Limit: 500}
 		for {
-			l, err := client.CoreV1().Events(namespace).List(ctx, opts)
+			l, err := q.Client.CoreV1().Events(q.Namespace).List(ctx, opts)
 			if err != nil {
-				return nil, fmt.Errorf("list %s events: %w", reason, err)
+				return nil, "", fmt.Errorf("list %s events: %w", reason, err)
 			}
 			for _, e := range l.Items {
-				if trustedEvent(e, agents) {
-					out = append(out, e)
+				if trustedEvent(e, q.agents) {
+					q.add(ctx, e)
 				}
 			}
 			if l.Continue == "" {
-				return out, nil
+				rv = l.ResourceVersion
+				break
 			}
 			opts.Continue = l.Continue
 		}
 	}
-	restarts, err := list(ReasonRestarted)
-	if err != nil {
-		return nil, err
-	}
-	podRestarts, err := list(ReasonPodRestarted)
-	if err != nil {
-		return nil, err
-	}
-	type podKey struct{ ns, name string }
-	gens := map[podKey]uint64{}
-	for _, e := range podRestarts {
-		v := e.Annotations[contract.EventAnnotationPodRestart]
-		if g, err := strconv.ParseUint(v, 10, 64); err == nil && len(v) <= 20 {
-			k := podKey{e.InvolvedObject.Namespace, e.InvolvedObject.Name}
-			gens[k] = max(gens[k], g)
-		}
-	}
-	rows := map[[3]string]*StatusRow{}
-	for _, e := range restarts {
-		r, ok := restartFromEvent(e)
-		if !ok {
-			continue
-		}
-		last := eventTime(e)
-		k := [3]string{e.InvolvedObject.Namespace, e.InvolvedObject.Name, r.Container}
-		// Event times have a resolution of a second: on a tie, the
-		// higher count is the later restart.
-		if row := rows[k]; row != nil && (last.Before(row.Last) || last.Equal(row.Last) && r.Total <= row.Total) {
-			continue
-		}
-		rows[k] = &StatusRow{Namespace: k[0], Pod: k[1], Restart: r, Last: last,
-			PodRestarts: gens[podKey{k[0], k[1]}]}
-	}
-	out := make([]StatusRow, 0, len(rows))
-	for _, r := range rows {
+	out := make([]StatusRow, 0, len(q.rows))
+	for _, r := range q.rows {
 		out = append(out, *r)
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -121,8 +132,201 @@ func ReadStatus(ctx context.Context, client kubernetes.Interface, agentNamespace
 		}
 		return a.Container < b.Container
 	})
-	return out, nil
+	return out, rv, nil
 }
+
+// Watch follows the agent's Events from resourceVersion rv (List's) until
+// ctx ends, and calls changed with every row that an Event changed: a
+// container's newer restart, or a pod restart, which changes every row of
+// its pod. A watch the API server ends is resumed from the last Event
+// seen; one whose resourceVersion expired starts again with List, and only
+// rows that differ from what was reported are passed on.
+func (q *StatusQuery) Watch(ctx context.Context, rv string, changed func(StatusRow) error) error {
+	sel := fields.Set{"source": Component}
+	if q.Pod != "" {
+		sel["involvedObject.name"] = q.Pod
+	}
+	for ctx.Err() == nil {
+		w, err := q.Client.CoreV1().Events(q.Namespace).Watch(ctx, metav1.ListOptions{
+			FieldSelector: fields.SelectorFromSet(sel).String(), ResourceVersion: rv, AllowWatchBookmarks: true})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if !apierrors.IsGone(err) && !apierrors.IsResourceExpired(err) {
+				return fmt.Errorf("watch events: %w", err)
+			}
+			if rv, err = q.relist(ctx, changed); err != nil {
+				return err
+			}
+			continue
+		}
+	events:
+		for ev := range w.ResultChan() {
+			switch ev.Type {
+			case watch.Error:
+				w.Stop()
+				if st := apierrors.FromObject(ev.Object); apierrors.IsGone(st) || apierrors.IsResourceExpired(st) {
+					// Watch again from the listing's resourceVersion,
+					// not from the events still buffered.
+					if rv, err = q.relist(ctx, changed); err != nil {
+						return err
+					}
+					break events
+				}
+				return fmt.Errorf("watch events: %v", apierrors.FromObject(ev.Object))
+			case watch.Bookmark, watch.Added, watch.Modified:
+				e, ok := ev.Object.(*corev1.Event)
+				if !ok {
+					continue
+				}
+				rv = e.ResourceVersion
+				if ev.Type == watch.Bookmark || e.Reason != ReasonRestarted && e.Reason != ReasonPodRestarted {
+					continue
+				}
+				if !q.agents[e.Source.Host] && time.Since(q.agentsRead) >= agentRefresh {
+					if err := q.readAgents(ctx); err != nil {
+						return err
+					}
+				}
+				if !trustedEvent(*e, q.agents) {
+					continue
+				}
+				for _, r := range q.add(ctx, *e) {
+					if err := changed(r); err != nil {
+						w.Stop()
+						return err
+					}
+				}
+			}
+		}
+		w.Stop()
+	}
+	return nil
+}
+
+// relist lists again after the watch's resourceVersion expired, and
+// reports the rows that differ from the ones known before.
+func (q *StatusQuery) relist(ctx context.Context, changed func(StatusRow) error) (string, error) {
+	before := q.rows
+	rows, rv, err := q.List(ctx)
+	if err != nil {
+		return "", err
+	}
+	for _, r := range rows {
+		if b := before[rowKey{r.Namespace, r.Pod, r.Container}]; b == nil || !sameRow(*b, r) {
+			if err := changed(r); err != nil {
+				return "", err
+			}
+		}
+	}
+	return rv, nil
+}
+
+func sameRow(a, b StatusRow) bool {
+	aj, _ := json.Marshal(a)
+	bj, _ := json.Marshal(b)
+	return string(aj) == string(bj)
+}
+
+// add takes one trusted Event into the rows and returns the rows it
+// changed.
+func (q *StatusQuery) add(ctx context.Context, e corev1.Event) []StatusRow {
+	ns, name := e.InvolvedObject.Namespace, e.InvolvedObject.Name
+	if !q.selected(ctx, e.InvolvedObject) {
+		return nil
+	}
+	pk := podKey{ns, name}
+	switch e.Reason {
+	case ReasonPodRestarted:
+		v := e.Annotations[contract.EventAnnotationPodRestart]
+		g, err := strconv.ParseUint(v, 10, 64)
+		if err != nil || len(v) > 20 || g <= q.gens[pk] {
+			return nil
+		}
+		q.gens[pk] = g
+		var out []StatusRow
+		for k, r := range q.rows {
+			if k.ns == ns && k.pod == name {
+				r.PodRestarts = g
+				out = append(out, *r)
+			}
+		}
+		sort.Slice(out, func(i, j int) bool { return out[i].Container < out[j].Container })
+		return out
+	case ReasonRestarted:
+		r, ok := restartFromEvent(e)
+		if !ok {
+			return nil
+		}
+		last := eventTime(e)
+		k := rowKey{ns, name, r.Container}
+		// Event times have a resolution of a second: on a tie, the
+		// higher count is the later restart.
+		if row := q.rows[k]; row != nil && (last.Before(row.Last) || last.Equal(row.Last) && r.Total <= row.Total) {
+			return nil
+		}
+		row := &StatusRow{Namespace: ns, Pod: name, UID: string(e.InvolvedObject.UID), Node: clean(e.Source.Host),
+			Restart: r, Last: last, PodRestarts: q.gens[pk]}
+		q.rows[k] = row
+		return []StatusRow{*row}
+	}
+	return nil
+}
+
+// readAgents lists the nodes that run a node agent pod.
+func (q *StatusQuery) readAgents(ctx context.Context) error {
+	agents, err := agentNodes(ctx, q.Client, q.AgentNamespace)
+	if err != nil {
+		return err
+	}
+	q.agents, q.agentsRead = agents, time.Now()
+	return nil
+}
+
+// readPods lists the pods Selector matches, by UID.
+func (q *StatusQuery) readPods(ctx context.Context) error {
+	if q.Selector == nil {
+		return nil
+	}
+	q.pods = map[types.UID]bool{}
+	opts := metav1.ListOptions{LabelSelector: q.Selector.String(), Limit: 500}
+	for {
+		l, err := q.Client.CoreV1().Pods(q.Namespace).List(ctx, opts)
+		if err != nil {
+			return fmt.Errorf("list pods matching %s: %w", q.Selector, err)
+		}
+		for _, p := range l.Items {
+			q.pods[p.UID] = true
+		}
+		if l.Continue == "" {
+			return nil
+		}
+		opts.Continue = l.Continue
+	}
+}
+
+// selected reports whether the Event's pod matches Selector. A pod first
+// seen in a watch is read once; a pod that no longer exists matches no
+// selector.
+func (q *StatusQuery) selected(ctx context.Context, o corev1.ObjectReference) bool {
+	if q.Selector == nil {
+		return true
+	}
+	if m, ok := q.pods[o.UID]; ok || q.listing {
+		return m
+	}
+	p, err := q.Client.CoreV1().Pods(o.Namespace).Get(ctx, o.Name, metav1.GetOptions{})
+	m := !q.listing && err == nil && p.UID == o.UID && q.Selector.Matches(labels.Set(p.Labels))
+	if len(q.pods) < maxSelectedPods {
+		q.pods[o.UID] = m
+	}
+	return m
+}
+
+// maxSelectedPods bounds the memory of the selector's answers in a long
+// watch.
+const maxSelectedPods = 100000
 
 // restartFromEvent decodes the structured values of a RestartedInPlace
 // Event. The container must be the one the Event is about.
@@ -136,6 +340,12 @@ func restartFromEvent(e corev1.Event) (Restart, bool) {
 		return r, false
 	}
 	return r, true
+}
+
+// AgentNodes is the set of nodes that run a node agent pod (in
+// agentNamespace, label AgentLabel), for restart-injector check.
+func AgentNodes(ctx context.Context, client kubernetes.Interface, agentNamespace string) (map[string]bool, error) {
+	return agentNodes(ctx, client, agentNamespace)
 }
 
 // agentNodes maps each node that runs a node agent pod (agentNamespace,
@@ -180,27 +390,4 @@ func eventTime(e corev1.Event) time.Time {
 		}
 	}
 	return time.Time{}
-}
-
-// WriteStatus prints rows as a table, with a NAMESPACE column when
-// allNamespaces.
-func WriteStatus(w io.Writer, rows []StatusRow, allNamespaces bool, now time.Time) error {
-	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
-	if allNamespaces {
-		fmt.Fprint(tw, "NAMESPACE\t")
-	}
-	fmt.Fprintln(tw, "POD\tCONTAINER\tIN-PLACE RESTARTS\tLAST EXIT\tRULE\tBACK-OFF\tPOD RESTARTS\tLAST RESTART")
-	for _, r := range rows {
-		if allNamespaces {
-			fmt.Fprintf(tw, "%s\t", clean(r.Namespace))
-		}
-		exit := "unknown"
-		if r.ExitCode != nil {
-			exit = strings.TrimPrefix(r.ExitText(), "exit code ")
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s ago\n", clean(r.Pod), clean(r.Container), r.Total,
-			exit, r.RuleText(), strings.TrimPrefix(r.BackoffText(), "back-off "),
-			r.PodRestarts, now.Sub(r.Last).Round(time.Second))
-	}
-	return tw.Flush()
 }

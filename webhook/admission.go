@@ -382,6 +382,10 @@ func allowNative(pod *corev1.Pod, why string) *admissionv1.AdmissionResponse {
 	return resp
 }
 
+// PodFeature is the newest native feature pod's restart fields rely on:
+// the one --native=auto judges the pod by.
+func PodFeature(pod *corev1.Pod) NativeFeature { return podFeature(pod) }
+
 // podFeature is the newest native feature pod's restart fields rely on.
 func podFeature(pod *corev1.Pod) NativeFeature {
 	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {

@@ -38,7 +38,7 @@ flags:
 `
 
 func runCompose(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("compose", flag.ContinueOnError)
+	fs := newFlagSet("compose")
 	fs.SetOutput(stderr)
 	in := fs.String("f", "", "Compose `FILE` to read (- for stdin)")
 	var outFlag outputFile

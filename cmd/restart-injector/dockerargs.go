@@ -35,7 +35,7 @@ flags:
 `
 
 func dockerArgs(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("docker-args", flag.ContinueOnError)
+	fs := newFlagSet("docker-args")
 	fs.SetOutput(stderr)
 	r := dockerrun.Request{Stdin: stdin, Warn: func(msg string) { fmt.Fprintln(stderr, "restart-injector docker-args: warning:", msg) }}
 	fs.StringVar(&r.RulesFile, "rules", "", "restart rules `FILE` (YAML or JSON, the supervisor's config document; - for stdin)")

@@ -25,7 +25,7 @@ flags:
 `
 
 func runExplain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fl := flag.NewFlagSet("explain", flag.ContinueOnError)
+	fl := newFlagSet("explain")
 	fl.SetOutput(stderr)
 	var files fileList
 	fl.Var(&files, "f", "manifest file, directory (read recursively) or - for stdin; repeatable")

@@ -79,7 +79,7 @@ func writeFile(t *testing.T, path, content string) string {
 
 func TestDispatchUsage(t *testing.T) {
 	var out, errb bytes.Buffer
-	if code := dispatch(context.Background(), []string{"help"}, &out, &errb); code != exitOK {
+	if code := dispatch(context.Background(), []string{"help"}, stdio{strings.NewReader(""), &out, &errb}); code != exitOK {
 		t.Errorf("help: exit %d", code)
 	}
 	for _, sub := range []string{"inject", "explain"} {
@@ -87,11 +87,11 @@ func TestDispatchUsage(t *testing.T) {
 			t.Errorf("usage does not list %s:\n%s", sub, out.String())
 		}
 	}
-	if code := dispatch(context.Background(), nil, &out, &errb); code != exitUsage {
+	if code := dispatch(context.Background(), nil, stdio{strings.NewReader(""), &out, &errb}); code != exitUsage {
 		t.Errorf("no command: exit %d", code)
 	}
 	errb.Reset()
-	if code := dispatch(context.Background(), []string{"bogus"}, &out, &errb); code != exitUsage || !strings.Contains(errb.String(), `unknown command "bogus"`) {
+	if code := dispatch(context.Background(), []string{"bogus"}, stdio{strings.NewReader(""), &out, &errb}); code != exitUsage || !strings.Contains(errb.String(), `unknown command "bogus"`) {
 		t.Errorf("unknown command: exit %d, %s", code, errb.String())
 	}
 }

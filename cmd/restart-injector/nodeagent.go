@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"time"
@@ -17,8 +18,9 @@ import (
 	"github.com/restart-supervisor/restart-supervisor/nodeagent"
 )
 
-func runNodeAgent(ctx context.Context, args []string) int {
-	fs := flag.NewFlagSet("node-agent", flag.ContinueOnError)
+func runNodeAgent(ctx context.Context, args []string, stderr io.Writer) int {
+	fs := newFlagSet("node-agent")
+	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: restart-injector node-agent [flags]\n\nRecord Events and serve metrics of the in-place restarts on this node. Flags:")
 		fs.PrintDefaults()
@@ -43,12 +45,12 @@ func runNodeAgent(ctx context.Context, args []string) int {
 		nonEmpty(c.NodeName != "", "--node-name or $NODE_NAME is required"),
 		oneOf("log-format", *logFormat, "json", "text"),
 	); err != nil {
-		fmt.Fprintf(os.Stderr, "restart-injector node-agent: %v\n", err)
+		fmt.Fprintf(stderr, "restart-injector node-agent: %v\n", err)
 		return exitUsage
 	}
-	c.Log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	c.Log = slog.New(slog.NewJSONHandler(stderr, nil))
 	if *logFormat == "text" {
-		c.Log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+		c.Log = slog.New(slog.NewTextHandler(stderr, nil))
 	}
 	var cfg *rest.Config
 	var err error

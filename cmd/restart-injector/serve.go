@@ -6,8 +6,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
-	"os"
 	"strings"
 	"time"
 
@@ -17,8 +17,9 @@ import (
 	"github.com/restart-supervisor/restart-supervisor/webhook"
 )
 
-func runServe(ctx context.Context, args []string) int {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+func runServe(ctx context.Context, args []string, stderr io.Writer) int {
+	fs := newFlagSet("serve")
+	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: restart-injector serve [flags]\n\nRun the mutating admission webhook. Flags:")
 		fs.PrintDefaults()
@@ -82,7 +83,7 @@ func runServe(ctx context.Context, args []string) int {
 		wrap("--log-level", level.UnmarshalText([]byte(*logLevel))),
 		needNamespace(c.Namespace, *certMode, *native),
 	); err != nil {
-		fmt.Fprintf(os.Stderr, "restart-injector serve: %v\n", err)
+		fmt.Fprintf(stderr, "restart-injector serve: %v\n", err)
 		return exitUsage
 	}
 	c.CertMode, c.Native = webhook.CertMode(*certMode), webhook.NativeMode(*native)
@@ -93,9 +94,9 @@ func runServe(ctx context.Context, args []string) int {
 		c.ExtraSANs = strings.Split(*extraSANs, ",")
 	}
 	opts := &slog.HandlerOptions{Level: level}
-	c.Log = slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	c.Log = slog.New(slog.NewJSONHandler(stderr, opts))
 	if *logFormat == "text" {
-		c.Log = slog.New(slog.NewTextHandler(os.Stderr, opts))
+		c.Log = slog.New(slog.NewTextHandler(stderr, opts))
 	}
 	if err := webhook.Run(ctx, c); err != nil {
 		c.Log.Error("restart-injector serve failed", "err", err)

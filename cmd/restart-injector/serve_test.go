@@ -12,7 +12,7 @@ import (
 // anything listens.
 func TestServeUsageErrors(t *testing.T) {
 	if os.Getenv("SERVE_USAGE_CHILD") != "" {
-		os.Exit(runServe(context.Background(), strings.Fields(os.Getenv("SERVE_USAGE_CHILD"))))
+		os.Exit(runServe(context.Background(), strings.Fields(os.Getenv("SERVE_USAGE_CHILD")), os.Stderr))
 	}
 	for _, tc := range []struct{ args, want string }{
 		{"--native=maybe", `--native: "maybe" is not one of off, auto, on`},

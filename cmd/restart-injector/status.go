@@ -3,51 +3,95 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"time"
+	"slices"
+	"strings"
 
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/restart-supervisor/restart-supervisor/nodeagent"
 )
 
-// runStatus is `restart-injector status [-n NS | -A] [POD]`, also run as
-// the kubectl plugin `kubectl restarts` (a kubectl-restarts link to this
-// binary: main dispatches on the name it was called by). It reads the
-// structured values of the node agent's Events, never execs into a pod,
-// and needs list on events and on pods of the agent's namespace.
+const statusUsage = `usage: restart-injector status [POD] [-n NAMESPACE | -A] [-l SELECTOR] [-o wide|json|yaml|name] [-w]
+       kubectl restarts ...   (the same, through a kubectl-restarts link)
+
+Print the in-place restarts of supervised containers from the node agent's
+Events, one line per container. Flags and the pod may come in any order, as
+with kubectl get. Exit status: 0 ok (also when there is nothing to show, and
+when -w ends on an interrupt), 1 the API server or the kubeconfig failed,
+2 usage error.
+
+flags:
+`
+
+// runStatus is `restart-injector status`, also run as the kubectl plugin
+// `kubectl restarts` (a kubectl-restarts link to this binary: main
+// dispatches on the name it was called by). Its flags are pflag's, as
+// kubectl's: -n NS and --namespace=NS, -A and --all-namespaces, -owide,
+// flags after the pod. It reads the structured values of the node agent's
+// Events, never execs into a pod, and needs list on events, list on pods
+// of the agent's namespace, and with -l list and get on pods.
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	fs := statusFlags()
 	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: restart-injector status [-n NAMESPACE | -A] [POD]\n\nPrint the in-place restarts of supervised containers from the node agent's Events. Flags:")
-		fs.PrintDefaults()
-	}
-	var namespace, kubeconfig, kubeContext, agentNamespace string
-	var all bool
-	fs.StringVar(&namespace, "n", "", "`NAMESPACE` (default: the kubeconfig context's)")
-	fs.StringVar(&namespace, "namespace", "", "same as -n")
-	fs.BoolVar(&all, "A", false, "every namespace")
-	fs.BoolVar(&all, "all-namespaces", false, "same as -A")
-	fs.StringVar(&kubeconfig, "kubeconfig", "", "`FILE` (default: $KUBECONFIG, then ~/.kube/config, as kubectl)")
-	fs.StringVar(&kubeContext, "context", "", "kubeconfig `CONTEXT` to use")
-	fs.StringVar(&agentNamespace, "agent-namespace", nodeagent.AgentNamespace, "`NAMESPACE` of the node agent's pods: only Events from a node that runs one are shown")
+	fs.Usage = func() { fmt.Fprint(stderr, statusUsage+fs.FlagUsages()) }
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+		if errors.Is(err, pflag.ErrHelp) {
 			return exitOK
 		}
+		fmt.Fprintf(stderr, "restart-injector status: %v (restart-injector status -h lists the flags)\n", err)
 		return exitUsage
 	}
-	if fs.NArg() > 1 || all && (namespace != "" || fs.NArg() == 1) {
-		fmt.Fprintln(stderr, "restart-injector status: give -A, or -n NAMESPACE and at most one POD")
+	get := func(name string) string { v, _ := fs.GetString(name); return v }
+	is := func(name string) bool { v, _ := fs.GetBool(name); return v }
+	namespace, all, output := get("namespace"), is("all-namespaces"), get("output")
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "restart-injector status: "+format+"\n", a...)
 		return exitUsage
 	}
+	pod := ""
+	switch fs.NArg() {
+	case 0:
+	case 1:
+		// kubectl's TYPE/NAME form, for the one type status knows.
+		pod = fs.Arg(0)
+		if typ, name, ok := strings.Cut(pod, "/"); ok {
+			if typ != "pod" && typ != "pods" && typ != "po" {
+				return fail("%q: status lists pods only (POD or pod/POD)", fs.Arg(0))
+			}
+			pod = name
+		}
+		if pod == "" {
+			return fail("empty pod name")
+		}
+	default:
+		return fail("one POD at most, got %d: %s", fs.NArg(), strings.Join(fs.Args(), " "))
+	}
+	if all && namespace != "" {
+		return fail("-A (every namespace) and -n %s exclude each other", namespace)
+	}
+	if all && pod != "" {
+		return fail("a POD needs its namespace: -n NAMESPACE, not -A")
+	}
+	if output != "" && !slices.Contains(nodeagent.StatusFormats, output) {
+		return fail("-o %q: want one of %s", output, strings.Join(nodeagent.StatusFormats, ", "))
+	}
+	var selector labels.Selector
+	if s := get("selector"); s != "" {
+		sel, err := labels.Parse(s)
+		if err != nil {
+			return fail("-l %q: %v", s, err)
+		}
+		selector = sel
+	}
+
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = kubeconfig
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: kubeContext})
+	rules.ExplicitPath = get("kubeconfig")
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: get("context")})
 	if namespace == "" && !all {
 		ns, _, err := cc.Namespace()
 		if err != nil {
@@ -61,21 +105,48 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err == nil {
 		client, err = kubernetes.NewForConfig(cfg)
 	}
+	q := &nodeagent.StatusQuery{Client: client, AgentNamespace: get("agent-namespace"), Namespace: namespace, Pod: pod, Selector: selector}
 	var rows []nodeagent.StatusRow
+	var rv string
 	if err == nil {
-		rows, err = nodeagent.ReadStatus(ctx, client, agentNamespace, namespace, fs.Arg(0))
+		rows, rv, err = q.List(ctx)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "restart-injector status: %v\n", err)
 		return exitFailure
 	}
-	if len(rows) == 0 {
+	p := &nodeagent.StatusPrinter{Format: output, AllNamespaces: all, NoHeaders: is("no-headers")}
+	if len(rows) == 0 && output != nodeagent.FormatJSON && output != nodeagent.FormatYAML {
 		fmt.Fprintln(stderr, "No in-place restarts recorded (the node agent's Events last as long as the API server keeps Events, 1 h by default).")
+	} else if err := p.Print(stdout, rows); err != nil {
+		fmt.Fprintf(stderr, "restart-injector status: %v\n", err)
+		return exitFailure
+	}
+	if !is("watch") {
 		return exitOK
 	}
-	if err := nodeagent.WriteStatus(stdout, rows, all, time.Now()); err != nil {
+	if err := q.Watch(ctx, rv, func(r nodeagent.StatusRow) error { return p.PrintChange(stdout, r) }); err != nil && ctx.Err() == nil {
 		fmt.Fprintf(stderr, "restart-injector status: %v\n", err)
 		return exitFailure
 	}
 	return exitOK
+}
+
+// statusFlags are status's flags, kubectl's names and shorthands.
+func statusFlags() *pflag.FlagSet {
+	fs := pflag.NewFlagSet("status", pflag.ContinueOnError)
+	fs.SortFlags = false
+	if flagSetMade != nil {
+		defer flagSetMade(fs)
+	}
+	fs.StringP("namespace", "n", "", "the namespace (default: the kubeconfig context's)")
+	fs.BoolP("all-namespaces", "A", false, "every namespace")
+	fs.StringP("selector", "l", "", "only pods whose labels match this selector (kubectl's syntax: app=web,tier!=db)")
+	fs.StringP("output", "o", "", "output format: wide (adds NODE and POD UID), json, yaml (a v1 List of ContainerRestarts), name (pod/NAME)")
+	fs.BoolP("watch", "w", false, "after the listing, print every row that changes until interrupted")
+	fs.Bool("no-headers", false, "print no header line")
+	fs.String("kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, as kubectl)")
+	fs.String("context", "", "kubeconfig context to use")
+	fs.String("agent-namespace", nodeagent.AgentNamespace, "namespace of the node agent's pods: only Events from a node that runs one are shown")
+	return fs
 }

@@ -24,7 +24,7 @@ flags:
 `
 
 func runUninject(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fl := flag.NewFlagSet("uninject", flag.ContinueOnError)
+	fl := newFlagSet("uninject")
 	fl.SetOutput(stderr)
 	var files fileList
 	fl.Var(&files, "f", "manifest file, directory (read recursively) or - for stdin; repeatable")

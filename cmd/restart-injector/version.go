@@ -1,22 +1,64 @@
 package main
 
 import (
-	"context"
+	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
-	"os"
+	"io"
 	"runtime"
+
+	"sigs.k8s.io/yaml"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
 )
 
+// versionInfo is `version -o json|yaml`, in the spirit of kubectl
+// version's clientVersion: the stamped version, the toolchain and the
+// platform.
+type versionInfo struct {
+	Version   string `json:"version"`
+	GoVersion string `json:"goVersion"`
+	Compiler  string `json:"compiler"`
+	Platform  string `json:"platform"`
+}
+
 // runVersion prints the line `restart-supervisor version` prints, from the
 // same stamped variable, so that the injector and the supervisor of one
-// build can be matched.
-func runVersion(_ context.Context, args []string) int {
-	if len(args) > 0 {
-		fmt.Fprintln(os.Stderr, "usage: restart-injector version")
+// build can be matched; -o json or yaml prints the same as an object.
+// `restart-injector --version` is the same command.
+func runVersion(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("version")
+	fs.SetOutput(stderr)
+	output := fs.String("o", "", "output `FORMAT`: json or yaml (default: one line)")
+	fs.StringVar(output, "output", "", "same as -o")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: restart-injector version [-o json|yaml]   (also: restart-injector --version)\n\nflags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
 		return exitUsage
 	}
-	fmt.Printf("restart-injector %s %s %s/%s\n", contract.Version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "restart-injector version: unexpected argument %q\n", fs.Arg(0))
+		return exitUsage
+	}
+	v := versionInfo{contract.Version, runtime.Version(), runtime.Compiler, runtime.GOOS + "/" + runtime.GOARCH}
+	switch *output {
+	case "":
+		fmt.Fprintf(stdout, "restart-injector %s %s %s\n", v.Version, v.GoVersion, v.Platform)
+	case "json":
+		b, _ := json.MarshalIndent(v, "", "  ")
+		fmt.Fprintf(stdout, "%s\n", b)
+	case "yaml":
+		b, _ := yaml.Marshal(v)
+		fmt.Fprintf(stdout, "%s", b)
+	default:
+		fmt.Fprintf(stderr, "restart-injector version: -o %q: want json or yaml\n", *output)
+		return exitUsage
+	}
 	return exitOK
 }

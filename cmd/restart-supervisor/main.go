@@ -88,12 +88,17 @@ type subcommand struct {
 // subcommands is every subcommand, in the order the usage text lists them.
 var subcommands = []subcommand{
 	{"install", "DIR", "copy this binary into DIR (the injected init container's job)", installCmd},
-	{"version", "", "print the version", versionCmd},
+	{"version", "", "print the version (also --version)", versionCmd},
 	{"status", "[--json]", "print the status of every supervised container of the pod",
 		func(args []string) int { return statusCmd(args, os.Stdout, os.Stderr) }},
 }
 
 func run(args []string) int {
+	// --version alone, as most commands take it; with anything after it,
+	// it is a supervisor flag (none is called so) and parsing says so.
+	if len(args) == 1 && (args[0] == "--version" || args[0] == "-version") {
+		return versionCmd(nil)
+	}
 	if len(args) > 0 {
 		for _, sc := range subcommands {
 			if sc.name == args[0] {

@@ -1055,3 +1055,21 @@ exit %d
 		t.Errorf("a bad policy: exit %d, %q; want 2 naming the flag", code, stderr.String())
 	}
 }
+
+// TestVersionFlag: --version prints what the version subcommand prints;
+// followed by anything, it is an unknown supervisor flag (exit 2).
+func TestVersionFlag(t *testing.T) {
+	want, err := exec.Command(bin, "version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"--version", "-version"} {
+		got, err := exec.Command(bin, f).Output()
+		if err != nil || string(got) != string(want) || !strings.HasPrefix(string(got), "restart-supervisor ") {
+			t.Errorf("%s: %q, %v; want %q", f, got, err, want)
+		}
+	}
+	if out, err := exec.Command(bin, "--version", "--", "true").CombinedOutput(); exitCode(err) != 2 {
+		t.Errorf("--version -- true: %v %s, want exit 2", err, out)
+	}
+}
