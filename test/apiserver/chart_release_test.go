@@ -15,7 +15,7 @@ var clusterScoped = map[string]bool{
 
 // everyComponent turns on every optional object of the chart.
 var everyComponent = []string{"customWorkloads.enabled=true", "webhookIngress.enabled=true", "nodeAgent.enabled=true",
-	"nodeAgent.annotate=true", "nodeAgent.serviceMonitor.enabled=true"}
+	"nodeAgent.annotate=true", "nodeAgent.serviceMonitor.enabled=true", "webhook.serviceMonitor.enabled=true", "prometheusRule.enabled=true"}
 
 func setArgs(sets ...string) []string {
 	var args []string
@@ -70,7 +70,7 @@ func TestChartReleaseNamespace(t *testing.T) {
 					t.Fatal(err)
 				}
 				objs := parseObjects(t, "helm template", out)
-				checkRelease(t, objs, release.name, release.fullname, source, "other", 23)
+				checkRelease(t, objs, release.name, release.fullname, source, "other", 25)
 			})
 		}
 	}
@@ -80,7 +80,7 @@ func TestChartReleaseNamespace(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		checkRelease(t, parseObjects(t, "helm template", out), "rel", "ri", "self", "other", 23)
+		checkRelease(t, parseObjects(t, "helm template", out), "rel", "ri", "self", "other", 25)
 	})
 	// The default release name renders deploy/'s names, in the release's
 	// namespace.

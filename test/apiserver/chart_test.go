@@ -125,11 +125,15 @@ var installVariants = []installVariant{
 		set: []string{"nodeAgent.enabled=true", "nodeAgent.serviceMonitor.enabled=true"}},
 	{name: "node-agent-annotate", components: []string{"node-agent", "node-agent-annotate"},
 		set: []string{"nodeAgent.enabled=true", "nodeAgent.annotate=true"}},
+	{name: "webhook-servicemonitor", components: []string{"webhook-servicemonitor"}, set: []string{"webhook.serviceMonitor.enabled=true"}},
+	{name: "prometheus-rule", components: []string{"prometheus-rule"}, set: []string{"prometheusRule.enabled=true"}},
 	{name: "everything", selfManaged: true,
-		components: []string{"namespace-opt-in", "custom-workloads", "webhook-ingress", "node-agent", "node-agent-servicemonitor", "node-agent-annotate"},
-		patches:    optInCustomPatch,
+		components: []string{"namespace-opt-in", "custom-workloads", "webhook-ingress", "node-agent", "node-agent-servicemonitor", "node-agent-annotate",
+			"webhook-servicemonitor", "prometheus-rule"},
+		patches: optInCustomPatch,
 		set: []string{"certificates.source=self", "namespaceSelector.optIn=true", "customWorkloads.enabled=true", "webhookIngress.enabled=true",
-			"nodeAgent.enabled=true", "nodeAgent.serviceMonitor.enabled=true", "nodeAgent.annotate=true"}},
+			"nodeAgent.enabled=true", "nodeAgent.serviceMonitor.enabled=true", "nodeAgent.annotate=true",
+			"webhook.serviceMonitor.enabled=true", "prometheusRule.enabled=true"}},
 }
 
 // kustomize renders the variant from deploy/ with the kustomize built into
@@ -277,6 +281,7 @@ webhook:
   affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: pool, operator: In, values: [system]}]}]}}}
   priorityClassName: system-cluster-critical
   podAnnotations: {example.com/scrape: "true"}
+  serviceMonitor: {enabled: true, labels: {release: kps}}
   native: "off"
   onEntrypointError: allow
   extraArgs: [--allowed-registries=registry.example.com]
@@ -284,6 +289,7 @@ webhook:
   podDisruptionBudget: {minAvailable: null, maxUnavailable: 1}
   nodeSelector: {kubernetes.io/os: linux}
   tolerations: [{key: dedicated, operator: Exists}]
+prometheusRule: {enabled: true, labels: {release: kps}}
 certificates: {source: self}
 namespaceSelector:
   excluded: [kube-system]
@@ -344,6 +350,9 @@ nodeAgent: {enabled: true, namespace: rs-agent, interval: 5s, image: {tag: v9.9.
 	check("affinity", at(deploy, append(pod, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms", 0, "matchExpressions", 0, "key")...), `"pool"`)
 	check("priorityClassName", at(deploy, append(pod, "priorityClassName")...), `"system-cluster-critical"`)
 	check("podAnnotations", at(deploy, "spec", "template", "metadata", "annotations"), `{"example.com/scrape":"true"}`)
+	check("ServiceMonitor label", at("monitoring.coreos.com/v1 ServiceMonitor rs-system/restart-injector", "metadata", "labels", "release"), `"kps"`)
+	check("PrometheusRule label", at("monitoring.coreos.com/v1 PrometheusRule rs-system/restart-injector", "metadata", "labels", "release"), `"kps"`)
+	check("PrometheusRule groups", at("monitoring.coreos.com/v1 PrometheusRule rs-system/restart-injector", "spec", "groups", 1, "name"), `"restart-injector"`)
 	check("hostNetwork off", at(deploy, append(pod, "hostNetwork")...), `null`)
 	check("ServiceAccount annotations", at("v1 ServiceAccount rs-system/restart-injector", "metadata", "annotations"), `{"iam.example.com/role":"webhook"}`)
 	check("resources", at(deploy, append(ctr, "resources")...), `{"limits":{"memory":"1Gi"},"requests":{"cpu":"100m","memory":"128Mi"}}`)
