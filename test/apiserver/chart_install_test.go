@@ -250,3 +250,86 @@ func notIn(path string, want, got any) []string {
 		return nil
 	}
 }
+
+// TestHelmInstallHostNetwork installs the chart's host-network variant (EKS
+// with a custom CNI: webhook.hostNetwork, ports off the kubelet's) with
+// `helm install -n hostnet` onto a real kube-apiserver, in a namespace at the
+// privileged Pod Security level as docs/webhook.md asks, and checks what the
+// API server stores: the host network, its DNS policy, and the ports in the
+// flags, containerPorts and probes; then the built webhook, run with the
+// installed Deployment's arguments as the installed ServiceAccount, admits
+// and wraps a ruled pod through the installed configuration.
+func TestHelmInstallHostNetwork(t *testing.T) {
+	h := newHelm(t)
+	assets := kubeAssets(t)
+	env, client := startAPIServer(t, assets, true)
+	ctx := context.Background()
+	dir := t.TempDir()
+	admin := kubeconfigFor(t, env, dir, "admin", envtest.User{Name: "e2e-admin", Groups: []string{"system:masters"}})
+	const ns, name = "hostnet", "restart-injector"
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns,
+		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "privileged"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, err := h.run2("install", name, chartDir(t), "--kubeconfig", admin, "--namespace", ns,
+		"--set", "certificates.source=self", "--set", "webhook.hostNetwork=true",
+		"--set", "webhook.port=10260", "--set", "webhook.healthPort=10261")
+	t.Logf("helm install:\n%s%s", stdout, stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := d.Spec.Template.Spec
+	c := spec.Containers[0]
+	if !spec.HostNetwork || spec.DNSPolicy != corev1.DNSClusterFirstWithHostNet {
+		t.Errorf("stored hostNetwork %v, dnsPolicy %q", spec.HostNetwork, spec.DNSPolicy)
+	}
+	args := strings.Join(c.Args, " ")
+	if !strings.Contains(args, "--listen=:10260") || !strings.Contains(args, "--health-listen=:10261") {
+		t.Errorf("stored args %s", args)
+	}
+	ports := map[string]int32{}
+	for _, p := range c.Ports {
+		ports[p.Name] = p.ContainerPort
+	}
+	if ports["https"] != 10260 || ports["health"] != 10261 {
+		t.Errorf("stored containerPorts %v", ports)
+	}
+	// A pod of the template, as the ReplicaSet controller creates it: the
+	// API server makes a host-network pod's containerPorts its host ports,
+	// by which the scheduler keeps two replicas off one node.
+	replica := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "replica", Namespace: ns, Labels: d.Spec.Template.Labels},
+		Spec: *d.Spec.Template.Spec.DeepCopy()}
+	got, err := client.CoreV1().Pods(ns).Create(ctx, replica, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("a pod of the Deployment's template in namespace %s: %v", ns, err)
+	}
+	for _, p := range got.Spec.Containers[0].Ports {
+		if p.HostPort != p.ContainerPort {
+			t.Errorf("port %s of the pod: hostPort %d, containerPort %d", p.Name, p.HostPort, p.ContainerPort)
+		}
+	}
+	// Why the namespace must be privileged: baseline, and so restricted,
+	// refuse the host network.
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "baseline",
+		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "baseline"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	replica.Namespace = "baseline"
+	if _, err := client.CoreV1().Pods("baseline").Create(ctx, replica, metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "hostNetwork") {
+		t.Errorf("a host-network webhook pod at the baseline level: %v, want refused for hostNetwork", err)
+	}
+	for _, p := range []*corev1.Probe{c.ReadinessProbe, c.LivenessProbe} {
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Port.String() != "health" {
+			t.Errorf("probe %+v does not use the health port", p)
+		}
+	}
+	svc, err := client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil || svc.Spec.Ports[0].Port != 443 || svc.Spec.Ports[0].TargetPort.String() != "https" {
+		t.Errorf("Service %v: %+v", err, svc.Spec.Ports)
+	}
+	serveAsInstalled(t, env, client, dir, ns, name, nil)
+}
