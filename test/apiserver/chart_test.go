@@ -398,6 +398,17 @@ nodeAgent: {enabled: true, namespace: rs-agent, interval: 5s, image: {tag: v9.9.
 		t.Error("the node agent is rendered without nodeAgent.enabled")
 	}
 
+	// image.digest pins the webhook and, with no image of its own, the node
+	// agent, which runs the same image.
+	digest := "sha256:" + strings.Repeat("cd", 32)
+	out, err = h.run("template", "restart-injector", chartDir(t), "-n", "restart-supervisor", "--set", "image.digest="+digest, "--set", "nodeAgent.enabled=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs = parseObjects(t, "helm template", out)
+	check("webhook image by digest", at("apps/v1 Deployment restart-supervisor/restart-injector", append(ctr, "image")...), `"ghcr.io/restart-supervisor/restart-injector@`+digest+`"`)
+	check("node agent image by digest", at("apps/v1 DaemonSet restart-supervisor-node-agent/restart-supervisor-node-agent", append(ctr, "image")...), `"ghcr.io/restart-supervisor/restart-injector@`+digest+`"`)
+
 	for _, bad := range []struct{ set, want string }{
 		{"certificates.source=vault", "certificates/source"},
 		{"webhook.native=maybe", "webhook/native"},
