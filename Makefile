@@ -21,7 +21,7 @@ TRAINING_RUNS ?= 5
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := bin/golangci-lint-$(GOLANGCI_LINT_VERSION)
 
-.PHONY: build example unit race lint fuzz check test training conformance bench e2e-up e2e-down clean
+.PHONY: build example unit race lint fuzz check test rules-test training conformance bench e2e-up e2e-down clean
 
 build:
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o bin/restart-supervisor ./cmd/restart-supervisor
@@ -66,6 +66,18 @@ check:
 
 test:
 	hack/test.sh
+
+# promtool's checks and unit tests of the shipped alerts
+# (charts/restart-injector/files/prometheus-rules.yaml, the spec of
+# deploy/components/prometheus-rule too). Not in `make test`: promtool is built
+# from the Go module proxy on first use (hack/promtool.sh), which takes longer
+# cold than the rest of a cached `make test`.
+# PROMTOOL=path uses a promtool at hand instead.
+PROMTOOL ?=
+rules-test:
+	@p='$(PROMTOOL)'; [ -n "$$p" ] || p="$$(hack/promtool.sh | tail -1)/promtool"; \
+		"$$p" check rules charts/restart-injector/files/prometheus-rules.yaml && \
+		"$$p" test rules test/rules/prometheus-rules_test.yaml
 
 # One run of every benchmark (supervisor, inject, webhook), each figure beside
 # its baseline from the same run; regenerates README's "Measured" table and

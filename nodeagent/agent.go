@@ -352,19 +352,23 @@ func (a *Agent) pod(uid string) *corev1.Pod {
 	return p
 }
 
+// The series' labels are kube-state-metrics' for the same objects
+// (namespace, pod, uid, container: kube_pod_container_status_restarts_total
+// and its kin), so that a query can join the two on them and tell two pods
+// of one name apart (a StatefulSet's pod recreated).
 var (
 	descRestarts = prometheus.NewDesc("restart_supervisor_container_restarts_total",
 		"In-place restarts of the container's workload by restart-supervisor (the kubelet's restartCount does not see them).",
-		[]string{"namespace", "pod", "container"}, nil)
+		[]string{"namespace", "pod", "uid", "container"}, nil)
 	descPodRestarts = prometheus.NewDesc("restart_supervisor_pod_restarts_total",
 		"Pod-wide in-place restarts (RestartAllContainers) by restart-supervisor.",
-		[]string{"namespace", "pod"}, nil)
+		[]string{"namespace", "pod", "uid"}, nil)
 	descLastExit = prometheus.NewDesc("restart_supervisor_container_last_exit_code",
 		"Exit code of the workload's last exit (128+N for signal N).",
-		[]string{"namespace", "pod", "container"}, nil)
+		[]string{"namespace", "pod", "uid", "container"}, nil)
 	descBackoff = prometheus.NewDesc("restart_supervisor_container_in_backoff",
 		"1 when the supervisor waits out a back-off before restarting the workload.",
-		[]string{"namespace", "pod", "container"}, nil)
+		[]string{"namespace", "pod", "uid", "container"}, nil)
 )
 
 // Describe implements prometheus.Collector.
@@ -384,21 +388,36 @@ func (a *Agent) Collect(ch chan<- prometheus.Metric) {
 		snap = append(snap, s...)
 	}
 	a.mu.Unlock()
-	pods := map[[2]string]uint64{}
+	for _, m := range metricsOf(snap) {
+		ch <- m
+	}
+}
+
+// metricsOf builds the series of the samples: per container its restarts,
+// back-off and last exit (when it has exited), per pod its pod restarts.
+func metricsOf(snap []sample) []prometheus.Metric {
+	var out []prometheus.Metric
+	type podKey struct{ namespace, pod, uid string }
+	pods := map[podKey]uint64{}
+	var order []podKey
 	for _, s := range snap {
-		ch <- prometheus.MustNewConstMetric(descRestarts, prometheus.CounterValue, float64(s.restarts), s.namespace, s.pod, s.container)
+		out = append(out, prometheus.MustNewConstMetric(descRestarts, prometheus.CounterValue, float64(s.restarts), s.namespace, s.pod, s.uid, s.container))
 		if s.lastExit != nil {
-			ch <- prometheus.MustNewConstMetric(descLastExit, prometheus.GaugeValue, float64(*s.lastExit), s.namespace, s.pod, s.container)
+			out = append(out, prometheus.MustNewConstMetric(descLastExit, prometheus.GaugeValue, float64(*s.lastExit), s.namespace, s.pod, s.uid, s.container))
 		}
 		b := 0.0
 		if s.inBackoff {
 			b = 1
 		}
-		ch <- prometheus.MustNewConstMetric(descBackoff, prometheus.GaugeValue, b, s.namespace, s.pod, s.container)
-		k := [2]string{s.namespace, s.pod}
+		out = append(out, prometheus.MustNewConstMetric(descBackoff, prometheus.GaugeValue, b, s.namespace, s.pod, s.uid, s.container))
+		k := podKey{s.namespace, s.pod, s.uid}
+		if _, ok := pods[k]; !ok {
+			order = append(order, k)
+		}
 		pods[k] = max(pods[k], s.podRestarts)
 	}
-	for k, n := range pods {
-		ch <- prometheus.MustNewConstMetric(descPodRestarts, prometheus.CounterValue, float64(n), k[0], k[1])
+	for _, k := range order {
+		out = append(out, prometheus.MustNewConstMetric(descPodRestarts, prometheus.CounterValue, float64(pods[k]), k.namespace, k.pod, k.uid))
 	}
+	return out
 }

@@ -15,8 +15,8 @@ import (
 
 // podInfo is what the diff needs of a pod from the informer.
 type podInfo struct {
-	namespace, name string
-	containers      map[string]bool // init and regular containers
+	namespace, name, uid string
+	containers           map[string]bool // init and regular containers
 	// createdSinceStart: the pod was created after this agent started,
 	// so no other agent can have reported its restarts.
 	createdSinceStart bool
@@ -30,7 +30,7 @@ type podInfo struct {
 // second just before a restarted agent came up, at worst repeats Events its
 // previous agent recorded.
 func podInfoOf(pod *corev1.Pod, started time.Time) podInfo {
-	p := podInfo{namespace: pod.Namespace, name: pod.Name, containers: map[string]bool{},
+	p := podInfo{namespace: pod.Namespace, name: pod.Name, uid: string(pod.UID), containers: map[string]bool{},
 		createdSinceStart: !pod.CreationTimestamp.Time.Before(started.Truncate(time.Second))}
 	for _, c := range pod.Spec.InitContainers {
 		p.containers[c.Name] = true
@@ -72,11 +72,11 @@ func (c containerCount) total() int { return c.base + c.last }
 
 // sample is one container's metrics as of the last scan.
 type sample struct {
-	namespace, pod, container string
-	restarts                  int
-	podRestarts               uint64
-	lastExit                  *int32
-	inBackoff                 bool
+	namespace, pod, uid, container string
+	restarts                       int
+	podRestarts                    uint64
+	lastExit                       *int32
+	inBackoff                      bool
 }
 
 // event is one Event the diff asks for, to be recorded times times
@@ -147,7 +147,7 @@ func diffPod(prev *podState, pod podInfo, docs []Doc, started time.Time) podDiff
 			c.handedOver = d.LastExit.At
 		}
 		next.containers[d.Container] = c
-		s := sample{namespace: pod.namespace, pod: pod.name, container: d.Container,
+		s := sample{namespace: pod.namespace, pod: pod.name, uid: pod.uid, container: d.Container,
 			restarts: total, podRestarts: podGen, inBackoff: d.State == supervise.BackingOff}
 		if d.LastExit != nil {
 			code := d.LastExit.Code

@@ -125,11 +125,15 @@ var installVariants = []installVariant{
 		set: []string{"nodeAgent.enabled=true", "nodeAgent.serviceMonitor.enabled=true"}},
 	{name: "node-agent-annotate", components: []string{"node-agent", "node-agent-annotate"},
 		set: []string{"nodeAgent.enabled=true", "nodeAgent.annotate=true"}},
+	{name: "webhook-servicemonitor", components: []string{"webhook-servicemonitor"}, set: []string{"webhook.serviceMonitor.enabled=true"}},
+	{name: "prometheus-rule", components: []string{"prometheus-rule"}, set: []string{"prometheusRule.enabled=true"}},
 	{name: "everything", selfManaged: true,
-		components: []string{"namespace-opt-in", "custom-workloads", "webhook-ingress", "node-agent", "node-agent-servicemonitor", "node-agent-annotate"},
-		patches:    optInCustomPatch,
+		components: []string{"namespace-opt-in", "custom-workloads", "webhook-ingress", "node-agent", "node-agent-servicemonitor", "node-agent-annotate",
+			"webhook-servicemonitor", "prometheus-rule"},
+		patches: optInCustomPatch,
 		set: []string{"certificates.source=self", "namespaceSelector.optIn=true", "customWorkloads.enabled=true", "webhookIngress.enabled=true",
-			"nodeAgent.enabled=true", "nodeAgent.serviceMonitor.enabled=true", "nodeAgent.annotate=true"}},
+			"nodeAgent.enabled=true", "nodeAgent.serviceMonitor.enabled=true", "nodeAgent.annotate=true",
+			"webhook.serviceMonitor.enabled=true", "prometheusRule.enabled=true"}},
 }
 
 // kustomize renders the variant from deploy/ with the kustomize built into
@@ -161,8 +165,11 @@ func (v installVariant) kustomize(t *testing.T, kubectl string) []byte {
 	return out
 }
 
+// helmArgs are the variant's values, in the namespace deploy/ installs to,
+// which the chart then renders as deploy/ does (namespace.create: with helm
+// install the namespace exists before the release).
 func (v installVariant) helmArgs() []string {
-	var args []string
+	args := []string{"--namespace", "restart-supervisor", "--set", "namespace.create=true"}
 	for _, s := range v.set {
 		args = append(args, "--set", s)
 	}
@@ -180,11 +187,15 @@ func TestChartMatchesKustomize(t *testing.T) {
 	for _, v := range installVariants {
 		t.Run(v.name, func(t *testing.T) {
 			want := parseObjects(t, "kubectl kustomize", v.kustomize(t, kubectl))
-			out, err := h.run(append([]string{"template", "restart-injector", chartDir(t)}, v.helmArgs()...)...)
+			// The helm test hook is the chart's alone.
+			out, err := h.run(append([]string{"template", "restart-injector", chartDir(t), "--skip-tests"}, v.helmArgs()...)...)
 			if err != nil {
 				t.Fatal(err)
 			}
 			got := parseObjects(t, "helm template", out)
+			for k, o := range got {
+				withoutReleaseLabels(o, want[k])
+			}
 			// Both sides empty, or only a part of them, must not pass: every
 			// variant has the base's 10 objects and a certificate source's 4.
 			if len(want) < 14 {
@@ -195,6 +206,41 @@ func TestChartMatchesKustomize(t *testing.T) {
 			}
 		})
 	}
+}
+
+// releaseLabels are the labels the chart puts on every object and pod
+// template for its release (checked by TestChartReleaseLabels); deploy/ is no
+// release and carries at most app.kubernetes.io/name.
+var releaseLabels = []string{"app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/version",
+	"app.kubernetes.io/managed-by", "helm.sh/chart"}
+
+// withoutReleaseLabels removes from a rendered object (and its pod
+// template) the release labels that deploy/'s object lacks at the same
+// place, so that every other label is compared.
+func withoutReleaseLabels(obj, deploy map[string]any) {
+	for _, path := range [][]string{{"metadata"}, {"spec", "template", "metadata"}} {
+		labels, _ := dig(obj, path...)["labels"].(map[string]any)
+		theirs, _ := dig(deploy, path...)["labels"].(map[string]any)
+		if labels == nil {
+			continue
+		}
+		for _, k := range releaseLabels {
+			if _, ok := theirs[k]; !ok {
+				delete(labels, k)
+			}
+		}
+		if len(labels) == 0 {
+			delete(dig(obj, path...), "labels")
+		}
+	}
+}
+
+// dig returns the map at path, nil where there is none.
+func dig(m map[string]any, path ...string) map[string]any {
+	for _, p := range path {
+		m, _ = m[p].(map[string]any)
+	}
+	return m
 }
 
 // TestChartLint runs the real `helm lint --strict` on the chart with the
@@ -221,11 +267,21 @@ func TestChartValues(t *testing.T) {
 	h := newHelm(t)
 	values := filepath.Join(t.TempDir(), "values.yaml")
 	must(t, os.WriteFile(values, []byte(`
-namespace: {name: rs-system}
+namespace: {name: rs-system, create: true}
+imagePullSecrets: [{name: regcred}]
 image: {repository: registry.example.com/ri, tag: v9.9.9, pullPolicy: IfNotPresent}
-supervisorImage: {repository: registry.example.com/rs, tag: v9.9.8, pullPolicy: Always}
+supervisorImage: {repository: registry.example.com/rs, tag: v9.9.8, digest: "sha256:`+strings.Repeat("ab", 32)+`", pullPolicy: Always}
+serviceAccount: {annotations: {iam.example.com/role: webhook}}
 webhook:
   replicas: 3
+  failurePolicy: Ignore
+  timeoutSeconds: 7
+  objectSelector: {matchExpressions: [{key: skip, operator: DoesNotExist}]}
+  clientCA: {secretName: apiserver-client-ca, key: bundle.pem}
+  affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: pool, operator: In, values: [system]}]}]}}}
+  priorityClassName: system-cluster-critical
+  podAnnotations: {example.com/scrape: "true"}
+  serviceMonitor: {enabled: true, labels: {release: kps}}
   native: "off"
   onEntrypointError: allow
   extraArgs: [--allowed-registries=registry.example.com]
@@ -233,6 +289,7 @@ webhook:
   podDisruptionBudget: {minAvailable: null, maxUnavailable: 1}
   nodeSelector: {kubernetes.io/os: linux}
   tolerations: [{key: dedicated, operator: Exists}]
+prometheusRule: {enabled: true, labels: {release: kps}}
 certificates: {source: self}
 namespaceSelector:
   excluded: [kube-system]
@@ -285,7 +342,19 @@ nodeAgent: {enabled: true, namespace: rs-agent, interval: 5s, image: {tag: v9.9.
 	check("image", at(deploy, append(ctr, "image")...), `"registry.example.com/ri:v9.9.9"`)
 	check("imagePullPolicy", at(deploy, append(ctr, "imagePullPolicy")...), `"IfNotPresent"`)
 	check("args", at(deploy, append(ctr, "args")...), `["serve","--cert-dir=/etc/restart-injector/tls","--native=off","--on-entrypoint-error=allow",`+
-		`"--supervisor-image=registry.example.com/rs:v9.9.8","--image-pull-policy=Always","--cert-mode=self","--allowed-registries=registry.example.com"]`)
+		`"--supervisor-image=registry.example.com/rs@sha256:`+strings.Repeat("ab", 32)+`","--image-pull-policy=Always","--cert-mode=self",`+
+		`"--client-ca-file=/etc/restart-injector/client-ca/bundle.pem","--allowed-registries=registry.example.com"]`)
+	check("client CA mount", at(deploy, append(ctr, "volumeMounts", 1)...), `{"mountPath":"/etc/restart-injector/client-ca","name":"client-ca","readOnly":true}`)
+	check("client CA volume", at(deploy, append(pod, "volumes", 1)...), `{"name":"client-ca","secret":{"secretName":"apiserver-client-ca"}}`)
+	check("imagePullSecrets", at(deploy, append(pod, "imagePullSecrets")...), `[{"name":"regcred"}]`)
+	check("affinity", at(deploy, append(pod, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms", 0, "matchExpressions", 0, "key")...), `"pool"`)
+	check("priorityClassName", at(deploy, append(pod, "priorityClassName")...), `"system-cluster-critical"`)
+	check("podAnnotations", at(deploy, "spec", "template", "metadata", "annotations"), `{"example.com/scrape":"true"}`)
+	check("ServiceMonitor label", at("monitoring.coreos.com/v1 ServiceMonitor rs-system/restart-injector", "metadata", "labels", "release"), `"kps"`)
+	check("PrometheusRule label", at("monitoring.coreos.com/v1 PrometheusRule rs-system/restart-injector", "metadata", "labels", "release"), `"kps"`)
+	check("PrometheusRule groups", at("monitoring.coreos.com/v1 PrometheusRule rs-system/restart-injector", "spec", "groups", 1, "name"), `"restart-injector"`)
+	check("hostNetwork off", at(deploy, append(pod, "hostNetwork")...), `null`)
+	check("ServiceAccount annotations", at("v1 ServiceAccount rs-system/restart-injector", "metadata", "annotations"), `{"iam.example.com/role":"webhook"}`)
 	check("resources", at(deploy, append(ctr, "resources")...), `{"limits":{"memory":"1Gi"},"requests":{"cpu":"100m","memory":"128Mi"}}`)
 	check("nodeSelector", at(deploy, append(pod, "nodeSelector")...), `{"kubernetes.io/os":"linux"}`)
 	check("tolerations", at(deploy, append(pod, "tolerations")...), `[{"key":"dedicated","operator":"Exists"}]`)
@@ -300,11 +369,18 @@ nodeAgent: {enabled: true, namespace: rs-agent, interval: 5s, image: {tag: v9.9.
 			`{"matchExpressions":[{"key":"kubernetes.io/metadata.name","operator":"NotIn","values":["kube-system","rs-system"]},`+
 				`{"key":"restart-supervisor.dev/inject","operator":"In","values":["enabled"]},{"key":"team","operator":"Exists"}]}`)
 	}
+	for i := 0; i < 3; i++ {
+		check(fmt.Sprintf("webhook %d failurePolicy", i), at(mwc, "webhooks", i, "failurePolicy"), `"Ignore"`)
+		check(fmt.Sprintf("webhook %d timeoutSeconds", i), at(mwc, "webhooks", i, "timeoutSeconds"), `7`)
+		check(fmt.Sprintf("webhook %d objectSelector", i), at(mwc, "webhooks", i, "objectSelector"), `{"matchExpressions":[{"key":"skip","operator":"DoesNotExist"}]}`)
+	}
 	check("custom rules", at(mwc, "webhooks", 2, "rules"), `[{"apiGroups":["example.com"],"apiVersions":["v1"],"operations":["CREATE"],"resources":["trainings"]}]`)
 	check("self-managed RoleBinding", at("rbac.authorization.k8s.io/v1 RoleBinding rs-system/restart-injector-certs", "subjects", 0, "namespace"), `"rs-system"`)
 	ds := "apps/v1 DaemonSet rs-agent/restart-supervisor-node-agent"
 	check("node agent image", at(ds, append(ctr, "image")...), `"registry.example.com/ri:v9.9.7"`)
 	check("node agent interval", at(ds, append(ctr, "args", 3)...), `"--interval=5s"`)
+	check("node agent imagePullSecrets", at(ds, append(pod, "imagePullSecrets")...), `[{"name":"regcred"}]`)
+	check("node agent priorityClassName", at(ds, append(pod, "priorityClassName")...), `"system-node-critical"`)
 	check("node agent binding", at("rbac.authorization.k8s.io/v1 ClusterRoleBinding /restart-supervisor-node-agent", "subjects", 0, "namespace"), `"rs-agent"`)
 
 	// cert-manager with another namespace: the names the certificate and
@@ -322,12 +398,30 @@ nodeAgent: {enabled: true, namespace: rs-agent, interval: 5s, image: {tag: v9.9.
 		t.Error("the node agent is rendered without nodeAgent.enabled")
 	}
 
+	// image.digest pins the webhook and, with no image of its own, the node
+	// agent, which runs the same image.
+	digest := "sha256:" + strings.Repeat("cd", 32)
+	out, err = h.run("template", "restart-injector", chartDir(t), "-n", "restart-supervisor", "--set", "image.digest="+digest, "--set", "nodeAgent.enabled=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs = parseObjects(t, "helm template", out)
+	check("webhook image by digest", at("apps/v1 Deployment restart-supervisor/restart-injector", append(ctr, "image")...), `"ghcr.io/restart-supervisor/restart-injector@`+digest+`"`)
+	check("node agent image by digest", at("apps/v1 DaemonSet restart-supervisor-node-agent/restart-supervisor-node-agent", append(ctr, "image")...), `"ghcr.io/restart-supervisor/restart-injector@`+digest+`"`)
+
 	for _, bad := range []struct{ set, want string }{
 		{"certificates.source=vault", "certificates/source"},
 		{"webhook.native=maybe", "webhook/native"},
 		{"webhook.replica=3", "replica"},
 		{"webhook.extraArgs={serve}", "extraArgs"},
 		{"nodeAgent.interval=often", "interval"},
+		{"webhook.failurePolicy=Retry", "failurePolicy"},
+		{"webhook.timeoutSeconds=31", "timeoutSeconds"},
+		{"webhook.port=0", "port"},
+		{"webhook.hostNetwork=yes", "hostNetwork"},
+		{"image.digest=latest", "digest"},
+		{"webhook.clientCA.key=../ca.crt", "key"},
+		{"imagePullSecrets[0].nam=x", "imagePullSecrets"},
 	} {
 		out, err := h.run("template", "restart-injector", chartDir(t), "--set", bad.set)
 		if err == nil || !strings.Contains(err.Error(), bad.want) {

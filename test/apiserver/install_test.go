@@ -96,7 +96,7 @@ func TestInstalledBinaryAsServiceAccount(t *testing.T) {
 	if bytes.Contains(out, []byte("PodSecurity")) {
 		t.Errorf("the webhook's own Deployment violates its namespace's Pod Security level:\n%s", out)
 	}
-	serveAsInstalled(t, env, client, dir)
+	serveAsInstalled(t, env, client, dir, "restart-supervisor", "restart-injector", nil)
 }
 
 // serveAsInstalled runs the built restart-injector binary as the installed
@@ -105,12 +105,16 @@ func TestInstalledBinaryAsServiceAccount(t *testing.T) {
 // restart-injector at it; then a ruled pod must be injected through that
 // configuration, and SIGTERM must drain. The installed RBAC is what
 // authorizes the CA Secret, the caBundle patch and the native checks.
-func serveAsInstalled(t *testing.T, env *envtest.Environment, client kubernetes.Interface, dir string) {
+// serveAsInstalled runs the built webhook as the ServiceAccount name of
+// namespace ns, for the MutatingWebhookConfiguration name (pointed at it on
+// loopback), with args (the names the installed Deployment passes); during,
+// unless nil, runs while it serves.
+func serveAsInstalled(t *testing.T, env *envtest.Environment, client kubernetes.Interface, dir, ns, name string, during func(), args ...string) {
 	t.Helper()
 	ctx := context.Background()
 	port, healthPort := freePort(t), freePort(t)
 	patch := fmt.Sprintf(`[{"op":"remove","path":"/webhooks/0/clientConfig/service"},{"op":"add","path":"/webhooks/0/clientConfig/url","value":"https://127.0.0.1:%d/mutate"}]`, port)
-	if _, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Patch(ctx, "restart-injector", types.JSONPatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+	if _, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Patch(ctx, name, types.JSONPatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "apps"}}, metav1.CreateOptions{}); err != nil {
@@ -123,12 +127,13 @@ func serveAsInstalled(t *testing.T, env *envtest.Environment, client kubernetes.
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	sa := kubeconfigFor(t, env, dir, "sa", envtest.User{Name: "system:serviceaccount:restart-supervisor:restart-injector",
-		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:restart-supervisor", "system:authenticated"}})
+	sa := kubeconfigFor(t, env, dir, "sa", envtest.User{Name: "system:serviceaccount:" + ns + ":" + name,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}})
 	var logs testutil.SyncBuffer
-	cmd := exec.Command(bin, "serve", "--cert-mode=self", "--extra-sans=127.0.0.1", "--kubeconfig="+sa,
-		"--namespace=restart-supervisor", fmt.Sprintf("--listen=127.0.0.1:%d", port), fmt.Sprintf("--health-listen=127.0.0.1:%d", healthPort),
-		"--native=auto", "--supervisor-image="+supervisorImage, "--shutdown-delay=500ms", "--log-format=text", "--cert-dir="+filepath.Join(dir, "tls"))
+	cmd := exec.Command(bin, append([]string{"serve", "--cert-mode=self", "--extra-sans=127.0.0.1", "--kubeconfig=" + sa,
+		"--namespace=" + ns, fmt.Sprintf("--listen=127.0.0.1:%d", port), fmt.Sprintf("--health-listen=127.0.0.1:%d", healthPort),
+		"--native=auto", "--supervisor-image=" + supervisorImage, "--shutdown-delay=500ms", "--log-format=text", "--cert-dir=" + filepath.Join(dir, "tls")},
+		args...)...)
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -163,6 +168,9 @@ func serveAsInstalled(t *testing.T, env *envtest.Environment, client kubernetes.
 		return err == nil && injected(got), err
 	})
 	assertInjected(t, p, "trainer")
+	if during != nil {
+		during()
+	}
 
 	metrics := get(t, health+"/metrics")
 	for _, want := range []string{`restart_injector_admission_reviews_total{result="injected"}`, "restart_injector_native_restart_rules 0",

@@ -116,7 +116,7 @@ func TestNodeAgentInstalled(t *testing.T) {
 	})
 	for i := 1; i <= 3; i++ {
 		writeStatus(t, webDir, "app", i, 0, false)
-		waitMetric(t, addr, series("restart_supervisor_container_restarts_total", "namespace", "default", "pod", "web", "container", "app"), fmt.Sprint(i))
+		waitMetric(t, addr, series("restart_supervisor_container_restarts_total", "namespace", "default", "pod", "web", "container", "app", "uid", string(web.UID)), fmt.Sprint(i))
 	}
 	waitEvents(t, client, web, nodeagent.ReasonRestarted, 3)
 

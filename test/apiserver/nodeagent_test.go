@@ -252,7 +252,7 @@ func TestNodeAgent(t *testing.T) {
 	writeStatus(t, stateDir(t, podsDir, other.UID), "app", 7, 0, false)
 
 	agent := startAgent(t, env.Config, podsDir, &writes)
-	appSeries := series("restart_supervisor_container_restarts_total", "namespace", "default", "pod", "web", "container", "app")
+	appSeries := series("restart_supervisor_container_restarts_total", "namespace", "default", "pod", "web", "container", "app", "uid", string(web.UID))
 
 	// Three in-place restarts, one scan apart: three Events, metric 3.
 	for i := 1; i <= 3; i++ {
@@ -266,10 +266,10 @@ func TestNodeAgent(t *testing.T) {
 	}
 	body := scrape(t, agent.addr)
 	for _, want := range []string{
-		series("restart_supervisor_container_restarts_total", "namespace", "default", "pod", "web", "container", "side") + "0",
-		series("restart_supervisor_container_last_exit_code", "namespace", "default", "pod", "web", "container", "app") + "3",
-		series("restart_supervisor_container_in_backoff", "namespace", "default", "pod", "web", "container", "app") + "1",
-		series("restart_supervisor_pod_restarts_total", "namespace", "default", "pod", "web") + "0",
+		series("restart_supervisor_container_restarts_total", "namespace", "default", "pod", "web", "container", "side", "uid", string(web.UID)) + "0",
+		series("restart_supervisor_container_last_exit_code", "namespace", "default", "pod", "web", "container", "app", "uid", string(web.UID)) + "3",
+		series("restart_supervisor_container_in_backoff", "namespace", "default", "pod", "web", "container", "app", "uid", string(web.UID)) + "1",
+		series("restart_supervisor_pod_restarts_total", "namespace", "default", "pod", "web", "uid", string(web.UID)) + "0",
 	} {
 		if !strings.Contains(body, want+"\n") {
 			t.Errorf("/metrics lacks %q:\n%s", want, body)
@@ -310,7 +310,7 @@ func TestNodeAgent(t *testing.T) {
 	// documents.
 	writeStatusTotal(t, webDir, "app", 2, 7, 1, false)
 	writeStatus(t, webDir, "side", 1, 1, false)
-	waitMetric(t, agent.addr, series("restart_supervisor_pod_restarts_total", "namespace", "default", "pod", "web"), "1")
+	waitMetric(t, agent.addr, series("restart_supervisor_pod_restarts_total", "namespace", "default", "pod", "web", "uid", string(web.UID)), "1")
 	waitEvents(t, client, web, nodeagent.ReasonPodRestarted, 1)
 	waitMetric(t, agent.addr, appSeries, "7")
 	// 5 Events of app before, one each of app and side now.
@@ -365,7 +365,7 @@ func TestNodeAgent(t *testing.T) {
 	// few by one). The Event writes stay bounded by the correlator.
 	loop := createPod(t, client, "loop", agentNode, "app")
 	loopDir := stateDir(t, podsDir, loop.UID)
-	loopSeries := series("restart_supervisor_container_restarts_total", "namespace", "default", "pod", "loop", "container", "app")
+	loopSeries := series("restart_supervisor_container_restarts_total", "namespace", "default", "pod", "loop", "container", "app", "uid", string(loop.UID))
 	writeStatus(t, loopDir, "app", 0, 0, false)
 	waitMetric(t, agent.addr, loopSeries, "0")
 	before := writes.Load()
@@ -569,8 +569,8 @@ func TestNodeAgentRealSupervisor(t *testing.T) {
 	if err != nil || ctx.Err() != nil {
 		t.Fatalf("restart-supervisor: %v\n%s", err, out)
 	}
-	waitMetric(t, agent.addr, series("restart_supervisor_container_restarts_total", "namespace", "default", "pod", "trainer", "container", "worker"), "3")
-	waitMetric(t, agent.addr, series("restart_supervisor_container_last_exit_code", "namespace", "default", "pod", "trainer", "container", "worker"), "0")
+	waitMetric(t, agent.addr, series("restart_supervisor_container_restarts_total", "namespace", "default", "pod", "trainer", "container", "worker", "uid", string(pod.UID)), "3")
+	waitMetric(t, agent.addr, series("restart_supervisor_container_last_exit_code", "namespace", "default", "pod", "trainer", "container", "worker", "uid", string(pod.UID)), "0")
 	msgs := waitEvents(t, client, pod, nodeagent.ReasonRestarted, 3)
 	t.Logf("events: %q", msgs)
 	if !strings.Contains(strings.Join(msgs, "\n"), "exit code 3, rule 0 (Restart)") {

@@ -94,7 +94,11 @@ func TestNodeAgentOnKubelet(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	metric := `restart_supervisor_container_restarts_total{container="trainer",namespace="default",pod="agent-trainer"} 3`
+	created, err := c.Client.CoreV1().Pods("default").Get(ctx, "agent-trainer", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	metric := fmt.Sprintf(`restart_supervisor_container_restarts_total{container="trainer",namespace="default",pod="agent-trainer",uid=%q} 3`, created.UID)
 	var body string
 	deadline := time.Now().Add(3 * time.Minute)
 	for !strings.Contains(body, metric) {

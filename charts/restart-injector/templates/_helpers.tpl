@@ -1,21 +1,78 @@
 {{/*
-An image reference: repository:tag, the tag defaulting to the chart's
-appVersion. Call with (dict "image" .Values.image "chart" .Chart).
+The chart's name (nameOverride): the app.kubernetes.io/name label of the
+webhook's objects and their selectors.
 */}}
-{{- define "restart-injector.imageRef" -}}
-{{- printf "%s:%s" .image.repository (.image.tag | default .chart.AppVersion) -}}
+{{- define "restart-injector.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
-{{/* The webhook's namespace. */}}
+{{/*
+The name of the webhook's objects: fullnameOverride, else the release name
+when it contains the chart's name (restart-injector, the name deploy/ uses),
+else <release>-<name>. 63 characters at most: the Service's name is a DNS
+label.
+*/}}
+{{- define "restart-injector.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := include "restart-injector.name" . -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The labels every object of the release carries (Helm's and Kubernetes'
+recommended ones). Call with (dict "name" NAME "ctx" $).
+*/}}
+{{- define "restart-injector.labels" -}}
+app.kubernetes.io/name: {{ .name }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/version: {{ .ctx.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .ctx.Chart.Name .ctx.Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end -}}
+
+{{/* The webhook's labels. */}}
+{{- define "restart-injector.webhookLabels" -}}
+{{- include "restart-injector.labels" (dict "name" (include "restart-injector.name" .) "ctx" .) -}}
+{{- end -}}
+
+{{/*
+The selector of the webhook's pods: the name label alone, as deploy/ selects
+them (a Deployment's selector cannot change after its creation).
+*/}}
+{{- define "restart-injector.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "restart-injector.name" . }}
+{{- end -}}
+
+{{/*
+An image reference: repository@digest when a digest is set, else
+repository:tag, the tag defaulting to the chart's appVersion. Call with
+(dict "image" .Values.image "chart" .Chart).
+*/}}
+{{- define "restart-injector.imageRef" -}}
+{{- if .image.digest -}}
+{{- printf "%s@%s" .image.repository .image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .image.repository (.image.tag | default .chart.AppVersion) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The webhook's namespace: namespace.name, else the release's. */}}
 {{- define "restart-injector.namespace" -}}
-{{- .Values.namespace.name -}}
+{{- .Values.namespace.name | default .Release.Namespace -}}
 {{- end -}}
 
 {{/* Where the API server calls the webhook: the Service, path /mutate. */}}
 {{- define "restart-injector.clientConfig" -}}
 clientConfig:
   service:
-    name: restart-injector
+    name: {{ include "restart-injector.fullname" . }}
     namespace: {{ include "restart-injector.namespace" . }}
     path: /mutate
     port: 443
@@ -40,25 +97,55 @@ namespaceSelector:
   {{- with .Values.namespaceSelector.matchExpressions }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
+{{- with .Values.webhook.objectSelector }}
+objectSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- end -}}
 
 {{/* What every webhook entry shares besides rules and matchConditions. */}}
 {{- define "restart-injector.webhookCommon" -}}
 admissionReviewVersions: [v1]
 sideEffects: None
-failurePolicy: Fail
+failurePolicy: {{ .Values.webhook.failurePolicy }}
 # Another webhook that adds or rewrites containers after this one gets them
 # wrapped too; the injector is idempotent, so a second call on an injected pod
 # changes nothing.
 reinvocationPolicy: IfNeeded
 # Covers a registry lookup (bounded by --lookup-timeout, 5 s); cached lookups
 # and pods with command answer in well under a millisecond.
-timeoutSeconds: 10
+timeoutSeconds: {{ .Values.webhook.timeoutSeconds }}
 matchPolicy: Equivalent
 {{ include "restart-injector.clientConfig" . }}
 {{- end -}}
 
-{{/* The node agent's namespace. */}}
+{{/*
+The node agent's namespace: nodeAgent.namespace, else <the webhook's
+namespace>-node-agent (restart-supervisor-node-agent beside
+restart-supervisor, as deploy/ has it). Not the webhook's own: the agent's
+hostPath needs the privileged Pod Security level, the webhook's namespace is
+meant to enforce restricted.
+*/}}
 {{- define "restart-injector.nodeAgentNamespace" -}}
-{{- .Values.nodeAgent.namespace -}}
+{{- .Values.nodeAgent.namespace | default (printf "%s-node-agent" (include "restart-injector.namespace" .) | trunc 63 | trimSuffix "-") -}}
+{{- end -}}
+
+{{/*
+The name of the node agent's objects: restart-supervisor-node-agent for the
+default full name (as deploy/ names them), else <fullname>-node-agent. Their
+app.kubernetes.io/name label stays restart-supervisor-node-agent whatever the
+name: `restart-injector status` finds the agent's pods by it.
+*/}}
+{{- define "restart-injector.nodeAgentName" -}}
+{{- $full := include "restart-injector.fullname" . -}}
+{{- if eq $full .Chart.Name -}}
+restart-supervisor-node-agent
+{{- else -}}
+{{- printf "%s-node-agent" $full | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The node agent's labels. */}}
+{{- define "restart-injector.nodeAgentLabels" -}}
+{{- include "restart-injector.labels" (dict "name" "restart-supervisor-node-agent" "ctx" .) -}}
 {{- end -}}
