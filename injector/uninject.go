@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 
 	textyaml "go.yaml.in/yaml/v3"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
@@ -272,6 +274,12 @@ func checkUndoOp(u undoOp, templates []string, doc *textyaml.Node, root string) 
 				}
 				if u.Op == "replace" && fillsNull(toks) {
 					cur, err := yamledit.NodeAt(doc, root+u.Path)
+					if err == nil && len(toks) == 1 {
+						// metadata: inject writes it from the typed
+						// object, without the members ObjectMeta does
+						// not know (as the API server drops them).
+						val = knownMetadata(val)
+					}
 					if err != nil || !within(val, cur) {
 						return fmt.Errorf("%s %q: gives back what the document does not hold, where inject only adds; refusing to follow the record", u.Op, clipLen(u.Path, 128))
 					}
@@ -300,6 +308,33 @@ func fillsNull(toks []string) bool {
 		return toks[0] == "spec" && (toks[3] == "env" || toks[3] == "volumeMounts")
 	}
 	return false
+}
+
+// objectMetaFields are the members of metav1.ObjectMeta, by JSON name.
+var objectMetaFields = func() map[string]bool {
+	m := map[string]bool{}
+	t := reflect.TypeOf(metav1.ObjectMeta{})
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		m[name] = true
+	}
+	return m
+}()
+
+// knownMetadata is the metadata mapping n with only the members ObjectMeta
+// knows: what the API server would keep of it.
+func knownMetadata(n *textyaml.Node) *textyaml.Node {
+	if n.Kind != textyaml.MappingNode {
+		return n
+	}
+	out := *n
+	out.Content = nil
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if objectMetaFields[n.Content[i].Value] {
+			out.Content = append(out.Content, n.Content[i], n.Content[i+1])
+		}
+	}
+	return &out
 }
 
 // within: was holds nothing that cur does not: null; a scalar equal to
