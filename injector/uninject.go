@@ -262,9 +262,14 @@ func checkUndoOp(u undoOp, templates []string) error {
 		if undoable(u.Op, toks) {
 			if u.Op == "insert" || u.Op == "replace" {
 				budget := yamlbound.Default
-				key, _, err := wasMember(u.Was, &budget)
+				key, val, err := wasMember(u.Was, &budget)
 				if err != nil || key.Kind != textyaml.ScalarNode || key.Value != toks[len(toks)-1] {
 					return fmt.Errorf("%s %q: the value it gives back is not that member; refusing to follow the record", u.Op, clipLen(u.Path, 128))
+				}
+				// inject replaces a template's metadata or annotations
+				// only where they were there and empty.
+				if toks[0] == "metadata" && len(toks) <= 2 && !emptyNode(val) {
+					return fmt.Errorf("%s %q: the value it gives back is not empty; refusing to follow the record", u.Op, clipLen(u.Path, 128))
 				}
 			}
 			return nil
@@ -285,7 +290,8 @@ func undoable(op string, toks []string) bool {
 	case toks[0] == "metadata":
 		switch len(toks) {
 		case 1, 2:
-			return op == "remove" && (len(toks) == 1 || toks[1] == "annotations")
+			// replace: the template had the member, empty (checkUndoOp).
+			return (op == "remove" || op == "replace") && (len(toks) == 1 || toks[1] == "annotations")
 		case 3:
 			return toks[1] == "annotations" && strings.HasPrefix(toks[2], "restart-supervisor.dev/") && (op == "remove" || op == "replace")
 		}
@@ -417,6 +423,24 @@ func undoOne(doc *textyaml.Node, owned map[*textyaml.Node]bool, root string, u u
 }
 
 // wasMember parses an undoOp's Was, within what is left of budget.
+// emptyNode: a null, or a mapping whose members are all null (which
+// decode to an empty ObjectMeta, or no annotations).
+func emptyNode(n *textyaml.Node) bool {
+	null := func(n *textyaml.Node) bool { return n.Kind == textyaml.ScalarNode && n.Tag == "!!null" }
+	if n == nil || null(n) {
+		return n != nil
+	}
+	if n.Kind != textyaml.MappingNode {
+		return false
+	}
+	for i := 1; i < len(n.Content); i += 2 {
+		if !null(n.Content[i]) {
+			return false
+		}
+	}
+	return true
+}
+
 func wasMember(was string, budget *yamlbound.Budget) (key, val *textyaml.Node, err error) {
 	var d textyaml.Node
 	if err := textyaml.Unmarshal([]byte(was), &d); err != nil {

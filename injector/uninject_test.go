@@ -320,6 +320,10 @@ func TestUninjectRefusesForeignRecord(t *testing.T) {
 			`remove "/spec/selector": not an edit`},
 		{"another annotation", undoOp{Op: "replace", Path: "/spec/template/metadata/annotations/other", Was: "other: x\n"},
 			`replace "/spec/template/metadata/annotations/other": not an edit`},
+		// inject replaces metadata only where it stood empty (metadata:
+		// null), so a replace may give back nothing else.
+		{"metadata", undoOp{Op: "replace", Path: "/spec/template/metadata", Was: "metadata: {labels: {app: other}}\n", Sum: "x"},
+			`replace "/spec/template/metadata": the value it gives back is not empty`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var rec undoRecord
