@@ -367,14 +367,22 @@ func (m *mutation) wrap(cr ContainerRules) error {
 	}
 	// The supervisor runs these now (wrappedProbes); the kubelet learns of
 	// the start from restart-probe.
+	// A probe taken away is set to null, and a probe replaced names the
+	// fields of the one it replaces that it does not set, as null:
+	// `kubectl apply` of the injected object over a live one merges
+	// (strategic merge patch), and deletes only what the last applied
+	// configuration had, or what the new one sets to null. Without them
+	// the live httpGet stayed beside the injected exec, which the API
+	// server refuses (may not specify more than 1 handler type), and the
+	// live liveness probe stayed with the kubelet.
 	if s.liveness {
-		m.p.remove(base + "/livenessProbe")
+		m.p.add(base+"/livenessProbe", jsonNull)
 	}
 	if s.startup {
-		m.p.add(base+"/startupProbe", kubeletStartup())
+		m.p.add(base+"/startupProbe", replacing(kubeletStartup(), c.StartupProbe))
 	}
 	if s.readiness != nil {
-		m.p.add(base+"/readinessProbe", s.readiness)
+		m.p.add(base+"/readinessProbe", replacing(s.readiness, c.ReadinessProbe))
 	}
 	m.p.add(base+"/command", s.cmd)
 	addToArray(&m.p, base+"/env", len(c.Env), s.env...)
