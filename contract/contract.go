@@ -161,8 +161,19 @@ const (
 	// AnnotationPodMembers holds EnvPodMembers once per pod; each wrapped
 	// container reads it through a fieldRef (PodMembersFieldPath).
 	AnnotationPodMembers = "restart-supervisor.dev/pod-members"
+	// AnnotationReadiness says whether a wrapped container without a
+	// readiness probe of its own gets `restart-probe ready` as one:
+	// ReadinessOn, ReadinessOff, or (absent) the injector's rule: when
+	// the pod restarts always and has labels, which a Service needs.
+	AnnotationReadiness = "restart-supervisor.dev/readiness"
 )
 
 // PodMembersFieldPath is the downward API field path of
 // AnnotationPodMembers, the source of EnvPodMembers in a wrapped pod.
 const PodMembersFieldPath = "metadata.annotations['" + AnnotationPodMembers + "']"
+
+// Values of AnnotationReadiness.
+const (
+	ReadinessOn  = "on"
+	ReadinessOff = "off"
+)

@@ -239,10 +239,14 @@ func ranges(codes []int32) string {
 
 // ObjectPlan is Explain for one object of a manifest stream.
 type ObjectPlan struct {
-	Object     string
-	PodPolicy  string
-	Containers []ContainerPlan
-	Warnings   []string
+	Object    string
+	PodPolicy string
+	// PodPolicyFrom says where PodPolicy comes from when the object's
+	// controller sets it (a Kubeflow replica spec, say); empty when it is
+	// the template's own.
+	PodPolicyFrom string
+	Containers    []ContainerPlan
+	Warnings      []string
 }
 
 // ExplainObject explains every pod template of obj, a Pod or a workload
@@ -272,7 +276,14 @@ func ExplainObject(obj map[string]any, v rules.KubeVersion) ([]ObjectPlan, error
 		if len(ts) > 1 {
 			name += " " + t.label()
 		}
-		out = append(out, ObjectPlan{Object: name, PodPolicy: policy, Containers: plans, Warnings: warnings})
+		from := ""
+		if t.derived != nil {
+			from = t.derived.from
+		}
+		if w := policyWarning(t, object); w != "" {
+			warnings = append([]string{w}, warnings...)
+		}
+		out = append(out, ObjectPlan{Object: name, PodPolicy: policy, PodPolicyFrom: from, Containers: plans, Warnings: warnings})
 	}
 	return out, nil
 }

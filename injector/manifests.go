@@ -61,6 +61,9 @@ type Document struct {
 	node    *textyaml.Node // the parsed YAML document, reused when writing
 	format  Format
 	decoded bool
+	// ruleFree: the document carries no restart rules and nothing of the
+	// injector's (rulefree.go); inject writes it back as it came in.
+	ruleFree bool
 	// out, when not nil, is what the document is written as (uninject).
 	out []byte
 	// roots are the objects Ops change ("" for the document, "/items/K"
@@ -109,19 +112,28 @@ func decodeYAMLDoc(doc *Document) error {
 	if err := textyaml.Unmarshal(doc.Raw, &node); err != nil {
 		return fmt.Errorf("document at line %d: %s", doc.Line, oneLine(err))
 	}
+	// A document without rules is written back whatever it holds: what
+	// cannot be decoded below is no error for it (rulefree.go).
+	doc.ruleFree = ruleFreeTree(&node)
+	fail := func(err error) error {
+		if doc.ruleFree {
+			return nil
+		}
+		return fmt.Errorf("document at line %d: %v", doc.Line, err)
+	}
 	// Before any decoding into values: yaml.v3's own check of repeated
 	// keys, and aliases, cost far more than the document's size.
 	if err := yamlbound.Check(&node, yamlbound.Default); err != nil {
-		return fmt.Errorf("document at line %d: %v", doc.Line, err)
+		return fail(err)
 	}
 	if node.Kind == textyaml.DocumentNode && len(node.Content) == 1 && node.Content[0].Kind == textyaml.MappingNode {
 		var obj any
 		if err := node.Decode(&obj); err != nil {
-			return fmt.Errorf("document at line %d: %s", doc.Line, oneLine(err))
+			return fail(errors.New(oneLine(err)))
 		}
 		o, err := jsonValue(obj)
 		if err != nil {
-			return fmt.Errorf("document at line %d: %v", doc.Line, err)
+			return fail(err)
 		}
 		doc.Object, _ = o.(map[string]any)
 		doc.node = &node
@@ -377,7 +389,7 @@ func (i *Injector) InjectManifests(ctx context.Context, m *Manifests) ([]ObjectR
 // injectDoc records the injection of every object of d in d.Ops.
 func (i *Injector) injectDoc(ctx context.Context, d *Document) ([]ObjectReport, error) {
 	d.Ops, d.roots, d.out = nil, nil, nil
-	if d.Object == nil {
+	if d.Object == nil || d.ruleFree {
 		return nil, nil
 	}
 	var reports []ObjectReport

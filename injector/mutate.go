@@ -101,6 +101,39 @@ type mutation struct {
 	// list goes into AnnotationPodMembers, which every member's
 	// contract.EnvPodMembers reads.
 	members bool
+	// addReadiness: a wrapped container without a readiness probe of its
+	// own gets one (readinessRule).
+	addReadiness bool
+}
+
+// readinessRule says whether the wrapped containers of pod that have no
+// readiness probe get `restart-probe ready` as one. It answers not ready
+// while the supervisor runs no workload, as a container whose process has
+// exited is natively; that matters where readiness is read: a Service's
+// endpoints (which select by labels), a Deployment's or StatefulSet's
+// rollout, a PodDisruptionBudget. Whether a Service selects the pod cannot
+// be known from the pod, so the rule is: the pod restarts always (what
+// Deployments, StatefulSets, DaemonSets and ReplicaSets require) and has
+// labels. Batch pods (Jobs, training replicas: OnFailure or Never) and pods
+// without labels get none, and save an exec every 2 s per container.
+// AnnotationReadiness on the pod overrides the rule.
+func readinessRule(pod *corev1.Pod, specPath, object string) (bool, error) {
+	switch v, set := pod.Annotations[contract.AnnotationReadiness]; {
+	case !set:
+	case v == contract.ReadinessOn:
+		return true, nil
+	case v == contract.ReadinessOff:
+		return false, nil
+	default:
+		meta := "metadata"
+		if specPath != "spec" {
+			meta = strings.TrimSuffix(specPath, ".spec") + ".metadata"
+		}
+		return false, fmt.Errorf(`%s: %s.annotations[%s]: Unsupported value: %q: supported values: %q, %q`,
+			object, meta, contract.AnnotationReadiness, clip(v), contract.ReadinessOn, contract.ReadinessOff)
+	}
+	always := pod.Spec.RestartPolicy == "" || pod.Spec.RestartPolicy == corev1.RestartPolicyAlways
+	return always && len(pod.Labels) > 0, nil
 }
 
 // mutate computes the injection of in as a patch relative to its root.
@@ -133,7 +166,11 @@ func (i *Injector) mutate(ctx context.Context, in *corev1.Pod, namespace, specPa
 	if err != nil {
 		return nil, err
 	}
-	m := &mutation{Injector: i, ctx: ctx, pod: in, namespace: namespace, object: object, res: res, members: members != ""}
+	addReadiness, err := readinessRule(in, specPath, object)
+	if err != nil {
+		return nil, err
+	}
+	m := &mutation{Injector: i, ctx: ctx, pod: in, namespace: namespace, object: object, res: res, members: members != "", addReadiness: addReadiness}
 	status := Status{Version: contract.Version}
 
 	// Pod-level additions first: the container edits below address
@@ -367,14 +404,22 @@ func (m *mutation) wrap(cr ContainerRules) error {
 	}
 	// The supervisor runs these now (wrappedProbes); the kubelet learns of
 	// the start from restart-probe.
+	// A probe taken away is set to null, and a probe replaced names the
+	// fields of the one it replaces that it does not set, as null:
+	// `kubectl apply` of the injected object over a live one merges
+	// (strategic merge patch), and deletes only what the last applied
+	// configuration had, or what the new one sets to null. Without them
+	// the live httpGet stayed beside the injected exec, which the API
+	// server refuses (may not specify more than 1 handler type), and the
+	// live liveness probe stayed with the kubelet.
 	if s.liveness {
-		m.p.remove(base + "/livenessProbe")
+		m.p.add(base+"/livenessProbe", jsonNull)
 	}
 	if s.startup {
-		m.p.add(base+"/startupProbe", kubeletStartup())
+		m.p.add(base+"/startupProbe", replacing(kubeletStartup(), c.StartupProbe))
 	}
 	if s.readiness != nil {
-		m.p.add(base+"/readinessProbe", s.readiness)
+		m.p.add(base+"/readinessProbe", replacing(s.readiness, c.ReadinessProbe))
 	}
 	m.p.add(base+"/command", s.cmd)
 	addToArray(&m.p, base+"/env", len(c.Env), s.env...)
@@ -475,8 +520,10 @@ func (m *mutation) supervision(cr ContainerRules, c *corev1.Container, name stri
 			return s, err
 		}
 		var moved *rules.Probe
-		if s.readiness, moved, err = readinessFor(c); err != nil {
-			return s, fmt.Errorf("%s: container %q: readinessProbe: %v", m.object, c.Name, err)
+		if c.ReadinessProbe != nil || m.addReadiness {
+			if s.readiness, moved, err = readinessFor(c); err != nil {
+				return s, fmt.Errorf("%s: container %q: readinessProbe: %v", m.object, c.Name, err)
+			}
 		}
 		if moved != nil {
 			if cfg.Probes == nil {

@@ -58,6 +58,9 @@ func (i *Injector) mutateObject(ctx context.Context, obj *unstructured.Unstructu
 			return nil, err
 		}
 		out.Injected = out.Injected || res.Injected
+		if w := policyWarning(t, object); w != "" && res.Injected {
+			out.Warnings = append(out.Warnings, w)
+		}
 		out.Warnings = append(out.Warnings, res.Warnings...)
 		for _, c := range res.Containers {
 			if len(ts) > 1 {
@@ -132,7 +135,24 @@ func templatePod(t podTemplate, object string) (*corev1.Pod, error) {
 		}
 		return nil, fmt.Errorf("%s: %s: %s", object, where, oneLine(err))
 	}
+	if t.derived != nil {
+		pod.Spec.RestartPolicy = corev1.RestartPolicy(t.derived.policy)
+	}
 	return pod, nil
+}
+
+// policyWarning says that the controller replaces the template's own pod
+// policy, which the manifest's author may think in force; empty when the
+// template has none or the same.
+func policyWarning(t podTemplate, object string) string {
+	if t.derived == nil {
+		return ""
+	}
+	own, _ := lookup(t.m, []string{"spec", "restartPolicy"}).(string)
+	if own == "" || own == string(t.derived.policy) {
+		return ""
+	}
+	return fmt.Sprintf("%s: %s.restartPolicy %q is not what its pods get: %s (%s)", object, t.specPath(), clip(own), t.derived.policy, t.derived.from)
 }
 
 // docOps rebases a patch onto prefix, a JSON Pointer.

@@ -1,8 +1,12 @@
 package injector
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"math"
+	"sort"
+	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -136,4 +140,48 @@ func readinessFor(c *corev1.Container) (kubelet *corev1.Probe, moved *rules.Prob
 	return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: cmd}, InitialDelaySeconds: orig.InitialDelaySeconds,
 		PeriodSeconds: orig.PeriodSeconds, TimeoutSeconds: timeout + 1, SuccessThreshold: orig.SuccessThreshold,
 		FailureThreshold: orig.FailureThreshold}, moved, nil
+}
+
+// jsonNull is a patch value of null (PatchOp.Value omits a nil one).
+var jsonNull = json.RawMessage("null")
+
+// replacing returns probe as the value of a patch that puts it in place
+// of orig: probe's own fields in their order, then every field orig sets
+// and probe does not (a handler of another kind, an initial delay) as
+// null, so that a merge of it over orig (kubectl apply) leaves none of
+// orig's behind. probe itself when there is no orig.
+func replacing(probe, orig *corev1.Probe) any {
+	if orig == nil {
+		return probe
+	}
+	is, err := json.Marshal(probe)
+	if err != nil {
+		return probe // a k8s.io/api type: not reached
+	}
+	b, err := json.Marshal(orig)
+	var was map[string]json.RawMessage
+	if err != nil || json.Unmarshal(b, &was) != nil {
+		return probe
+	}
+	var set map[string]json.RawMessage
+	if json.Unmarshal(is, &set) != nil {
+		return probe
+	}
+	var missing []string
+	for k := range was {
+		if _, ok := set[k]; !ok {
+			missing = append(missing, k)
+		}
+	}
+	if len(missing) == 0 {
+		return probe
+	}
+	sort.Strings(missing)
+	out := bytes.TrimSuffix(is, []byte("}"))
+	for _, k := range missing {
+		out = append(out, ',')
+		out = strconv.AppendQuote(out, k)
+		out = append(out, ":null"...)
+	}
+	return json.RawMessage(append(out, '}'))
 }

@@ -127,6 +127,7 @@ func (rd *Reader) nextJSON(ws []byte) (*Document, error) {
 	rd.n++
 	d := &Document{Sep: ws, Raw: raw, Line: start + lines, format: FormatJSON}
 	d.Object, _ = obj.(map[string]any)
+	d.ruleFree = ruleFreeValue(obj, false, 0)
 	d.decoded = true
 	return d, nil
 }
@@ -247,6 +248,7 @@ func (d *Document) Decode() error {
 			return fmt.Errorf("document at line %d: %s", d.Line, oneLine(err))
 		}
 		d.Object, _ = obj.(map[string]any)
+		d.ruleFree = ruleFreeValue(obj, false, 0)
 		return nil
 	}
 	return decodeYAMLDoc(d)

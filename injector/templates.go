@@ -83,6 +83,10 @@ type podTemplate struct {
 	// list indices in decimal. nil for a Pod.
 	path []string
 	m    map[string]any
+	// derived is the pod policy the object's controller sets for the
+	// pods of this template, nil where the template's own applies
+	// (podpolicy.go).
+	derived *derivedPolicy
 }
 
 // label names the template in messages and reports, such as
@@ -130,6 +134,12 @@ func templatesOf(obj map[string]any, apiVersion, kind string) (ts []podTemplate,
 			found, err := expand(obj, p, nil)
 			if err != nil {
 				return nil, true, err
+			}
+			for i := range found {
+				found[i].derived, err = controllerPodPolicy(obj, apiVersion, kind, found[i].path)
+				if err != nil {
+					return nil, true, err
+				}
 			}
 			ts = append(ts, found...)
 		}

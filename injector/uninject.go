@@ -237,7 +237,7 @@ func templatePrefixes(obj map[string]any) []string {
 // insert). mutation.wrap makes these edits.
 var undoFields = map[string]map[string]bool{
 	"remove":  {"startupProbe": true, "readinessProbe": true, "command": true, "env": true, "volumeMounts": true},
-	"replace": {"startupProbe": true, "readinessProbe": true, "command": true},
+	"replace": {"startupProbe": true, "readinessProbe": true, "livenessProbe": true, "command": true},
 	"insert":  {"restartPolicyRules": true, "restartPolicy": true, "livenessProbe": true},
 }
 

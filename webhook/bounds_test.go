@@ -22,9 +22,12 @@ func manyMembersPod(n int) []byte { return manyMembersPodNamed(n, "member") }
 
 func manyMembersPodNamed(n int, prefix string) []byte {
 	pod := corev1.Pod{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
-		ObjectMeta: metav1.ObjectMeta{Name: "many", Namespace: "apps"},
-		Spec:       corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever},
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		// Every member with its readiness probe, the largest patch a
+		// member makes (a Never pod gets none by the injector's rule).
+		ObjectMeta: metav1.ObjectMeta{Name: "many", Namespace: "apps",
+			Annotations: map[string]string{contract.AnnotationReadiness: contract.ReadinessOn}},
+		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever},
 	}
 	never := corev1.ContainerRestartPolicyNever
 	for i := range n {

@@ -101,6 +101,9 @@ func TestHostileYAMLBounded(t *testing.T) {
 	for i := 1; i <= 8; i++ {
 		laughs += fmt.Sprintf("  a%d: &a%d [%s]\n", i, i, strings.TrimSuffix(strings.Repeat(fmt.Sprintf("*a%d,", i-1), 10), ","))
 	}
+	// A document without rules is written back as it is, unread (below);
+	// one that names the injector's annotation is decoded, and bounded.
+	ruledLaughs := strings.Replace(laughs, "metadata: {name: c}", "metadata: {name: c, annotations: {restart-supervisor.dev/rules: 'a: {}'}}", 1)
 	compose := "services:\n  web:\n    image: demo/busybox\n" + repeatedKeys("    ", 3500) +
 		"    x-restart-rules: {restartPolicy: Never}\n"
 	for _, tc := range []struct {
@@ -108,7 +111,7 @@ func TestHostileYAMLBounded(t *testing.T) {
 		args              []string
 	}{
 		{"inject", pod, `mapping key "a" already defined at line 6`, []string{"inject", "--no-lookup", "-q"}},
-		{"inject aliases", laughs, "aliases expand the document by more than 1048576 nodes", []string{"inject", "--no-lookup", "-q"}},
+		{"inject aliases", ruledLaughs, "aliases expand the document by more than 1048576 nodes", []string{"inject", "--no-lookup", "-q"}},
 		{"uninject", pod, `mapping key "a" already defined at line 6`, []string{"uninject", "-q"}},
 		{"compose", compose, `mapping key "a" already defined at line 4`, []string{"compose"}},
 	} {
@@ -132,4 +135,19 @@ func TestHostileYAMLBounded(t *testing.T) {
 			}
 		})
 	}
+	t.Run("inject aliases without rules", func(t *testing.T) {
+		f := writeFile(t, filepath.Join(dir, "laughs-no-rules.yaml"), laughs)
+		cmd := exec.Command(injectorBinary(t), "inject", "--no-lookup", "-q", "-f", f)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		rss := cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss << 10
+		t.Logf("exit %d, peak RSS %.1f MB", cmd.ProcessState.ExitCode(), float64(rss)/(1<<20))
+		if err != nil || out.String() != laughs || errb.Len() != 0 {
+			t.Errorf("exit %v, stderr %q; output unchanged: %v", err, errb.String(), out.String() == laughs)
+		}
+		if rss > 100<<20 {
+			t.Errorf("peak RSS %d MiB", rss>>20)
+		}
+	})
 }
