@@ -126,7 +126,7 @@ func TestTrainingOnKubelet(t *testing.T) {
 	defer cancel()
 	upStart := time.Now()
 	c, err := cluster.Up(ctx, cluster.Options{
-		BinDir: binDir, Repo: repo, RestartRules: true, ControllerManager: true,
+		BinDir: binDir, Repo: repo, RestartRules: true, ControllerManager: true, GarbageCollector: true,
 		SupervisorImage: true, Images: []string{image}, JobSetDir: jobSetDir(t, repo), Log: testWriter{t},
 	})
 	if err != nil {

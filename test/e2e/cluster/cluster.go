@@ -66,6 +66,10 @@ type Options struct {
 	// and endpointslice controllers (pods carry spec.nodeName, so no
 	// scheduler is needed).
 	ControllerManager bool
+	// GarbageCollector adds the garbage collector to the controller
+	// manager: objects deleted in the foreground (a JobSet's Jobs when it
+	// restarts) are gone only when it removes their finalizer.
+	GarbageCollector bool
 	// SupervisorImage builds the supervisor image from ./cmd/restart-supervisor
 	// and imports it as SupervisorImage.
 	SupervisorImage bool
@@ -811,13 +815,19 @@ func (c *Cluster) startControllerManager(ctx context.Context, opts Options) erro
 	if err != nil {
 		return err
 	}
+	controllers := "job,endpointslice"
+	if opts.GarbageCollector {
+		controllers += ",garbagecollector"
+	}
 	err = c.Start("kube-controller-manager", []string{filepath.Join(opts.BinDir, "kube-controller-manager"),
 		"--kubeconfig", c.Kubeconfig,
 		"--authentication-kubeconfig", c.Kubeconfig,
 		"--authorization-kubeconfig", c.Kubeconfig,
 		// job for the Job rows, endpointslice for the readiness row (a
-		// Service's EndpointSlice follows its pods' Ready condition).
-		"--controllers", "job,endpointslice",
+		// Service's EndpointSlice follows its pods' Ready condition),
+		// garbagecollector where asked (a JobSet that restarts deletes
+		// its Jobs in the foreground and waits until they are gone).
+		"--controllers", controllers,
 		"--leader-elect=false",
 		"--bind-address", "127.0.0.1", fmt.Sprintf("--secure-port=%d", port),
 		"--cert-dir", c.path("pki", "kcm"),
