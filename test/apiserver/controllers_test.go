@@ -1,3 +1,5 @@
+//go:build controllers
+
 package apiserver_test
 
 import (
