@@ -77,7 +77,12 @@ func runExplain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 }
 
 func writeExplanation(w io.Writer, o injector.ObjectPlan) {
-	fmt.Fprintf(w, "%s, pod restartPolicy %s\n", o.Object, o.PodPolicy)
+	if o.PodPolicyFrom != "" {
+		// The controller's choice, not the template's: say whose.
+		fmt.Fprintf(w, "%s, pod restartPolicy %s (%s)\n", o.Object, o.PodPolicy, o.PodPolicyFrom)
+	} else {
+		fmt.Fprintf(w, "%s, pod restartPolicy %s\n", o.Object, o.PodPolicy)
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "CONTAINER\tEXIT CODES\tDECIDED BY\tWITH restart-supervisor\tNATIVE KEP-5307\tDIFFERENCE")
 	for _, c := range o.Containers {

@@ -264,6 +264,23 @@ func TestExplain(t *testing.T) {
 	}
 }
 
+// TestExplainSaysWhoSetsThePodPolicy: for a kind whose controller sets
+// the pod policy (Kubeflow's replica specs), explain names the field it
+// reads, so that a user sees why it is not the template's.
+func TestExplainSaysWhoSetsThePodPolicy(t *testing.T) {
+	code, out, errOut := runCmd(t, "", "explain", "-f", filepath.Join("..", "..", "injector", "testdata", "in", "crds.yaml"))
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	want := `PyTorchJob "ml/pytorch" spec.pytorchReplicaSpecs.Master.template, pod restartPolicy Never (the PyTorchJob controller sets it from spec.pytorchReplicaSpecs.Master.restartPolicy)`
+	if !strings.Contains(out, want+"\n") {
+		t.Errorf("explain lacks %q:\n%s", want, out)
+	}
+	if !strings.Contains(out, `JobSet "trainer" spec.replicatedJobs[0].template.spec.template, pod restartPolicy Never`+"\n") {
+		t.Errorf("a template's own policy is not shown plainly:\n%s", out)
+	}
+}
+
 // A sidecar with rules is refused by the API servers of 1.34 and 1.35 and
 // accepted from 1.36, the default; so are the messages.
 func TestInjectAndExplainKubernetesVersion(t *testing.T) {
