@@ -49,6 +49,9 @@ type ContainerRules struct {
 	// (restartBudget, handOverExitCodes, preRestartCheck, progress),
 	// which only the annotation carries: a pod spec has no such fields.
 	Limits rules.Limits
+	// BudgetFrom names the owner's field Limits.RestartBudget came from
+	// (ownerbudget.go); empty when the user set it, or none.
+	BudgetFrom string
 	// native are the KEP-5307 fields present on the container itself.
 	nativePolicy, nativeRules bool
 	// tool reports that the container mounts the supervisor's binary or

@@ -59,10 +59,17 @@ const KindRerun Kind = "re-run"
 // rules.Plan, the same function the supervisor runs. The warnings are those
 // the injection gives about re-run sidecars it cannot add.
 func Explain(pod *corev1.Pod, specPath, object string, v rules.KubeVersion) ([]ContainerPlan, []string, error) {
+	return explain(pod, specPath, object, v, nil)
+}
+
+// explain is Explain with the restart budget the pod's owner implies
+// (ownerbudget.go), nil for none.
+func explain(pod *corev1.Pod, specPath, object string, v rules.KubeVersion, budget *ownerBudget) ([]ContainerPlan, []string, error) {
 	crs, err := PodRulesFor(v, pod, specPath, object)
 	if err != nil {
 		return nil, nil, err
 	}
+	applyOwnerBudget(crs, budget)
 	wrap := wrapped(crs)
 	rerun, warnings := reruns(pod, crs, object)
 	var plans []ContainerPlan
@@ -120,6 +127,9 @@ func plan(cr ContainerRules, cp ContainerPlan) ContainerPlan {
 	}
 	if cp.Wrapped {
 		cp.Limits = limitLines(cfg.Limits, cr.KubeletPolicy)
+		if cr.BudgetFrom != "" && len(cp.Limits) > 0 && cfg.Limits.RestartBudget != nil {
+			cp.Limits[0] += " (from the owner's " + cr.BudgetFrom + ")"
+		}
 	}
 	return cp
 }
@@ -264,7 +274,7 @@ func ExplainObject(obj map[string]any, v rules.KubeVersion) ([]ObjectPlan, error
 		if err != nil {
 			return out, err
 		}
-		plans, warnings, err := Explain(pod, t.specPath(), object, v)
+		plans, warnings, err := explain(pod, t.specPath(), object, v, t.budget)
 		if err != nil {
 			return out, err
 		}

@@ -44,7 +44,7 @@ func (i *Injector) MutatePod(ctx context.Context, pod *corev1.Pod) (*Result, err
 // that carry restart rules, without Result.Pod. The admission webhook sends
 // the patch on as it is. pod is not modified.
 func (i *Injector) PodPatch(ctx context.Context, pod *corev1.Pod) (*Result, error) {
-	return i.mutate(ctx, pod, pod.Namespace, "spec", podObjectName(pod))
+	return i.mutate(ctx, pod, pod.Namespace, "spec", podObjectName(pod), nil)
 }
 
 func podObjectName(pod *corev1.Pod) string {
@@ -137,12 +137,13 @@ func readinessRule(pod *corev1.Pod, specPath, object string) (bool, error) {
 }
 
 // mutate computes the injection of in as a patch relative to its root.
-func (i *Injector) mutate(ctx context.Context, in *corev1.Pod, namespace, specPath, object string) (*Result, error) {
+func (i *Injector) mutate(ctx context.Context, in *corev1.Pod, namespace, specPath, object string, budget *ownerBudget) (*Result, error) {
 	res := &Result{}
 	crs, err := PodRulesFor(i.kubeVersion(ctx), in, specPath, object)
 	if err != nil {
 		return nil, err
 	}
+	applyOwnerBudget(crs, budget)
 	if raw, ok := in.Annotations[contract.AnnotationStatus]; ok {
 		if err := checkBinMounts(in, specPath, object, true); err != nil {
 			return nil, err

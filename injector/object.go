@@ -53,7 +53,7 @@ func (i *Injector) mutateObject(ctx context.Context, obj *unstructured.Unstructu
 		if err != nil {
 			return nil, err
 		}
-		res, err := i.mutate(ctx, pod, obj.GetNamespace(), t.specPath(), object)
+		res, err := i.mutate(ctx, pod, obj.GetNamespace(), t.specPath(), object, t.budget)
 		if err != nil {
 			return nil, err
 		}

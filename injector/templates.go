@@ -87,6 +87,9 @@ type podTemplate struct {
 	// pods of this template, nil where the template's own applies
 	// (podpolicy.go).
 	derived *derivedPolicy
+	// budget is the restart budget the object's fields imply for the
+	// template's containers, nil where none (ownerbudget.go).
+	budget *ownerBudget
 }
 
 // label names the template in messages and reports, such as
@@ -137,6 +140,10 @@ func templatesOf(obj map[string]any, apiVersion, kind string) (ts []podTemplate,
 			}
 			for i := range found {
 				found[i].derived, err = controllerPodPolicy(obj, apiVersion, kind, found[i].path)
+				if err != nil {
+					return nil, true, err
+				}
+				found[i].budget, err = ownerBudgetOf(obj, apiVersion, kind, found[i].path)
 				if err != nil {
 					return nil, true, err
 				}
