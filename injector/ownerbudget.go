@@ -68,7 +68,6 @@ func ownerBudgetOf(obj map[string]any, apiVersion, kind string, path []string) (
 	return &ownerBudget{max: int32(n), from: yamledit.Dotted(field)}, nil
 }
 
-
 // applyOwnerBudget gives each ruled container without a restart budget of
 // its own the owner's.
 func applyOwnerBudget(crs []ContainerRules, b *ownerBudget) {
