@@ -473,7 +473,7 @@ func killAsked(dir string, done map[int64]bool) error {
 			if l.Event != "kill-me" || done[l.StartTime] {
 				continue
 			}
-			pid, err := processStartedAt(l.StartTime)
+			pid, err := processStartedAt(l.StartTime, l.Rank)
 			if err != nil {
 				return err
 			}
@@ -497,9 +497,11 @@ func killAsked(dir string, done map[int64]bool) error {
 	return nil
 }
 
-// processStartedAt finds the train.py process whose start time (clock ticks
-// since boot, /proc/PID/stat field 22) is ticks.
-func processStartedAt(ticks int64) (int, error) {
+// processStartedAt finds the train.py process of rank whose start time
+// (clock ticks since boot, /proc/PID/stat field 22) is ticks. The ticks
+// alone are not enough: the ranks of one run start within the same 10 ms
+// often enough, so the rank is read from the process's environment too.
+func processStartedAt(ticks int64, rank int) (int, error) {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return 0, err
@@ -521,11 +523,31 @@ func processStartedAt(ticks int64) (int, error) {
 		if len(f) < 20 || f[19] != strconv.FormatInt(ticks, 10) {
 			continue
 		}
-		if cmd, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline")); bytes.Contains(cmd, []byte("train.py")) {
+		cmd, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		env, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if bytes.Contains(cmd, []byte("train.py")) && rankOf(env) == rank {
 			return pid, nil
 		}
 	}
-	return 0, fmt.Errorf("no train.py process started at tick %d", ticks)
+	return 0, fmt.Errorf("no train.py process of rank %d started at tick %d", rank, ticks)
+}
+
+// rankOf is the rank train.py takes from its environment (RANK, else
+// JOB_COMPLETION_INDEX, else 0), as train.py does.
+func rankOf(environ []byte) int {
+	vars := map[string]string{}
+	for _, kv := range bytes.Split(environ, []byte{0}) {
+		if k, v, ok := strings.Cut(string(kv), "="); ok {
+			vars[k] = v
+		}
+	}
+	for _, k := range []string{"RANK", "JOB_COMPLETION_INDEX"} {
+		if v, ok := vars[k]; ok {
+			n, _ := strconv.Atoi(v)
+			return n
+		}
+	}
+	return 0
 }
 
 // readRankLogs reads rank0.jsonl and rank1.jsonl of a run's directory.
