@@ -648,13 +648,15 @@ func trainingReport(c *cluster.Cluster, runs int, want float64, loadStart string
 		"seeded synthetic data, in the image `hack/training-rootfs.sh` builds (Debian bookworm, `python3-torch` 1.13.1, no registry).\n"+
 		"An indexed Job of two pods, one rank each, on the host network (rendezvous on 127.0.0.1), the checkpoints in a node directory\n"+
 		"(hostPath) so that a replaced pod finds them too. Rank 1 faults at step %d; every path must end with the unfaulted run's final loss\n"+
-		"(%v), bit for bit, and did in every run below. \n"+
+		"(%v), bit for bit, and did in every run below.\n"+
 		"A rank that is SIGKILLed kills itself where it can (under the supervisor and under torchrun it is not its PID namespace's\n"+
 		"init); as a container's PID 1 it cannot (the kernel drops the signal), so the harness SIGKILLs it from the node, as the OOM\n"+
 		"killer would, and the time is measured from that kill. The rules, where a path has them: `Restart` on exit codes 1, 42 and 137 (the\n"+
 		"faulting rank's 42 or SIGKILL's 137, and 1, the peer's Python error when gloo loses its connection, which came within seconds:\n"+
 		"no collective timeout was reached). Each path runs as a user writes it, with its defaults (the crash back-off of the\n"+
-		"supervisor and of the kubelet, the Job controller's pod-failure back-off).\n\n", trainSteps, trainEvery, trainFault, want)
+		"supervisor and of the kubelet, the Job controller's pod-failure back-off). The node runs no scheduler (pods name\n"+
+		"their node) and holds every image: a replaced pod costs no scheduling and no image pull here, so the rows that recreate\n"+
+		"pods are a floor of what they cost on a cluster.\n\n", trainSteps, trainEvery, trainFault, want)
 	fmt.Fprintf(&b, "| Path | Fault | Runs | Fault → first step after resume, median | worst | Steps lost | Pods created | restartCount | Job |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, p := range paths {
 		for _, f := range faults {
