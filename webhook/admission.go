@@ -233,6 +233,17 @@ var fastJSON = jsoniter.ConfigCompatibleWithStandardLibrary
 // that does not decode as a Pod is left raw in the request, so the review
 // can still be answered with a well-formed denial.
 func decodeReview(body []byte) (*admissionv1.AdmissionReview, *corev1.Pod, error) {
+	// jsoniter accepts some bodies encoding/json refuses (a raw control
+	// character inside a string): no API server sends one, and the
+	// review's uid would be read from text that is not JSON. One scan,
+	// without allocating; encoding/json's error says what is wrong.
+	if !json.Valid(body) {
+		var review admissionv1.AdmissionReview
+		if err := json.Unmarshal(body, &review); err != nil {
+			return nil, nil, err
+		}
+		return nil, nil, errors.New("not valid JSON")
+	}
 	var fast podAdmissionReview
 	if err := fastJSON.Unmarshal(body, &fast); err == nil && fast.Request != nil && fast.Request.Kind == podGVK {
 		return &admissionv1.AdmissionReview{TypeMeta: fast.TypeMeta, Request: &fast.Request.AdmissionRequest}, fast.Request.Object, nil
