@@ -151,11 +151,13 @@ func scanMemory(t *testing.T, npods, ndocs int) {
 		t.Errorf("the baseline held %d bytes: the documents are not as large as they should be", whole)
 	}
 	// The samples are taken while the scan allocates, so each includes what
-	// one collection could not yet free: 2.5–9.2 MiB here over runs at load
-	// 2–12, against 64 MiB for the whole scan. A fifth still fails the
-	// whole-scan reading the agent did before, by far.
-	if peak > whole/5 {
-		t.Errorf("the agent's scan held %d bytes, over a fifth of the whole scan's %d", peak, whole)
+	// one collection could not yet free (objects allocated while it marks
+	// count as live): 2.5–11.3 MiB here over runs at load 2–12, and 13.5
+	// MiB once beside a kubelet, a training job and a fuzzer, against 64 MiB
+	// for the whole scan. A third still fails the whole-scan reading the
+	// agent did before, by a factor of three.
+	if peak > whole/3 {
+		t.Errorf("the agent's scan held %d bytes, over a third of the whole scan's %d", peak, whole)
 	}
 	if !strings.Contains(logs.String(), "status documents make") {
 		t.Errorf("nothing reported the documents left unread:\n%s", logs.String())
