@@ -1,4 +1,4 @@
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+VERSION ?= $(shell git describe --tags --match 'v[0-9]*' --always --dirty 2>/dev/null || echo dev)
 # Both binaries, and the images (docker build --build-arg VERSION=...), read
 # the version from the one variable the supervisor and injector share.
 LDFLAGS := -s -w -X github.com/restart-supervisor/restart-supervisor/contract.Version=$(VERSION)
