@@ -244,7 +244,7 @@ func checkPushed(t *testing.T, ref name.Reference, img string, in Inputs) {
 		if !reflect.DeepEqual(ports, w.ports) {
 			t.Errorf("%s %s: ports %v, want %v", img, d.Platform, ports, w.ports)
 		}
-		if !cf.Created.Time.Equal(in.Created) {
+		if !cf.Created.Equal(in.Created) {
 			t.Errorf("%s %s: created %v, want %v", img, d.Platform, cf.Created, in.Created)
 		}
 		hasLabels(d.Platform.String()+" labels", cf.Config.Labels)
