@@ -133,7 +133,8 @@ var want = map[string]struct {
 		files: map[string]int64{"etc/": 0o755, "etc/ssl/": 0o755, "etc/ssl/certs/": 0o755, "etc/ssl/certs/ca-certificates.crt": 0o644, "restart-injector": 0o755}},
 }
 
-// make images, then make push INSECURE=1 to a registry on loopback, read
+// images build, then images push --insecure (what make images and make push
+// INSECURE=1 run) to a registry on loopback, read
 // back from it: both platforms, the entrypoint, the user, the labels and
 // annotations, the files of the layer, and the printed references pin
 // exactly what was built.
