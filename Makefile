@@ -33,7 +33,11 @@ build:
 # indexes in the OCI layout bin/images, built by hack/images with
 # go-containerregistry: no Docker, no registry. Every timestamp is
 # SOURCE_DATE_EPOCH (default: the commit's time), so the same commit and
-# toolchain give the same digests. Prints each index's digest.
+# toolchain give the same digests. -buildvcs=false: whether go build stamps
+# VCS information (GOFLAGS, a checkout it does or does not recognize)
+# otherwise changes the binaries' build info, and so the digests; the
+# revision label carries the commit.
+# Prints each index's digest.
 IMAGE_PLATFORMS ?= linux/amd64 linux/arm64
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
@@ -42,7 +46,7 @@ images:
 	@set -e; for p in $(IMAGE_PLATFORMS); do \
 		os=$${p%/*}; arch=$${p#*/}; \
 		for b in restart-supervisor restart-probe restart-injector; do \
-			CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go build -trimpath -ldflags '$(LDFLAGS)' -o bin/images-build/$${os}_$$arch/$$b ./cmd/$$b; \
+			CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go build -trimpath -buildvcs=false -ldflags '$(LDFLAGS)' -o bin/images-build/$${os}_$$arch/$$b ./cmd/$$b; \
 		done; \
 	done
 	go run ./hack/images build --bin bin/images-build --ca-bundle $(CA_BUNDLE) --version $(VERSION) \
