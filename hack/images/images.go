@@ -143,7 +143,7 @@ func layerTar(in Inputs, s imageSpec, p v1.Platform) ([]byte, error) {
 	sort.Slice(files, func(i, j int) bool { return files[i].path < files[j].path })
 	for _, f := range files {
 		src := f.src(in, p)
-		st, err := os.Lstat(src)
+		st, err := os.Stat(src) // a CA bundle is often a symlink into the distribution's store
 		if err != nil {
 			return nil, err
 		}

@@ -21,6 +21,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
+const caBundle = "-----BEGIN CERTIFICATE-----\n"
+
 // inputs writes stand-ins of the cross-compiled binaries (a few bytes
 // that differ per platform and per binary: the images' assembly is under
 // test, not the Go toolchain's reproducibility) and a CA bundle.
@@ -48,7 +50,12 @@ func inputs(t *testing.T) Inputs {
 			}
 		}
 	}
-	if err := os.WriteFile(in.CABundle, []byte("-----BEGIN CERTIFICATE-----\n"), 0o644); err != nil {
+	// A symlink, as on distributions that keep the bundle elsewhere: the
+	// image holds the file it names.
+	if err := os.WriteFile(filepath.Join(dir, "tls-ca-bundle.pem"), []byte(caBundle), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("tls-ca-bundle.pem", in.CABundle); err != nil {
 		t.Fatal(err)
 	}
 	return in
@@ -291,6 +298,11 @@ func checkLayer(t *testing.T, image v1.Image, img string, p *v1.Platform, files 
 		seen[h.Name] = h.Mode
 		if h.Uid != 0 || h.Gid != 0 || !h.ModTime.Equal(in.Created) {
 			t.Errorf("%s %s: %s: uid %d gid %d mtime %v", img, p, h.Name, h.Uid, h.Gid, h.ModTime)
+		}
+		if h.Name == "etc/ssl/certs/ca-certificates.crt" {
+			if b, _ := io.ReadAll(tr); h.Typeflag != tar.TypeReg || string(b) != caBundle {
+				t.Errorf("%s %s: %s: type %c, %q, want the bundle", img, p, h.Name, h.Typeflag, b)
+			}
 		}
 		if h.Typeflag == tar.TypeReg && strings.HasPrefix(h.Name, "restart-") {
 			b, _ := io.ReadAll(tr)
