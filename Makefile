@@ -1,4 +1,4 @@
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+VERSION ?= $(shell git describe --tags --match 'v[0-9]*' --always --dirty 2>/dev/null || echo dev)
 # Both binaries, and the images (docker build --build-arg VERSION=...), read
 # the version from the one variable the supervisor and injector share.
 LDFLAGS := -s -w -X github.com/restart-supervisor/restart-supervisor/contract.Version=$(VERSION)
@@ -21,12 +21,47 @@ TRAINING_RUNS ?= 5
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := bin/golangci-lint-$(GOLANGCI_LINT_VERSION)
 
-.PHONY: build example unit race lint fuzz check test rules-test training conformance bench e2e-up e2e-down clean
+.PHONY: build images push example unit race lint fuzz check test rules-test training conformance bench e2e-up e2e-down clean
 
 build:
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o bin/restart-supervisor ./cmd/restart-supervisor
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o bin/restart-probe ./cmd/restart-probe
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o bin/restart-injector ./cmd/restart-injector
+
+# The supervisor and injector images (Dockerfile.supervisor's and
+# Dockerfile.injector's, FROM scratch) for IMAGE_PLATFORMS as multi-arch OCI
+# indexes in the OCI layout bin/images, built by hack/images with
+# go-containerregistry: no Docker, no registry. Every timestamp is
+# SOURCE_DATE_EPOCH (default: the commit's time), so the same commit and
+# toolchain give the same digests. -buildvcs=false: whether go build stamps
+# VCS information (GOFLAGS, a checkout it does or does not recognize)
+# otherwise changes the binaries' build info, and so the digests; the
+# revision label carries the commit.
+# Prints each index's digest.
+IMAGE_PLATFORMS ?= linux/amd64 linux/arm64
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+CA_BUNDLE ?= /etc/ssl/certs/ca-certificates.crt
+images:
+	@set -e; for p in $(IMAGE_PLATFORMS); do \
+		os=$${p%/*}; arch=$${p#*/}; \
+		for b in restart-supervisor restart-probe restart-injector; do \
+			CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go build -trimpath -buildvcs=false -ldflags '$(LDFLAGS)' -o bin/images-build/$${os}_$$arch/$$b ./cmd/$$b; \
+		done; \
+	done
+	go run ./hack/images build --bin bin/images-build --ca-bundle $(CA_BUNDLE) --version $(VERSION) \
+		--revision $(REVISION) --created $(SOURCE_DATE_EPOCH) --platforms $(shell echo $(IMAGE_PLATFORMS) | tr ' ' ,) --out bin/images
+
+# Both indexes of bin/images to $(REGISTRY)/restart-supervisor:VERSION and
+# $(REGISTRY)/restart-injector:VERSION, with the credentials of
+# ~/.docker/config.json; prints the repo@sha256:... references to pin.
+# INSECURE=1: plain HTTP, for a registry on loopback.
+REGISTRY ?=
+INSECURE ?=
+push:
+	@[ -n "$(REGISTRY)" ] || { echo "make push: REGISTRY=host/prefix is required" >&2; exit 2; }
+	@[ -f bin/images/index.json ] || { echo "make push: no bin/images: run make images first" >&2; exit 2; }
+	go run ./hack/images push --layout bin/images --registry $(REGISTRY) $(if $(INSECURE),--insecure)
 
 example:
 	examples/run.sh

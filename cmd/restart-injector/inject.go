@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -78,6 +79,11 @@ func runInject(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	if *medium != "" && *medium != string(corev1.StorageMediumMemory) {
 		fmt.Fprintf(stderr, "restart-injector inject: -volume-medium: want \"\" or Memory, got %q\n", *medium)
 		return exitUsage
+	}
+	// One line, not an error: a pod may well pull a development build
+	// from one's own registry, but not by accident.
+	if img := cmp.Or(*image, injector.DefaultSupervisorImage()); injector.UnpinnedImage(img) != "" {
+		fmt.Fprintf(stderr, "warning: %s\n", injector.UnpinnedWarning(img, injector.UnpinnedImage(img)))
 	}
 	opts := injector.Options{SupervisorImage: *image, VolumeMedium: corev1.StorageMedium(*medium), KubeVersion: kubeVersion}
 	if !*noLookup {

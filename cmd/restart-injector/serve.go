@@ -98,6 +98,9 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) int {
 	if *logFormat == "text" {
 		c.Log = slog.New(slog.NewTextHandler(stderr, opts))
 	}
+	if img := cmp.Or(c.SupervisorImage, injector.DefaultSupervisorImage()); injector.UnpinnedImage(img) != "" {
+		c.Log.Warn(injector.UnpinnedWarning(img, injector.UnpinnedImage(img)), "image", img)
+	}
 	if err := webhook.Run(ctx, c); err != nil {
 		c.Log.Error("restart-injector serve failed", "err", err)
 		return exitFailure
