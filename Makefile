@@ -21,7 +21,7 @@ TRAINING_RUNS ?= 5
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := bin/golangci-lint-$(GOLANGCI_LINT_VERSION)
 
-.PHONY: build images push example unit race lint fuzz check test rules-test training conformance bench e2e-up e2e-down clean
+.PHONY: build images push example unit race lint fuzz check test rules-test training controllers conformance bench e2e-up e2e-down clean
 
 build:
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o bin/restart-supervisor ./cmd/restart-supervisor
