@@ -18,28 +18,43 @@ type ownerBudget struct {
 	from string // the field, for explain
 }
 
-// ownerBudgetOf reads it for the template at path of obj:
+// ownerBudgetOf reads it for the template at path of obj, where the
+// owner's controller counts the container restarts the rules make
+// natively, so that in-place restarts would otherwise go unseen:
 //
-//   - JobSet (jobset.x-k8s.io) spec.failurePolicy.maxRestarts, for every
-//     template: the JobSet restarts (recreates every Job) at most that
-//     often (JobSet v0.12.0 api/jobset/v1alpha2/jobset_types.go
-//     FailurePolicy.MaxRestarts); a container restarts in place as often,
-//     then its exit goes to the kubelet and the Job's and JobSet's own
-//     policies decide.
+//   - JobSet (jobset.x-k8s.io) with spec.failurePolicy.restartStrategy
+//     InPlaceRestart: spec.failurePolicy.maxRestarts (default 0), for every
+//     template; JobSet fails the JobSet when a container's restartCount
+//     passes it (JobSet pkg/controllers/in_place_restart.go
+//     getMaxContainerRestartCount). Under the default strategy (Recreate)
+//     maxRestarts counts recreations of the JobSet, which no container
+//     restart makes natively: no budget.
 //   - RayJob (ray.io) spec.submitterConfig.backoffLimit, for
-//     spec.submitterPodTemplate only: the submitter Job's backoffLimit
-//     (KubeRay v1.5.0 ray-operator/apis/ray/v1/rayjob_types.go
-//     SubmitterConfig.BackoffLimit).
+//     spec.submitterPodTemplate when its pods restart OnFailure: the
+//     submitter is a Job, whose backoffLimit counts its pods' restartCount
+//     only then (k8s.io/kubernetes v1.37.2 pkg/controller/job
+//     pastBackoffLimitOnFailure; KubeRay v1.5.0
+//     ray-operator/apis/ray/v1/rayjob_types.go SubmitterConfig).
 //
-// nil when the object sets no such field. A value that is not a whole
-// number from 0 to MaxInt32 is an error naming the field.
+// nil when none applies. A value that is not a whole number from 0 to
+// MaxInt32 is an error naming the field.
 func ownerBudgetOf(obj map[string]any, apiVersion, kind string, path []string) (*ownerBudget, error) {
 	gk := groupKind(apiVersion, kind)
 	var field []string
 	switch {
 	case gk.Group == "jobset.x-k8s.io" && gk.Kind == "JobSet":
+		if s, _ := lookup(obj, []string{"spec", "failurePolicy", "restartStrategy"}).(string); s != "InPlaceRestart" {
+			return nil, nil
+		}
 		field = []string{"spec", "failurePolicy", "maxRestarts"}
+		if lookup(obj, field) == nil {
+			return &ownerBudget{max: 0, from: yamledit.Dotted(field) + " (unset: 0)"}, nil
+		}
 	case gk.Group == "ray.io" && gk.Kind == "RayJob" && len(path) >= 2 && path[0] == "spec" && path[1] == "submitterPodTemplate":
+		tmpl, _ := lookup(obj, path).(map[string]any)
+		if p, _ := lookup(tmpl, []string{"spec", "restartPolicy"}).(string); p != "OnFailure" {
+			return nil, nil
+		}
 		field = []string{"spec", "submitterConfig", "backoffLimit"}
 	default:
 		return nil, nil

@@ -18,7 +18,7 @@ apiVersion: jobset.x-k8s.io/v1alpha2
 kind: JobSet
 metadata: {name: t}
 spec:
-  failurePolicy: {maxRestarts: MAX}
+  failurePolicy: {maxRestarts: MAX, restartStrategy: STRATEGY}
   replicatedJobs:
   - name: w
     template:
@@ -49,7 +49,7 @@ spec:
   submitterConfig: {backoffLimit: 2}
   submitterPodTemplate:
     spec:
-      restartPolicy: Never
+      restartPolicy: SUBMITTERPOLICY
       containers:
       - name: submitter
         image: ray:1
@@ -116,12 +116,17 @@ func configs(t *testing.T, doc string) map[string]rules.Config {
 	return out
 }
 
-// TestOwnerBudget: a JobSet's failurePolicy.maxRestarts and a RayJob's
-// submitterConfig.backoffLimit become the restart budget of the ruled
-// containers of their templates, unless the user gave one; a container
-// without rules, or a template the field does not govern, gets none.
+// TestOwnerBudget: where the owner's controller counts restartCount, its
+// limit becomes the restart budget of the ruled containers of its
+// templates, unless the user gave one: a JobSet's failurePolicy.maxRestarts
+// under restartStrategy InPlaceRestart, a RayJob's
+// submitterConfig.backoffLimit for a submitter that restarts OnFailure. A
+// container without rules, a template the field does not govern, a JobSet
+// that recreates (its maxRestarts counts recreations: the conformance
+// table's JobSet rows restart in place under maxRestarts 0) and a
+// submitter whose pods restart Never get none.
 func TestOwnerBudget(t *testing.T) {
-	js := strings.NewReplacer("MAX", "3", "ANNOTATIONS", "{}").Replace(budgetJobSet)
+	js := strings.NewReplacer("MAX", "3", "STRATEGY", "InPlaceRestart", "ANNOTATIONS", "{}").Replace(budgetJobSet)
 	got := configs(t, js)
 	if b := got["trainer"].RestartBudget; b == nil || b.Max() != 3 || b.Window != nil {
 		t.Errorf("JobSet trainer: budget %+v, want maxRestarts 3 from failurePolicy.maxRestarts", b)
@@ -130,21 +135,31 @@ func TestOwnerBudget(t *testing.T) {
 		t.Errorf("JobSet logger (no rules): budget %+v, want none", c.RestartBudget)
 	}
 
-	own := strings.NewReplacer("MAX", "3", "ANNOTATIONS", `{"`+contract.AnnotationRules+`": '{"trainer":{"restartBudget":{"maxRestarts":7,"window":"1h"}}}'}`).Replace(budgetJobSet)
+	for _, strategy := range []string{"Recreate", "''"} {
+		doc := strings.NewReplacer("MAX", "0", "STRATEGY", strategy, "ANNOTATIONS", "{}").Replace(budgetJobSet)
+		if b := configs(t, doc)["trainer"].RestartBudget; b != nil {
+			t.Errorf("JobSet restartStrategy %s: budget %+v, want none (maxRestarts counts recreations)", strategy, b)
+		}
+	}
+
+	own := strings.NewReplacer("MAX", "3", "STRATEGY", "InPlaceRestart", "ANNOTATIONS", `{"`+contract.AnnotationRules+`": '{"trainer":{"restartBudget":{"maxRestarts":7,"window":"1h"}}}'}`).Replace(budgetJobSet)
 	if b := configs(t, own)["trainer"].RestartBudget; b == nil || b.Max() != 7 || b.WindowDuration().String() != "1h0m0s" {
 		t.Errorf("JobSet trainer with its own budget: %+v, want the user's 7 within 1h", b)
 	}
 
-	got = configs(t, budgetRayJob)
+	got = configs(t, strings.ReplaceAll(budgetRayJob, "SUBMITTERPOLICY", "OnFailure"))
 	if b := got["submitter"].RestartBudget; b == nil || b.Max() != 2 {
-		t.Errorf("RayJob submitter: budget %+v, want maxRestarts 2 from submitterConfig.backoffLimit", b)
+		t.Errorf("RayJob submitter OnFailure: budget %+v, want maxRestarts 2 from submitterConfig.backoffLimit", b)
+	}
+	if b := configs(t, strings.ReplaceAll(budgetRayJob, "SUBMITTERPOLICY", "Never"))["submitter"].RestartBudget; b != nil {
+		t.Errorf("RayJob submitter Never: budget %+v, want none (the Job counts failed pods, not restarts)", b)
 	}
 	if b := got["head"].RestartBudget; b != nil {
 		t.Errorf("RayJob head: budget %+v, want none (backoffLimit is the submitter's)", b)
 	}
 
 	for _, bad := range []string{"-1", "1.5", "x", "2147483648"} {
-		doc := strings.NewReplacer("MAX", bad, "ANNOTATIONS", "{}").Replace(budgetJobSet)
+		doc := strings.NewReplacer("MAX", bad, "STRATEGY", "InPlaceRestart", "ANNOTATIONS", "{}").Replace(budgetJobSet)
 		var obj map[string]any
 		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
 			t.Fatal(err)
@@ -159,7 +174,7 @@ func TestOwnerBudget(t *testing.T) {
 // TestExplainNamesTheOwnersBudget: explain says where a budget came from.
 func TestExplainNamesTheOwnersBudget(t *testing.T) {
 	var obj map[string]any
-	if err := yaml.Unmarshal([]byte(strings.NewReplacer("MAX", "3", "ANNOTATIONS", "{}").Replace(budgetJobSet)), &obj); err != nil {
+	if err := yaml.Unmarshal([]byte(strings.NewReplacer("MAX", "3", "STRATEGY", "InPlaceRestart", "ANNOTATIONS", "{}").Replace(budgetJobSet)), &obj); err != nil {
 		t.Fatal(err)
 	}
 	plans, err := ExplainObject(obj, 0)
