@@ -280,7 +280,8 @@ func checkUndoOp(u undoOp, templates []string, doc *textyaml.Node, root string) 
 						// not know (as the API server drops them).
 						val = knownMetadata(val)
 					}
-					if err != nil || !within(val, cur) {
+					steps := withinSteps
+					if err != nil || !within(val, cur, &steps) {
 						return fmt.Errorf("%s %q: gives back what the document does not hold, where inject only adds; refusing to follow the record", u.Op, clipLen(u.Path, 128))
 					}
 				}
@@ -337,13 +338,24 @@ func knownMetadata(n *textyaml.Node) *textyaml.Node {
 	return &out
 }
 
+// withinSteps is what one check of within may cost: a few milliseconds,
+// and far more than a real template's metadata or env lists need.
+const withinSteps = 1 << 22
+
 // within: was holds nothing that cur does not: null; a scalar equal to
 // cur; a mapping whose every member with a value cur has, with a value
 // within cur's (inject drops a member without a value, `{A}` or A: an empty string,
 // that metadata does not know, as the API server would);
 // a sequence whose items are within cur's items, in order (inject
 // inserts and appends items). Aliases are refused.
-func within(was, cur *textyaml.Node) bool {
+//
+// steps bounds the work: both trees come from the file, and a sequence or
+// mapping matched against another costs their product. Past it the value
+// is not within, and the record is refused.
+func within(was, cur *textyaml.Node, steps *int) bool {
+	if *steps--; *steps < 0 {
+		return false
+	}
 	if was.Kind == textyaml.ScalarNode && was.ShortTag() == "!!null" {
 		return true
 	}
@@ -359,11 +371,14 @@ func within(was, cur *textyaml.Node) bool {
 			if k.Kind != textyaml.ScalarNode {
 				return false
 			}
+			if *steps -= len(cur.Content) / 2; *steps < 0 {
+				return false // yamledit.Member scans cur's members
+			}
 			v, c := was.Content[i+1], yamledit.Member(cur, k.Value)
 			if v.Kind == textyaml.ScalarNode && v.Value == "" {
 				continue // a member without a value (null, empty) gives nothing back
 			}
-			if c == nil || !within(v, c) {
+			if c == nil || !within(v, c, steps) {
 				return false
 			}
 		}
@@ -371,7 +386,7 @@ func within(was, cur *textyaml.Node) bool {
 	case textyaml.SequenceNode:
 		j := 0
 		for _, w := range was.Content {
-			for j < len(cur.Content) && !within(w, cur.Content[j]) {
+			for j < len(cur.Content) && !within(w, cur.Content[j], steps) {
 				j++
 			}
 			if j == len(cur.Content) {

@@ -3,12 +3,14 @@ package injector
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
+	textyaml "go.yaml.in/yaml/v3"
 	kubeyaml "sigs.k8s.io/yaml"
 )
 
@@ -353,5 +355,38 @@ func TestUninjectRefusesForeignRecord(t *testing.T) {
 				t.Errorf("a refused record changed the document:\n%s", lineDiff(string(edited), string(out)))
 			}
 		})
+	}
+}
+
+// TestWithinIsBounded: within matches a value the undo record gives back
+// against the document's; both are the file's, and a hostile pair of
+// long, nearly equal sequences of wide mappings costs their product. The
+// check stops at withinSteps and refuses, where it would otherwise walk
+// about 8 million member comparisons; a real value still matches.
+func TestWithinIsBounded(t *testing.T) {
+	item := func(last string) string {
+		var b strings.Builder
+		b.WriteString("{")
+		for k := range 40 {
+			fmt.Fprintf(&b, "k%d: v, ", k)
+		}
+		b.WriteString("z: " + last + "}")
+		return b.String()
+	}
+	seq := func(n int, last string) *textyaml.Node {
+		var d textyaml.Node
+		if err := textyaml.Unmarshal([]byte("["+strings.Repeat(item(last)+", ", n)+"]"), &d); err != nil {
+			t.Fatal(err)
+		}
+		return d.Content[0]
+	}
+	cur := seq(5000, "v")
+	steps := withinSteps
+	if within(seq(2, "nomatch"), cur, &steps) || steps >= 0 {
+		t.Errorf("within of a hostile pair: steps left %d, want the check stopped and refused", steps)
+	}
+	steps = withinSteps
+	if !within(seq(2, "v"), cur, &steps) {
+		t.Errorf("within of two items the document holds: refused (steps left %d)", steps)
 	}
 }
