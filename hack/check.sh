@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The checks of `make check`: gofmt, the supervisor binary's dependency
 # graph, and that every fuzz target is run. Arguments: the Makefile's
-# FUZZ_TARGETS (package:Function).
+# FUZZ_TARGETS (package:Function:inputs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -38,9 +38,9 @@ missing=0
 while read -r file name; do
 	pkg=$(dirname "$file")
 	case " $* " in
-	*" $pkg:$name "*) ;;
+	*" $pkg:$name:"*) ;;
 	*)
-		echo "$file: $name is not in the Makefile's FUZZ_TARGETS (as $pkg:$name)" >&2
+		echo "$file: $name is not in the Makefile's FUZZ_TARGETS (as $pkg:$name:inputs)" >&2
 		missing=1
 		;;
 	esac
