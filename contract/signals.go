@@ -18,6 +18,15 @@ const (
 	sigRTMax = 64
 )
 
+// SignalTerminating is what `restart-probe prestop`, first in the preStop
+// hook of every wrapped container, sends the supervisor to say that the
+// kubelet has begun to stop the container (supervise.Options.
+// TerminatingSignal). A real-time signal: the supervisor forwards none of
+// them to the workload, so taking one takes nothing a workload received
+// before. SIGRTMIN+10 as runtimes number them (44); a container whose
+// stop signal it is takes it as the stop, which covers what it says.
+const SignalTerminating = syscall.Signal(sigRTMin + 10)
+
 // signalAliases are the names Kubernetes accepts as a stop signal
 // (supportedStopSignalsLinux in pkg/apis/core/validation, v1.33 to v1.36)
 // that golang.org/x/sys does not know.

@@ -313,8 +313,8 @@ func (p *Pod) Observe(st supervise.State) {
 	var gen uint64
 	if p.member != nil {
 		gen = p.member.Generation()
-		if st.Phase == supervise.Stopping || st.Phase == supervise.Exited {
-			// A stopping or exited supervisor ignores pod restarts, and
+		if st.Phase == supervise.Stopping || st.Phase == supervise.Exited || st.Terminating {
+			// A stopping, terminating or exited supervisor ignores pod restarts, and
 			// a watch removed now, a millisecond or more before Close,
 			// spares the container's exit the kernel's wait for it
 			// (dirwatch.Watcher.Unwatch).
@@ -366,6 +366,7 @@ func (s *Status) fill(st supervise.State, gen uint64, restartsBefore int) {
 	s.StartedAt, s.NextStartAt = st.StartedAt, st.NextStartAt
 	s.BackoffRestarts = st.BackoffRestarts
 	s.Started = st.Started
+	s.Terminating = st.Terminating
 	s.Limits = nil
 	if l := st.Limits; l.BudgetRestarts != 0 || l.ProgressDigest != "" || l.StalledRestarts != 0 {
 		s.Limits = &Limits{BudgetRestarts: l.BudgetRestarts, BudgetRecent: l.BudgetRecent, ProgressDigest: l.ProgressDigest, StalledRestarts: l.StalledRestarts}

@@ -118,8 +118,13 @@ type Status struct {
 	// HandOver says why the last exit was handed to the kubelet although
 	// the rules would have restarted it in place (a limit of the config);
 	// absent otherwise.
-	HandOver  *HandOver `json:"handOver,omitempty"`
-	UpdatedAt time.Time `json:"updatedAt"`
+	HandOver *HandOver `json:"handOver,omitempty"`
+	// Terminating: the kubelet has begun to stop this container instance
+	// (its preStop hook said so, restart-probe prestop); no exit is
+	// restarted from then on. The hook waits for it before running the
+	// container's own preStop.
+	Terminating bool      `json:"terminating,omitempty"`
+	UpdatedAt   time.Time `json:"updatedAt"`
 	// SupervisorPID is the supervisor's PID in its own container's PID
 	// namespace; it is not meaningful from another container.
 	SupervisorPID     int    `json:"supervisorPid"`

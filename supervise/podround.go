@@ -121,7 +121,7 @@ const PodRestartGrace = 2 * time.Second
 // waiting for an older round answers the newer generation with the same
 // restart.
 func (s *supervisor) onPodRestart(gen uint64) {
-	if s.phase == Stopping || s.phase == Exited || !s.o.Pod.Accept(gen) {
+	if s.phase == Stopping || s.phase == Exited || s.terminating || !s.o.Pod.Accept(gen) {
 		return
 	}
 	if s.wait.kind == waitOthers {

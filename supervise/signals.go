@@ -71,6 +71,10 @@ func (s *supervisor) onSignal(sig syscall.Signal) {
 		s.onStop(sig)
 		return
 	}
+	if sig == s.o.TerminatingSignal {
+		s.onTerminating()
+		return
+	}
 	if !isForwarded(sig) {
 		return // caught only, see caughtSignals
 	}
@@ -109,7 +113,7 @@ func (s *supervisor) forward(pgid int, sig syscall.Signal) {
 // restart. With no workload running (backoff or hold) there is nothing to
 // wait for, so we exit at once with the last run's status.
 func (s *supervisor) onStop(sig syscall.Signal) {
-	first := s.ending.cause != endStop
+	first := s.phase != Stopping
 	s.phase = Stopping
 	s.disarmProbes()
 	s.wait.leave()
@@ -130,6 +134,41 @@ func (s *supervisor) onStop(sig syscall.Signal) {
 		s.log.Info("stop requested while no workload runs", "signal", unix.SignalName(sig))
 		s.finish(s.lastStatus())
 	}
+}
+
+// onTerminating handles the kubelet's beginning to stop this container
+// instance, which its preStop hook reports before it runs the container's
+// own hook (restart-probe prestop): a pod's deletion (or eviction), or a
+// stop the kubelet restarts the container after (an in-place resize with
+// RestartContainer, a changed image). The stop signal follows once the
+// hook is done, but what happens before it is already the kubelet's: a
+// pod marked for deletion has no container restarted
+// (pkg/kubelet/container/helpers.go ShouldContainerBeRestarted, v1.37.2),
+// its liveness and startup probes stop (pkg/kubelet/prober/worker.go
+// doProbe, "Pod deletion requested, setting probe result to success") and
+// it starts no pod-wide restart; any other stop ends the instance. So the
+// workload's exit from here on ends supervision unjudged, as a stop's
+// does (a workload that a preStop makes exit 42 is not restarted under
+// Restart In [42]), and with no workload running (back-off, hold, a pod
+// restart's round) there is no container to stop natively: the
+// supervisor exits at once with the last run's status, and the hook's
+// own part is not run (restart-probe prestop sees the exit).
+func (s *supervisor) onTerminating() {
+	if s.terminating || s.phase == Exited {
+		return
+	}
+	s.terminating = true
+	s.disarmProbes()
+	if s.proc == nil {
+		s.log.Info("the kubelet is stopping the container while no workload runs; exiting with the last run's status", "status", s.lastStatus())
+		s.finish(s.lastStatus())
+		return
+	}
+	// A probe's or a pod restart's kill under way ends the run all the
+	// same; its exit now ends supervision.
+	s.ending = ending{cause: endStop}
+	s.log.Info("the kubelet is stopping the container; the workload's exit will not be restarted", "pid", s.proc.pid)
+	s.changed()
 }
 
 // grace is the SIGKILL that follows a stop signal once its grace period

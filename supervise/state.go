@@ -86,6 +86,9 @@ type State struct {
 	// HandOver is why the last exit was handed over although the rules
 	// would have restarted it in place; nil when it was not.
 	HandOver *HandOver
+	// Terminating: the kubelet is stopping this container instance
+	// (Options.TerminatingSignal); the workload's exit ends supervision.
+	Terminating bool
 }
 
 // Result is how supervision ended.

@@ -132,6 +132,13 @@ type Options struct {
 	// SIGKILLs.
 	MemoryEvents string
 
+	// TerminatingSignal, when not zero and not a stop signal, tells the
+	// supervisor that the kubelet has begun to stop this container
+	// instance: the container's preStop hook (restart-probe prestop,
+	// which the injector puts first in it) sends it before the rest of
+	// the hook runs, so before the stop signal. See onTerminating.
+	TerminatingSignal syscall.Signal
+
 	// BeforeRestart, when set, is called before each in-place start (not
 	// the first): what the kubelet would give a new container instance,
 	// the supervisor's caller gives the next run (an empty termination
@@ -177,6 +184,9 @@ type supervisor struct {
 	phase  Phase
 	ending ending  // why the running workload is ending
 	wait   waiting // what the loop waits for while no workload runs
+	// terminating: the kubelet is stopping this container instance
+	// (onTerminating); no exit is restarted from then on.
+	terminating bool
 
 	proc  *process // the running workload; nil in every other phase
 	grace grace    // the SIGKILL that ends a stop or a kill
@@ -237,6 +247,9 @@ func Run(o Options) Result {
 	for _, sig := range o.StopSignals {
 		s.stop[sig] = true
 		notify = append(notify, sig)
+	}
+	if t := o.TerminatingSignal; t != 0 && !s.stop[t] {
+		notify = append(notify, t)
 	}
 	// A burst of distinct signals must not overflow the channel; SIGCHLD
 	// itself may coalesce, which the drain loop and the tick allow for.
@@ -323,7 +336,7 @@ func (s *supervisor) changed() {
 
 func (s *supervisor) state() State {
 	st := State{Phase: s.phase, Restarts: s.restarts, PodRestarts: s.podRestarts, LastExit: s.last, LastRestart: s.lastRestart,
-		StartedAt: s.lastStart, BackoffRestarts: s.backoff.n, HandOver: s.handOver}
+		StartedAt: s.lastStart, BackoffRestarts: s.backoff.n, HandOver: s.handOver, Terminating: s.terminating}
 	st.Limits = s.limits
 	st.Limits.BudgetRecent = append([]time.Time(nil), s.limits.BudgetRecent...)
 	switch s.phase {

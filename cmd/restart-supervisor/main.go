@@ -223,6 +223,9 @@ func supervisorCmd(args []string) int {
 		Resume:           pod.Resume(),
 		Limits:           pod.Limits(),
 		MemoryEvents:     supervise.ContainerMemoryEvents(),
+		// In a pod (a state directory: the injector wrapped it) the
+		// preStop hook tells the supervisor of the kubelet's stop.
+		TerminatingSignal: terminatingSignal(f.stateDir),
 		// The kubelet gives each container instance an empty
 		// termination message file (kuberuntime_container.go
 		// makeMounts, v1.37.2); each in-place run starts with one too,
@@ -235,7 +238,7 @@ func supervisorCmd(args []string) int {
 			}
 		},
 		OnChange: func(st supervise.State) {
-			if st.Phase == supervise.Stopping || st.Phase == supervise.Exited {
+			if st.Phase == supervise.Stopping || st.Phase == supervise.Exited || st.Terminating {
 				// No rule decides an exit from here on; an inotify
 				// watch removed now does not hold up the exit.
 				unwatchConfig()
@@ -267,6 +270,16 @@ func supervisorCmd(args []string) int {
 		}
 	}
 	return status
+}
+
+// terminatingSignal is the signal restart-probe prestop sends, where there
+// is a state directory for it to find the supervisor through; elsewhere
+// none is caught, which spares a signal.Notify at start-up.
+func terminatingSignal(stateDir string) syscall.Signal {
+	if stateDir == "" {
+		return 0
+	}
+	return contract.SignalTerminating
 }
 
 // parseSupervisorFlags reads the flags and, where a flag is not given, its
