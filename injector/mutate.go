@@ -422,6 +422,13 @@ func (m *mutation) wrap(cr ContainerRules) error {
 	if s.readiness != nil {
 		m.p.add(base+"/readinessProbe", replacing(s.readiness, c.ReadinessProbe))
 	}
+	if cr.Kind != KindInit {
+		hook, err := prestopHook(c)
+		if err != nil {
+			return fmt.Errorf("%s: container %q: %v", m.object, c.Name, err)
+		}
+		m.p.add(base+"/lifecycle", withPrestop(c, hook))
+	}
 	m.p.add(base+"/command", s.cmd)
 	addToArray(&m.p, base+"/env", len(c.Env), s.env...)
 	addToArray(&m.p, base+"/volumeMounts", len(c.VolumeMounts), s.mounts...)

@@ -231,13 +231,13 @@ func templatePrefixes(obj map[string]any) []string {
 
 // undoFields are, per operation of an undo record, the fields of a
 // wrapped container whose edit by inject that operation undoes: inject
-// adds startupProbe, readinessProbe, command, env and volumeMounts
+// adds startupProbe, readinessProbe, lifecycle, command, env and volumeMounts
 // (undone by remove, or by replace where the container had its own), and
 // takes restartPolicyRules, restartPolicy and livenessProbe out (undone by
 // insert). mutation.wrap makes these edits.
 var undoFields = map[string]map[string]bool{
-	"remove":  {"startupProbe": true, "readinessProbe": true, "command": true, "env": true, "volumeMounts": true},
-	"replace": {"startupProbe": true, "readinessProbe": true, "livenessProbe": true, "command": true},
+	"remove":  {"startupProbe": true, "readinessProbe": true, "command": true, "env": true, "volumeMounts": true, "lifecycle": true},
+	"replace": {"startupProbe": true, "readinessProbe": true, "livenessProbe": true, "command": true, "lifecycle": true},
 	"insert":  {"restartPolicyRules": true, "restartPolicy": true, "livenessProbe": true},
 }
 

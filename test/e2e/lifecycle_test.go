@@ -312,3 +312,47 @@ func fmtWant(ds []time.Duration) string {
 	}
 	return strings.Join(s, ", ")
 }
+
+// preStopScenario: upstream a pod marked for deletion has no container
+// restarted (pkg/kubelet/container/helpers.go ShouldContainerBeRestarted,
+// v1.37.2) from before its preStop hook runs. A hook that makes the
+// workload exit (nginx -s quit) with a code its rules restart therefore
+// ends the container, with that code, before the stop signal. The hook
+// goes on for 5 s: a supervisor that learnt of the deletion from the stop
+// signal alone restarted the workload in place meanwhile.
+func preStopScenario(ctx context.Context, e *env, name string) result {
+	const grace = 20
+	c := shell("c", fmt.Sprintf("mark %s; while [ ! -e /tmp/quit ]; do sleep 0.1; done; mark %s; exit 42", markStart, markExit),
+		policy(corev1.ContainerRestartPolicyNever), restartIn(42))
+	c.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{
+		Exec: &corev1.ExecAction{Command: []string{"sh", "-c", "touch /tmp/quit; sleep 5"}},
+	}}
+	if err := e.createPod(ctx, name, e.withVolumes(podSpec(corev1.RestartPolicyNever, grace, c), name)); err != nil {
+		return result{err: err}
+	}
+	pod, o, err := e.waitPod(ctx, name, "c", scenarioTimeout, func(p *corev1.Pod, o observation) bool {
+		cs := containerStatus(p, "c")
+		return o.starts >= 1 && cs != nil && cs.State.Running != nil
+	})
+	if err != nil {
+		return result{err: err}
+	}
+	time.Sleep(time.Second)
+	r := fromObservation(pod, o)
+	d, err := e.deleteAndWait(ctx, name, "c", grace, grace*time.Second+goneSlack)
+	if err != nil {
+		return result{err: err}
+	}
+	exit := "exit not seen"
+	if d.exit != nil {
+		exit = fmt.Sprintf("exit %d", d.exit.ExitCode)
+	}
+	after := "no restart after delete"
+	if d.restartedAfter {
+		after = "restarted after delete"
+	}
+	r.outcome = exit + ", " + after
+	r.notes = append(r.notes, d.notes()...)
+	r.phase = "deleted"
+	return r
+}

@@ -219,6 +219,10 @@ func scenarios() []scenario {
 		want: same("checkpoint done, exit 0, stopped within the grace period"),
 		run:  graceScenario,
 	}, {
+		name: "PreStopExit", desc: "container Never + Restart In [42]; delete (grace 20 s): the preStop hook makes the workload exit 42 (as `nginx -s quit`), then sleeps 5 s (supervised: restart-probe tells the supervisor of the deletion first)",
+		want: same("exit 42, no restart after delete"),
+		run:  preStopScenario,
+	}, {
 		name: "BackoffHandOver", desc: "pod Always, container Always + Restart In [42]; exits 42, 42, 1, 42, 42, then stays up (supervised: the 1 goes to the kubelet, the next supervisor keeps the count)",
 		want: same("Running, restarted, first restart within 15 s, then each delay at least 10, 20, 40, 80 s and short of the next step"),
 		run:  backoffScenario,
