@@ -49,6 +49,9 @@ type ContainerRules struct {
 	// (restartBudget, handOverExitCodes, preRestartCheck, progress),
 	// which only the annotation carries: a pod spec has no such fields.
 	Limits rules.Limits
+	// Backoff is the container's in-place back-off from the annotation
+	// (its `backoff`), field by field over Options.Backoff.
+	Backoff rules.Backoff
 	// BudgetFrom names the owner's field Limits.RestartBudget came from
 	// (ownerbudget.go); empty when the user set it, or none.
 	BudgetFrom string
@@ -126,6 +129,7 @@ func podRules(v rules.KubeVersion, pod *corev1.Pod, ann map[string]carried, spec
 					return fmt.Errorf("%s: metadata.annotations[%s]: container %q: %v", object, contract.AnnotationRules, c.Name, errs)
 				}
 				cr.Limits = a.Limits
+				cr.Backoff = a.Backoff
 			}
 			cr.Rules = merged
 			if init {
@@ -369,6 +373,7 @@ func (cr ContainerRules) config() rules.Config {
 	if cr.Ruled {
 		cfg.Limits = cr.Limits
 	}
+	cfg.Backoff = cr.Backoff
 	return cfg
 }
 
@@ -446,6 +451,9 @@ func parseRulesAnnotation(ann map[string]string) (map[string]carried, error) {
 type carried struct {
 	rules.Container
 	rules.Limits
+	// Backoff is the container's in-place back-off where it is not the
+	// injector's (Options.Backoff).
+	Backoff rules.Backoff `json:"backoff,omitzero"`
 }
 
 // annEntry is an entry as the annotation's YAML library decodes it; the
@@ -460,10 +468,31 @@ type annEntry struct {
 	HandOverExitCodes []int32                `yaml:"handOverExitCodes"`
 	PreRestartCheck   *rules.PreRestartCheck `yaml:"preRestartCheck"`
 	Progress          *rules.Progress        `yaml:"progress"`
+	Backoff           *struct {
+		Initial *string `yaml:"initial"`
+		Max     *string `yaml:"max"`
+	} `yaml:"backoff"`
 }
 
 func (a annEntry) carried() (carried, error) {
 	c := carried{Container: a.Container, Limits: rules.Limits{HandOverExitCodes: a.HandOverExitCodes, PreRestartCheck: a.PreRestartCheck, Progress: a.Progress}}
+	if b := a.Backoff; b != nil {
+		for _, f := range []struct {
+			name string
+			v    *string
+			to   **rules.Duration
+		}{{"backoff.initial", b.Initial, &c.Backoff.Initial}, {"backoff.max", b.Max, &c.Backoff.Max}} {
+			if f.v == nil {
+				continue
+			}
+			d, err := time.ParseDuration(*f.v)
+			if err != nil || d <= 0 {
+				return c, fmt.Errorf("%s: Invalid value: %q: must be a positive Go duration such as \"60s\"", f.name, clip(*f.v))
+			}
+			rd := rules.Duration(d)
+			*f.to = &rd
+		}
+	}
 	if b := a.RestartBudget; b != nil {
 		c.RestartBudget = &rules.RestartBudget{MaxRestarts: b.MaxRestarts}
 		if b.Window != nil {
@@ -493,13 +522,16 @@ const (
 	annCheck
 	annArgs // list of scalars, a command's
 	annProgress
+	annBackoff
 )
 
 // annFields are the keys of each mapping shape and the shape of their
 // values: the fields of rules.Container, Rule and ExitCodes.
 var annFields = map[annShape]map[string]annShape{
 	annContainer: {"restartPolicy": annScalar, "restartPolicyRules": annRules,
-		"restartBudget": annBudget, "handOverExitCodes": annValues, "preRestartCheck": annCheck, "progress": annProgress},
+		"restartBudget": annBudget, "handOverExitCodes": annValues, "preRestartCheck": annCheck, "progress": annProgress,
+		"backoff": annBackoff},
+	annBackoff:   {"initial": annScalar, "max": annScalar},
 	annBudget:    {"maxRestarts": annScalar, "window": annScalar},
 	annCheck:     {"command": annArgs, "timeoutSeconds": annScalar},
 	annProgress:  {"file": annScalar, "maxStalledRestarts": annScalar},

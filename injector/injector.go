@@ -71,6 +71,14 @@ type Options struct {
 	// the restart fields must pass, with its messages; zero is the newest.
 	// WithKubeVersion overrides it per call.
 	KubeVersion rules.KubeVersion
+	// Backoff is the in-place back-off of every wrapped container whose
+	// rules annotation gives none (field by field): the nodes'
+	// CrashLoopBackOff where it is not the kubelet's default, which the
+	// pod cannot see (kubelet configuration
+	// crashLoopBackOff.maxContainerRestartPeriod, KEP-4603, beta in
+	// 1.35). Zero fields keep the kubelet's defaults (10 s doubling to
+	// 300 s).
+	Backoff rules.Backoff
 }
 
 // Injector mutates pods. It is safe for concurrent use.

@@ -522,6 +522,12 @@ func (m *mutation) supervision(cr ContainerRules, c *corev1.Container, name stri
 	s.cmd = append(cmd, l.argv...)
 
 	cfg := cr.config()
+	if cfg.Backoff.Initial == nil {
+		cfg.Backoff.Initial = m.opts.Backoff.Initial
+	}
+	if cfg.Backoff.Max == nil {
+		cfg.Backoff.Max = m.opts.Backoff.Max
+	}
 	if cr.Kind != KindInit {
 		// An init container that is not a sidecar has no probes.
 		if cfg.Probes, err = wrappedProbes(m.object, c, m.pod.Spec.TerminationGracePeriodSeconds); err != nil {

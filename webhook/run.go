@@ -21,6 +21,7 @@ import (
 	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/imagelookup/registry"
 	"github.com/restart-supervisor/restart-supervisor/injector"
+	"github.com/restart-supervisor/restart-supervisor/rules"
 )
 
 // CertMode says where the serving certificate comes from.
@@ -123,6 +124,9 @@ type Config struct {
 	// VolumeMedium is the medium of the injected emptyDirs. If it is
 	// empty, they live on the node's disk.
 	VolumeMedium corev1.StorageMedium
+	// Backoff is the in-place back-off of wrapped containers whose rules
+	// annotation gives none (injector.Options.Backoff).
+	Backoff rules.Backoff
 
 	// Kubeconfig is the file Run reads API access from. If Kubeconfig is
 	// empty, the in-cluster configuration is used. The API server is only
@@ -261,6 +265,7 @@ func Run(ctx context.Context, c Config) error {
 		SupervisorImage: c.SupervisorImage,
 		ImagePullPolicy: c.ImagePullPolicy,
 		VolumeMedium:    c.VolumeMedium,
+		Backoff:         c.Backoff,
 	}
 	if c.RegistryLookup {
 		ropts := registry.Options{

@@ -37,6 +37,28 @@ flags:
 // kubeVersionUsage describes --kubernetes-version of inject and explain.
 var kubeVersionUsage = "`VERSION` of Kubernetes (1.34 to " + rules.NewestKube.String() + ") whose API server's validation messages and accepted shapes the restart fields follow (default " + rules.NewestKube.String() + ")"
 
+// backoffFlags defines -backoff-initial and -backoff-max, the nodes'
+// CrashLoopBackOff for every wrapped container whose rules annotation
+// gives none (injector.Options.Backoff).
+func backoffFlags(fl *flag.FlagSet, b *rules.Backoff) {
+	fl.Func("backoff-initial", "`DURATION` of the in-place back-off's second restart (default 10s, the kubelet's)", func(v string) error {
+		return setBackoff(&b.Initial, v)
+	})
+	fl.Func("backoff-max", "longest in-place back-off `DURATION` (default 300s; set the nodes' crashLoopBackOff.maxContainerRestartPeriod where it is set)", func(v string) error {
+		return setBackoff(&b.Max, v)
+	})
+}
+
+func setBackoff(to **rules.Duration, v string) error {
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return fmt.Errorf("want a positive duration such as 60s, got %q", v)
+	}
+	rd := rules.Duration(d)
+	*to = &rd
+	return nil
+}
+
 // fileList collects repeated -f flags.
 type fileList []string
 
@@ -54,6 +76,8 @@ func runInject(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	var insecure, allowed registryList
 	registryFlags(fl, &insecure, &allowed)
 	medium := fl.String("volume-medium", "", `emptyDir medium of the injected volumes: "" (node disk) or Memory`)
+	var backoff rules.Backoff
+	backoffFlags(fl, &backoff)
 	diff := fl.Bool("diff", false, "print a unified diff of input and output instead of the output")
 	quiet := fl.Bool("q", false, "do not report injected objects on stderr")
 	var outFile outputFile
@@ -85,7 +109,7 @@ func runInject(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	if img := cmp.Or(*image, injector.DefaultSupervisorImage()); injector.UnpinnedImage(img) != "" {
 		fmt.Fprintf(stderr, "warning: %s\n", injector.UnpinnedWarning(img, injector.UnpinnedImage(img)))
 	}
-	opts := injector.Options{SupervisorImage: *image, VolumeMedium: corev1.StorageMedium(*medium), KubeVersion: kubeVersion}
+	opts := injector.Options{SupervisorImage: *image, VolumeMedium: corev1.StorageMedium(*medium), KubeVersion: kubeVersion, Backoff: backoff}
 	if !*noLookup {
 		opts.Resolver = registry.New(registry.Options{Keychain: authn.DefaultKeychain, Timeout: *timeout,
 			InsecureRegistries: insecure, AllowedRegistries: allowed})

@@ -46,6 +46,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) int {
 	fs.StringVar(&c.SupervisorImage, "supervisor-image", "", "`IMAGE` of the install init container (default "+injector.DefaultSupervisorImage()+")")
 	pullPolicy := fs.String("image-pull-policy", "", "imagePullPolicy of the install init container (default: the API server's)")
 	volumeMedium := fs.String("volume-medium", "", "`MEDIUM` of the injected emptyDirs: \"\" (node disk) or Memory")
+	backoffFlags(fs, &c.Backoff)
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "`FILE` for API access outside a cluster (default: in-cluster config)")
 	logFormat := fs.String("log-format", "json", "log `FORMAT`: json or text")
 	logLevel := fs.String("log-level", "info", "log `LEVEL`: debug, info, warn, error")
