@@ -27,7 +27,7 @@ TRAINING_RUNS ?= 5
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := bin/golangci-lint-$(GOLANGCI_LINT_VERSION)
 
-.PHONY: build images push example unit race lint fuzz check test rules-test training controllers conformance bench e2e-up e2e-down clean
+.PHONY: build images push example unit race lint fuzz check test rules-test training podstart controllers conformance bench e2e-up e2e-down clean
 
 build:
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o bin/restart-supervisor ./cmd/restart-supervisor
@@ -158,6 +158,15 @@ training:
 	dpkg -s python3-torch >/dev/null 2>&1 || hack/apt-install.sh python3-torch
 	RUNS=$(TRAINING_RUNS) go test -tags training -count=1 -v -timeout 30m ./test/training -update
 	TRAINING_RUNS=$(TRAINING_RUNS) go test -tags training -count=1 -v -timeout 150m -run TestTrainingOnKubelet ./test/e2e -update-training
+
+# What injection costs a pod's start on the real kubelet: PODSTART_PODS pods
+# (default 100) uninjected, injected offline and by the webhook, in waves of
+# 10 and all at once (test/e2e TestPodStart, writes
+# docs/podstart-<release>.md). KUBE_BIN_DIR picks the release (setup.sh's by
+# default). Root; about 15 minutes here.
+PODSTART_PODS ?= 100
+podstart:
+	PODSTART_PODS=$(PODSTART_PODS) go test -tags podstart -count=1 -v -timeout 3h -run '^TestPodStart$$' ./test/e2e
 
 # The Kubeflow training-operator and KubeRay, built from the Go module proxy
 # (hack/training-operator.sh, hack/kuberay.sh: about 5 min each cold, cached

@@ -1,0 +1,417 @@
+//go:build podstart
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/restart-supervisor/restart-supervisor/injector"
+	"github.com/restart-supervisor/restart-supervisor/test/e2e/cluster"
+)
+
+// TestPodStart measures what injection costs a pod's start on the real
+// kubelet (make podstart): N pods (PODSTART_PODS, default 100) of the small
+// busybox image, in waves of 10 (each wave Ready before the next is
+// created) and all at once, for each way a pod reaches the node:
+//
+//   - uninjected: no rules, no webhook registered (the baseline);
+//   - offline: injected by `restart-injector inject` (the injector's
+//     MutatePod) before it is created, no webhook registered;
+//   - webhook: its rules in the restart-supervisor.dev/rules annotation,
+//     injected by the webhook on create;
+//   - uninjected+webhook: no rules, with the webhook registered: what the
+//     admission call alone costs a pod it does not change.
+//
+// Each pod's phases are the moments the test's watch first sees them,
+// measured from the start of the pod's create call: created (the call
+// returned: admission included), initialized (condition Initialized),
+// started (its container running) and ready (condition Ready). The
+// statuses' own timestamps have one-second resolution, too coarse for
+// these figures. The API server's admission-webhook histogram gives the
+// webhook's mean per call. The run writes docs/podstart-<release>.md.
+func TestPodStart(t *testing.T) {
+	repo, binDir := prepareNode(t)
+	n := 100
+	if v, err := strconv.Atoi(os.Getenv("PODSTART_PODS")); err == nil && v > 0 {
+		n = v
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Hour)
+	defer cancel()
+	upStart := time.Now()
+	// The restart gates off: the webhook wraps what it sees, as on a
+	// cluster without the feature.
+	c, err := cluster.Up(ctx, cluster.Options{BinDir: binDir, Repo: repo, RestartRules: false, SupervisorImage: true, Log: testWriter{t}})
+	if err != nil {
+		t.Fatalf("cluster up: %v", err)
+	}
+	tearDownAtEnd(t, c)
+	t.Logf("cluster %s up in %s", c.KubeVersion, time.Since(upStart).Round(time.Second))
+	cfg := *c.Config
+	cfg.QPS, cfg.Burst = 1000, 1000
+	client, err := kubernetes.NewForConfig(&cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inj := injector.New(injector.Options{SupervisorImage: cluster.SupervisorImage, ImagePullPolicy: corev1.PullNever})
+	b := &podBench{t: t, c: c, client: client, ns: "default"}
+	load := []string{podstartLoad()}
+
+	type variant struct {
+		name string
+		make func(name string) *corev1.Pod
+	}
+	uninjected := variant{"uninjected", func(name string) *corev1.Pod { return benchPod(name, false) }}
+	offline := variant{"offline", func(name string) *corev1.Pod {
+		res, err := inj.MutatePod(ctx, benchPod(name, true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Pod
+	}}
+	viaWebhook := variant{"webhook", func(name string) *corev1.Pod {
+		p := benchPod(name, true)
+		if err := cluster.RulesToAnnotation(&p.ObjectMeta, &p.Spec); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}}
+	passThrough := variant{"uninjected+webhook", uninjected.make}
+
+	// Warm-up, not reported: the first sandboxes, the images' first
+	// unpack into the snapshotter, the install container's first copy.
+	b.run(ctx, "warmup-u", uninjected.make, 10, 10)
+	b.run(ctx, "warmup-o", offline.make, 10, 10)
+
+	var rows []podstartRow
+	measure := func(v variant) {
+		for _, wave := range []int{10, n} {
+			label := "waves of 10"
+			if wave == n {
+				label = "all at once"
+			}
+			before := b.admissionSeconds(ctx)
+			samples := b.run(ctx, fmt.Sprintf("%s-%d", strings.ReplaceAll(v.name, "+", "-"), wave), v.make, n, wave)
+			after := b.admissionSeconds(ctx)
+			row := podstartRow{variant: v.name, mode: label, samples: samples}
+			if after.count > before.count {
+				row.admission = (after.sum - before.sum) / float64(after.count-before.count)
+				row.admissionCalls = after.count - before.count
+			}
+			rows = append(rows, row)
+			t.Logf("%s, %s: ready p50 %.3fs p99 %.3fs", v.name, label, row.quantile(phaseReady, 0.5), row.quantile(phaseReady, 0.99))
+		}
+	}
+	measure(uninjected)
+	measure(offline)
+	if err := c.StartWebhook(ctx, repo); err != nil {
+		t.Fatalf("webhook: %v", err)
+	}
+	measure(viaWebhook)
+	measure(passThrough)
+	load = append(load, podstartLoad())
+
+	doc := podstartReport(c.KubeVersion, n, rows, load, time.Since(upStart))
+	t.Log("\n" + doc)
+	path := filepath.Join(repo, "docs", "podstart-"+c.KubeVersion+".md")
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("wrote %s", path)
+}
+
+// benchPod is the measured pod: one container of the local busybox image
+// that sleeps, restartPolicy Never; with rules, Restart on exit 42 (so that
+// the injector wraps it).
+func benchPod(name string, withRules bool) *corev1.Pod {
+	c := corev1.Container{Name: "c", Image: cluster.BusyboxImage, ImagePullPolicy: corev1.PullNever, Command: []string{"sleep", "3600"}}
+	if withRules {
+		c.RestartPolicy = policy(corev1.ContainerRestartPolicyNever)
+		c.RestartPolicyRules = []corev1.ContainerRestartRule{{Action: corev1.ContainerRestartRuleActionRestart,
+			ExitCodes: &corev1.ContainerRestartRuleOnExitCodes{Operator: corev1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{42}}}}
+	}
+	zero, no := int64(0), false
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"podstart": "bench"}},
+		// No service account token: the cluster runs no controller that
+		// publishes kube-root-ca.crt, as the conformance pods.
+		Spec: corev1.PodSpec{NodeName: cluster.NodeName, RestartPolicy: corev1.RestartPolicyNever, AutomountServiceAccountToken: &no,
+			TerminationGracePeriodSeconds: &zero, Containers: []corev1.Container{c}},
+	}
+}
+
+// The phases of a pod's start, in order.
+const (
+	phaseCreated = iota
+	phaseInitialized
+	phaseStarted
+	phaseReady
+	phases
+)
+
+var phaseNames = [phases]string{"created", "initialized", "started", "ready"}
+
+// podSample is one pod: each phase's time from the start of its create
+// call (0 while not seen).
+type podSample [phases]time.Duration
+
+type podBench struct {
+	t      *testing.T
+	c      *cluster.Cluster
+	client kubernetes.Interface
+	ns     string
+}
+
+// run creates n pods named prefix-i, wave at a time (each wave Ready
+// before the next is created), and returns their samples once all are
+// Ready; then it deletes them and waits until they are gone.
+func (b *podBench) run(ctx context.Context, prefix string, mk func(string) *corev1.Pod, n, wave int) []podSample {
+	b.t.Helper()
+	var mu sync.Mutex
+	start := map[string]time.Time{}
+	samples := map[string]*podSample{}
+	readyC := make(chan string, n)
+	w, err := b.client.CoreV1().Pods(b.ns).Watch(ctx, metav1.ListOptions{LabelSelector: "podstart=bench"})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer w.Stop()
+	go func() {
+		for ev := range w.ResultChan() {
+			now := time.Now()
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok || ev.Type == watch.Deleted || !strings.HasPrefix(p.Name, prefix+"-") {
+				continue
+			}
+			mu.Lock()
+			s, t0 := samples[p.Name], start[p.Name]
+			if s == nil {
+				mu.Unlock()
+				continue
+			}
+			seen := func(i int, ok bool) {
+				if ok && s[i] == 0 {
+					s[i] = now.Sub(t0)
+					if i == phaseReady {
+						readyC <- p.Name
+					}
+				}
+			}
+			seen(phaseInitialized, condition(p, corev1.PodInitialized))
+			seen(phaseStarted, len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].State.Running != nil)
+			seen(phaseReady, condition(p, corev1.PodReady))
+			mu.Unlock()
+		}
+	}()
+	pods := make([]*corev1.Pod, n)
+	for i := range pods {
+		pods[i] = mk(fmt.Sprintf("%s-%03d", prefix, i))
+	}
+	for from := 0; from < n; from += wave {
+		to := min(from+wave, n)
+		var wg sync.WaitGroup
+		errs := make(chan error, to-from)
+		// At most 20 create calls at once, as a controller's workers.
+		sem := make(chan struct{}, 20)
+		for _, p := range pods[from:to] {
+			wg.Add(1)
+			go func(p *corev1.Pod) {
+				defer wg.Done()
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				mu.Lock()
+				samples[p.Name] = &podSample{}
+				t0 := time.Now()
+				start[p.Name] = t0
+				mu.Unlock()
+				_, err := b.client.CoreV1().Pods(b.ns).Create(ctx, p, metav1.CreateOptions{})
+				mu.Lock()
+				samples[p.Name][phaseCreated] = time.Since(t0)
+				mu.Unlock()
+				if err != nil {
+					errs <- fmt.Errorf("create %s: %w", p.Name, err)
+				}
+			}(p)
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			b.t.Fatal(err)
+		}
+		deadline := time.After(15 * time.Minute)
+		for i := from; i < to; i++ {
+			select {
+			case <-readyC:
+			case <-deadline:
+				b.t.Fatalf("%s: pods %d..%d not all Ready within 15 minutes", prefix, from, to-1)
+			}
+		}
+	}
+	mu.Lock()
+	out := make([]podSample, 0, n)
+	for _, s := range samples {
+		out = append(out, *s)
+	}
+	mu.Unlock()
+	b.deleteAll(ctx)
+	return out
+}
+
+func condition(p *corev1.Pod, t corev1.PodConditionType) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == t {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// deleteAll deletes the measured pods at once and waits until the API
+// server has none left, so that the next run starts on an idle node.
+func (b *podBench) deleteAll(ctx context.Context) {
+	zero := int64(0)
+	if err := b.client.CoreV1().Pods(b.ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero},
+		metav1.ListOptions{LabelSelector: "podstart=bench"}); err != nil {
+		b.t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Minute)
+	for {
+		l, err := b.client.CoreV1().Pods(b.ns).List(ctx, metav1.ListOptions{LabelSelector: "podstart=bench"})
+		if err != nil {
+			b.t.Fatal(err)
+		}
+		if len(l.Items) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.t.Fatalf("%d pods left 10 minutes after their deletion", len(l.Items))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+type histogramSum struct {
+	sum   float64
+	count int
+}
+
+// admissionSeconds reads the API server's
+// apiserver_admission_webhook_admission_duration_seconds, summed over its
+// series (there is one webhook).
+func (b *podBench) admissionSeconds(ctx context.Context) histogramSum {
+	raw, err := b.client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		b.t.Fatalf("API server metrics: %v", err)
+	}
+	var h histogramSum
+	for _, line := range bytes.Split(raw, []byte("\n")) {
+		name, rest, ok := bytes.Cut(line, []byte("{"))
+		if !ok {
+			continue
+		}
+		_, value, ok := bytes.Cut(rest, []byte("} "))
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(string(bytes.TrimSpace(value)), 64)
+		if err != nil {
+			continue
+		}
+		switch string(name) {
+		case "apiserver_admission_webhook_admission_duration_seconds_sum":
+			h.sum += v
+		case "apiserver_admission_webhook_admission_duration_seconds_count":
+			h.count += int(v)
+		}
+	}
+	return h
+}
+
+type podstartRow struct {
+	variant, mode  string
+	samples        []podSample
+	admission      float64 // mean seconds per webhook call, 0 when none
+	admissionCalls int
+}
+
+// quantile is the q-quantile (nearest rank) of a phase over the row's
+// pods, in seconds.
+func (r podstartRow) quantile(phase int, q float64) float64 {
+	var v []float64
+	for _, s := range r.samples {
+		v = append(v, s[phase].Seconds())
+	}
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	sort.Float64s(v)
+	i := int(math.Ceil(q*float64(len(v)))) - 1
+	return v[max(i, 0)]
+}
+
+func podstartLoad() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+func podstartReport(release string, n int, rows []podstartRow, load []string, took time.Duration) string {
+	commit, _ := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Pod start with and without injection, kubelet %s\n\n", release)
+	fmt.Fprintf(&b, "Written by `make podstart` (test/e2e/podstart_test.go) on kubelet %s, commit %s, %s UTC; load average %s at the start, %s at the end; the run took %s.\n",
+		release, strings.TrimSpace(string(commit)), time.Now().UTC().Format("2006-01-02 15:04"), load[0], load[len(load)-1], took.Round(time.Second))
+	fmt.Fprintf(&b, "%d pods per row, one container of a local busybox image (`sleep 3600`), on one node (API server, kubelet and containerd on this machine, %d CPUs). ", n, runtime.NumCPU())
+	b.WriteString("Each phase is when the test's watch first saw it, from the start of the pod's create call: median and p99 (nearest rank) in seconds. ")
+	b.WriteString("`created` is the create call itself (admission included); `initialized` the Initialized condition (an injected pod first runs the install container); `started` its container running; `ready` the Ready condition. ")
+	b.WriteString("`+ready` is the median `ready` over the uninjected row of the same mode. ")
+	b.WriteString("The webhook is registered as `deploy/base/webhook.yaml` registers it: its matchConditions, which the API server evaluates, send it only pods that carry rules, so `uninjected+webhook` makes no webhook call at all.\n\n")
+	b.WriteString("| pods | mode | created p50 / p99 | initialized p50 / p99 | started p50 / p99 | ready p50 / p99 | +ready | webhook mean per call |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|\n")
+	base := map[string]float64{}
+	for _, r := range rows {
+		if r.variant == "uninjected" {
+			base[r.mode] = r.quantile(phaseReady, 0.5)
+		}
+	}
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| %s | %s |", r.variant, r.mode)
+		for p := phaseCreated; p < phases; p++ {
+			fmt.Fprintf(&b, " %.3f / %.3f |", r.quantile(p, 0.5), r.quantile(p, 0.99))
+		}
+		over := "—"
+		if r0, ok := base[r.mode]; ok && r.variant != "uninjected" && r0 > 0 {
+			over = fmt.Sprintf("%+.3fs (%+.0f%%)", r.quantile(phaseReady, 0.5)-r0, 100*(r.quantile(phaseReady, 0.5)/r0-1))
+		}
+		adm := "none"
+		if r.admissionCalls > 0 {
+			adm = fmt.Sprintf("%.1f ms (%d calls)", 1000*r.admission, r.admissionCalls)
+		}
+		fmt.Fprintf(&b, " %s | %s |\n", over, adm)
+	}
+	b.WriteString("\nPhases: " + strings.Join(phaseNames[:], ", ") + ".\n")
+	return b.String()
+}
