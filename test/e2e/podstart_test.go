@@ -220,6 +220,7 @@ func (b *podBench) run(ctx context.Context, prefix string, mk func(string) *core
 			mu.Unlock()
 		}
 	}()
+	idle := b.runtimeContainers()
 	pods := make([]*corev1.Pod, n)
 	for i := range pods {
 		pods[i] = mk(fmt.Sprintf("%s-%03d", prefix, i))
@@ -270,7 +271,7 @@ func (b *podBench) run(ctx context.Context, prefix string, mk func(string) *core
 		out = append(out, *s)
 	}
 	mu.Unlock()
-	b.deleteAll(ctx)
+	b.deleteAll(ctx, idle)
 	return out
 }
 
@@ -284,8 +285,12 @@ func condition(p *corev1.Pod, t corev1.PodConditionType) bool {
 }
 
 // deleteAll deletes the measured pods at once and waits until the API
-// server has none left, so that the next run starts on an idle node.
-func (b *podBench) deleteAll(ctx context.Context) {
+// server has none left and containerd holds no more containers and
+// sandboxes than idle, so that the next run starts on an idle node: the
+// kubelet tears sandboxes down after the pod objects are gone, and a burst
+// of 100 teardowns beside the next row's first wave made its p99 several
+// times its median.
+func (b *podBench) deleteAll(ctx context.Context, idle int) {
 	zero := int64(0)
 	if err := b.client.CoreV1().Pods(b.ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero},
 		metav1.ListOptions{LabelSelector: "podstart=bench"}); err != nil {
@@ -297,14 +302,24 @@ func (b *podBench) deleteAll(ctx context.Context) {
 		if err != nil {
 			b.t.Fatal(err)
 		}
-		if len(l.Items) == 0 {
+		if len(l.Items) == 0 && b.runtimeContainers() <= idle {
 			return
 		}
 		if time.Now().After(deadline) {
-			b.t.Fatalf("%d pods left 10 minutes after their deletion", len(l.Items))
+			b.t.Fatalf("%d pods, %d runtime containers (idle: %d) left 10 minutes after their deletion", len(l.Items), b.runtimeContainers(), idle)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+}
+
+// runtimeContainers counts the containers (sandboxes included) in
+// containerd's k8s.io namespace.
+func (b *podBench) runtimeContainers() int {
+	out, err := exec.Command("ctr", "--address", b.c.Containerd, "-n", "k8s.io", "containers", "ls", "-q").Output()
+	if err != nil {
+		b.t.Fatalf("ctr containers ls: %v", err)
+	}
+	return len(strings.Fields(string(out)))
 }
 
 type histogramSum struct {
