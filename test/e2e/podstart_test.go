@@ -285,8 +285,8 @@ func condition(p *corev1.Pod, t corev1.PodConditionType) bool {
 }
 
 // deleteAll deletes the measured pods at once and waits until the API
-// server has none left and containerd holds no more containers and
-// sandboxes than idle, so that the next run starts on an idle node: the
+// server has none left and containerd runs no more tasks (containers and
+// sandboxes) than idle, so that the next run starts on an idle node: the
 // kubelet tears sandboxes down after the pod objects are gone, and a burst
 // of 100 teardowns beside the next row's first wave made its p99 several
 // times its median.
@@ -306,20 +306,27 @@ func (b *podBench) deleteAll(ctx context.Context, idle int) {
 			return
 		}
 		if time.Now().After(deadline) {
-			b.t.Fatalf("%d pods, %d runtime containers (idle: %d) left 10 minutes after their deletion", len(l.Items), b.runtimeContainers(), idle)
+			b.t.Fatalf("%d pods, %d running tasks (idle: %d) left 10 minutes after their deletion", len(l.Items), b.runtimeContainers(), idle)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
 }
 
-// runtimeContainers counts the containers (sandboxes included) in
-// containerd's k8s.io namespace.
+// runtimeContainers counts the running tasks (sandboxes included) in
+// containerd's k8s.io namespace: the stopped ones cost nothing, and the
+// kubelet's container GC removes them only later.
 func (b *podBench) runtimeContainers() int {
-	out, err := exec.Command("ctr", "--address", b.c.Containerd, "-n", "k8s.io", "containers", "ls", "-q").Output()
+	out, err := exec.Command("ctr", "--address", b.c.Containerd, "-n", "k8s.io", "tasks", "ls").Output()
 	if err != nil {
-		b.t.Fatalf("ctr containers ls: %v", err)
+		b.t.Fatalf("ctr tasks ls: %v", err)
 	}
-	return len(strings.Fields(string(out)))
+	n := 0
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[2] == "RUNNING" {
+			n++
+		}
+	}
+	return n
 }
 
 type histogramSum struct {
