@@ -97,9 +97,13 @@ func installFile(src *os.File, dir, name string) (string, error) {
 	if err := tmp.Chmod(0o555); err != nil {
 		return "", err
 	}
-	if err := tmp.Sync(); err != nil {
-		return "", err
-	}
+	// No fsync of the file or the directory: the volume is an emptyDir
+	// whose content matters only while its sandbox lives. A node that
+	// crashes gives every pod a new sandbox, and the kubelet runs the init
+	// containers, this copy among them, again before any container that
+	// runs the binary; the rename keeps a half-written file from ever
+	// being found at dst meanwhile. The two fsyncs were most of the
+	// install container's own run (docs/benchmarks.md, "Pod start").
 	if err := tmp.Close(); err != nil {
 		return "", err
 	}
@@ -107,9 +111,5 @@ func installFile(src *os.File, dir, name string) (string, error) {
 		return "", err
 	}
 	ok = true
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
 	return dst, nil
 }
