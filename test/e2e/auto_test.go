@@ -230,8 +230,8 @@ func (r *report) writeAuto(path string, list []scenario) error {
 	if r.apiVersion != r.version {
 		release = fmt.Sprintf("%s control plane (etcd, kube-apiserver, kube-controller-manager) with a Kubernetes %s kubelet", r.apiVersion, r.version)
 	}
-	fmt.Fprintf(&b, "Last run: %s UTC, %s/%s, Kubernetes %s (built from source), "+
-		"Debian containerd and runc, cgroupfs.\n\n", r.started.UTC().Format("2006-01-02 15:04"), runtime.GOOS, runtime.GOARCH, release)
+	fmt.Fprintf(&b, "Last run: %s UTC, commit %s, %s/%s, Kubernetes %s (built from source), "+
+		"Debian containerd and runc, cgroupfs.\n\n", r.started.UTC().Format("2006-01-02 15:04"), runCommit(), runtime.GOOS, runtime.GOARCH, release)
 	if r.apiVersion != r.version {
 		fmt.Fprintf(&b, "A node not yet upgraded: the API server is %s, the kubelet %s, as in the middle of an upgrade (a kubelet may be "+
 			"up to three minor releases older than the API server). `--native=auto` must judge by the kubelet: the API server's "+
