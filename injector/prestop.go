@@ -68,37 +68,21 @@ func prestopHook(c *corev1.Container) (*corev1.LifecycleHandler, error) {
 
 // withPrestop is the container's lifecycle with hook as its preStop, for
 // the patch: postStart and stopSignal stay, and the handlers of the
-// container's own preStop that hook does not set are named as null, so
-// that `kubectl apply` of the injected object over a live one (a
-// strategic merge) does not keep them beside the exec (as replacing does
-// for probes).
+// container's own preStop that hook does not set are named as null
+// (replacing), so that `kubectl apply` of the injected object over a live
+// one (a strategic merge) does not keep them beside the exec.
 func withPrestop(c *corev1.Container, hook *corev1.LifecycleHandler) any {
-	lc := corev1.Lifecycle{PreStop: hook}
+	// corev1.Lifecycle's fields, in its order, with preStop as the patch
+	// value replacing makes.
+	var lc struct {
+		PostStart  *corev1.LifecycleHandler `json:"postStart,omitempty"`
+		PreStop    any                      `json:"preStop"`
+		StopSignal *corev1.Signal           `json:"stopSignal,omitempty"`
+	}
+	var own *corev1.LifecycleHandler
 	if c.Lifecycle != nil {
-		lc.PostStart, lc.StopSignal = c.Lifecycle.PostStart, c.Lifecycle.StopSignal
+		lc.PostStart, lc.StopSignal, own = c.Lifecycle.PostStart, c.Lifecycle.StopSignal, c.Lifecycle.PreStop
 	}
-	b, err := json.Marshal(lc)
-	if err != nil || c.Lifecycle == nil || c.Lifecycle.PreStop == nil {
-		return lc
-	}
-	var m map[string]json.RawMessage
-	if json.Unmarshal(b, &m) != nil {
-		return lc
-	}
-	own := *c.Lifecycle.PreStop
-	own.Exec = nil
-	if o, err := json.Marshal(own); err == nil && string(o) != "{}" {
-		var nulls map[string]json.RawMessage
-		if json.Unmarshal(o, &nulls) == nil {
-			pre := map[string]json.RawMessage{}
-			_ = json.Unmarshal(m["preStop"], &pre)
-			for k := range nulls {
-				pre[k] = jsonNull
-			}
-			if p, err := json.Marshal(pre); err == nil {
-				m["preStop"] = p
-			}
-		}
-	}
-	return m
+	lc.PreStop = replacing(hook, own)
+	return lc
 }

@@ -149,8 +149,9 @@ var jsonNull = json.RawMessage("null")
 // of orig: probe's own fields in their order, then every field orig sets
 // and probe does not (a handler of another kind, an initial delay) as
 // null, so that a merge of it over orig (kubectl apply) leaves none of
-// orig's behind. probe itself when there is no orig.
-func replacing(probe, orig *corev1.Probe) any {
+// orig's behind. probe itself when there is no orig. Probes and lifecycle
+// handlers alike.
+func replacing[T any](probe, orig *T) any {
 	if orig == nil {
 		return probe
 	}
