@@ -3,8 +3,6 @@ package probe
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,7 +15,6 @@ import (
 	"time"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
-	"github.com/restart-supervisor/restart-supervisor/internal/boundedfile"
 	"github.com/restart-supervisor/restart-supervisor/rules"
 )
 
@@ -52,7 +49,7 @@ var ErrNoWorkload = errors.New("no workload runs; the supervisor exits with its 
 // under a shared PID namespace a process of this UID could have written an
 // earlier document.
 func Prestop(stateDir, container string, ackWait time.Duration) error {
-	st, err := readOwnStatus(stateDir, container)
+	st, err := readStatusOwned(stateDir, container, true)
 	if err != nil {
 		return err
 	}
@@ -71,7 +68,7 @@ func Prestop(stateDir, container string, ackWait time.Duration) error {
 	deadline := time.Now().Add(ackWait)
 	for {
 		time.Sleep(prestopPoll)
-		st, err := readOwnStatus(stateDir, container)
+		st, err := readStatusOwned(stateDir, container, true)
 		switch {
 		case err == nil && st.State == "exited":
 			return ErrNoWorkload
@@ -84,35 +81,6 @@ func Prestop(stateDir, container string, ackWait time.Duration) error {
 			return fmt.Errorf("no answer from the supervisor within %v", ackWait)
 		}
 	}
-}
-
-type prestopStatus struct {
-	State         string `json:"state"`
-	Terminating   bool   `json:"terminating"`
-	SupervisorPID int    `json:"supervisorPid"`
-}
-
-func readOwnStatus(stateDir, container string) (*prestopStatus, error) {
-	if stateDir == "" || container == "" || strings.ContainsAny(container, "/\x00") || container == "." || container == ".." {
-		return nil, fmt.Errorf("%s and %s must name the state volume and the container", contract.EnvStateDir, contract.EnvContainerName)
-	}
-	path := filepath.Join(stateDir, contract.StatusDir, container+contract.StatusExt)
-	fi, err := os.Lstat(path)
-	if err != nil {
-		return nil, fmt.Errorf("status document: %v", err)
-	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
-		return nil, fmt.Errorf("status document %s: owned by UID %d, not by this container's UID %d", path, st.Uid, os.Geteuid())
-	}
-	data, err := boundedfile.Read(path, "status document", maxStatusSize, false)
-	if err != nil {
-		return nil, err
-	}
-	var st prestopStatus
-	if err := json.Unmarshal(data, &st); err != nil {
-		return nil, fmt.Errorf("status document %s: invalid JSON", path)
-	}
-	return &st, nil
 }
 
 // checkSupervisor: pid is a supervisor process, found by the name of the
@@ -147,28 +115,11 @@ func checkSupervisor(pid int) error {
 // for the checks (the package comment). No timeout of its own, as the
 // kubelet's: the hook ends with the container at the latest.
 func LifecycleGet(ctx context.Context, a *rules.HTTPGetAction) error {
-	target := URL(a)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+	req, err := httpGetRequest(ctx, a, "kube-lifecycle/restart-probe")
 	if err != nil {
-		return fmt.Errorf("httpGet %s: %v", target, err)
+		return err
 	}
-	req.Header.Set("User-Agent", "kube-lifecycle/restart-probe")
-	req.Header.Set("Accept", "*/*")
-	for _, h := range a.HTTPHeaders {
-		if strings.EqualFold(h.Name, "Host") {
-			req.Host = h.Value
-			continue
-		}
-		req.Header.Add(h.Name, h.Value)
-	}
-	client := &http.Client{
-		Transport: &http.Transport{
-			TLSClientConfig:   &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // as the kubelet's lifecycle handler
-			DisableKeepAlives: true,
-			Proxy:             nil,
-		},
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
+	client := httpClient()
 	resp, err := client.Do(req)
 	discard(resp)
 	if err != nil && req.URL.Scheme == "https" && strings.Contains(err.Error(), "server gave HTTP response to HTTPS client") {
@@ -179,7 +130,7 @@ func LifecycleGet(ctx context.Context, a *rules.HTTPGetAction) error {
 		discard(resp)
 	}
 	if err != nil {
-		return fmt.Errorf("httpGet %s: %v", target, err)
+		return fmt.Errorf("httpGet %s: %v", URL(a), err)
 	}
 	return nil
 }

@@ -99,21 +99,16 @@ func URL(a *rules.HTTPGetAction) string {
 	return u.String()
 }
 
-// ErroredError is a check that errored rather than failed: upstream its
-// result is discarded, neither a success nor a failure.
-type ErroredError struct{ Err error }
-
-func (e *ErroredError) Error() string { return e.Err.Error() }
-func (e *ErroredError) Unwrap() error { return e.Err }
-
-func httpCheck(ctx context.Context, a *rules.HTTPGetAction) error {
+// httpGetRequest is the GET of an httpGet action with the kubelet's
+// default headers (User-Agent userAgent, Accept */*), which the action's
+// headers override; a Host header sets the request's host.
+func httpGetRequest(ctx context.Context, a *rules.HTTPGetAction, userAgent string) (*http.Request, error) {
 	target := URL(a)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 	if err != nil {
-		return fmt.Errorf("httpGet %s: %v", target, err)
+		return nil, fmt.Errorf("httpGet %s: %v", target, err)
 	}
-	// The kubelet's defaults, which the probe's headers override.
-	req.Header.Set("User-Agent", "kube-probe/restart-probe")
+	req.Header.Set("User-Agent", userAgent)
 	req.Header.Set("Accept", "*/*")
 	for _, h := range a.HTTPHeaders {
 		if strings.EqualFold(h.Name, "Host") {
@@ -122,15 +117,37 @@ func httpCheck(ctx context.Context, a *rules.HTTPGetAction) error {
 		}
 		req.Header.Add(h.Name, h.Value)
 	}
-	client := &http.Client{
+	return req, nil
+}
+
+// httpClient is the kubelet's for probes and lifecycle hooks: the
+// certificate is not verified, no keep-alive, no proxy, redirects not
+// followed (a 3xx is the answer).
+func httpClient() *http.Client {
+	return &http.Client{
 		Transport: &http.Transport{
-			// The kubelet does not verify a probe's certificate.
-			TLSClientConfig:   &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // as the kubelet's prober
+			TLSClientConfig:   &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // as the kubelet's prober and lifecycle handler
 			DisableKeepAlives: true,
 			Proxy:             nil,
 		},
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
+}
+
+// ErroredError is a check that errored rather than failed: upstream its
+// result is discarded, neither a success nor a failure.
+type ErroredError struct{ Err error }
+
+func (e *ErroredError) Error() string { return e.Err.Error() }
+func (e *ErroredError) Unwrap() error { return e.Err }
+
+func httpCheck(ctx context.Context, a *rules.HTTPGetAction) error {
+	req, err := httpGetRequest(ctx, a, "kube-probe/restart-probe")
+	if err != nil {
+		return err
+	}
+	target := URL(a)
+	client := httpClient()
 	resp, err := client.Do(req)
 	if err != nil {
 		return fmt.Errorf("httpGet %s: %v", target, err)

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/internal/boundedfile"
@@ -53,16 +55,35 @@ func Started(stateDir, container string) error {
 	return nil
 }
 
+// status is what restart-probe reads of a status document.
 type status struct {
-	State   string `json:"state"`
-	Started bool   `json:"started"`
+	State         string `json:"state"`
+	Started       bool   `json:"started"`
+	Terminating   bool   `json:"terminating"`
+	SupervisorPID int    `json:"supervisorPid"`
 }
 
 func readStatus(stateDir, container string) (*status, error) {
+	return readStatusOwned(stateDir, container, false)
+}
+
+// readStatusOwned reads the container's status document, bounded and
+// without following a symbolic link; with own, only when this process's
+// UID owns it.
+func readStatusOwned(stateDir, container string, own bool) (*status, error) {
 	if stateDir == "" || container == "" || strings.ContainsAny(container, "/\x00") || container == "." || container == ".." {
 		return nil, fmt.Errorf("%s and %s must name the state volume and the container", contract.EnvStateDir, contract.EnvContainerName)
 	}
 	path := filepath.Join(stateDir, contract.StatusDir, container+contract.StatusExt)
+	if own {
+		fi, err := os.Lstat(path)
+		if err != nil {
+			return nil, fmt.Errorf("status document: %v", err)
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+			return nil, fmt.Errorf("status document %s: owned by UID %d, not by this container's UID %d", path, st.Uid, os.Geteuid())
+		}
+	}
 	data, err := boundedfile.Read(path, "status document", maxStatusSize, false)
 	if err != nil {
 		return nil, err
