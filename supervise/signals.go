@@ -146,7 +146,10 @@ func (s *supervisor) onStop(sig syscall.Signal) {
 // (pkg/kubelet/container/helpers.go ShouldContainerBeRestarted, v1.37.2),
 // its liveness and startup probes stop (pkg/kubelet/prober/worker.go
 // doProbe, "Pod deletion requested, setting probe result to success") and
-// it starts no pod-wide restart; any other stop ends the instance. So the
+// it starts no pod-wide restart (the pod worker syncs a pod whose
+// termination was requested with SyncTerminatingPod, which only stops
+// containers, pkg/kubelet/pod_workers.go); any other stop ends the
+// instance. So the
 // workload's exit from here on ends supervision unjudged, as a stop's
 // does (a workload that a preStop makes exit 42 is not restarted under
 // Restart In [42]), and with no workload running (back-off, hold, a pod
