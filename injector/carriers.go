@@ -149,8 +149,19 @@ func podRules(v rules.KubeVersion, pod *corev1.Pod, ann map[string]carried, spec
 				}
 			}
 			validate := v.Validate
-			if init {
+			switch {
+			case init:
 				validate = v.ValidateInit
+			case cr.FromAnnotation:
+				// The annotation carrier may also say RestartGroup,
+				// which the API fields never do.
+				validate = v.ValidateCarried
+			}
+			for k, r := range native.RestartPolicyRules {
+				if r.Action == rules.ActionRestartGroup {
+					return fmt.Errorf("%s: %s.restartPolicyRules[%d].action: %s is restart-supervisor's own action, which the API server refuses: set it in annotation %s",
+						object, cr.Field, k, rules.ActionRestartGroup, contract.AnnotationRules)
+				}
 			}
 			if errs := validate(merged, cr.Field); len(errs) > 0 {
 				return fmt.Errorf("%s: %v", object, errs)
@@ -206,11 +217,14 @@ func wrapped(crs []ContainerRules) []bool {
 	return out
 }
 
-// restartsAll reports whether any rule of the pod restarts all containers.
+// restartsAll reports whether any rule of the pod restarts all containers:
+// RestartAllContainers, or RestartGroup, whose round restarts every
+// container of each pod of the group as RestartAllContainers restarts the
+// pod's (docs/gang.md).
 func restartsAll(crs []ContainerRules) bool {
 	for _, cr := range crs {
 		for _, r := range cr.Rules.RestartPolicyRules {
-			if r.Action == rules.ActionRestartAllContainers {
+			if r.Action == rules.ActionRestartAllContainers || r.Action == rules.ActionRestartGroup {
 				return true
 			}
 		}

@@ -77,7 +77,7 @@ metadata:
 spec:
   containers:
   - {name: app, command: [x]}`,
-			`pod "web-*": spec.containers[0].restartPolicyRules[0].action: Unsupported value: "Explode": supported values: "Restart", "RestartAllContainers"`},
+			`pod "web-*": spec.containers[0].restartPolicyRules[0].action: Unsupported value: "Explode": supported values: "Restart", "RestartAllContainers", "RestartGroup"`},
 		{"unknown container in annotation", `
 metadata:
   name: p

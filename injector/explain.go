@@ -165,7 +165,7 @@ func describeRerun(d rules.Decision, sup, diff string) (string, string) {
 	switch {
 	case d.Source == rules.SourceInitialized:
 		return "re-run done: the containers after it start", ""
-	case d.Restart && d.Action == rules.ActionRestartAllContainers:
+	case d.Restart && (d.Action == rules.ActionRestartAllContainers || d.Action == rules.ActionRestartGroup):
 		return sup, diff
 	case d.Restart:
 		return "runs again before the containers after it start", ""
@@ -189,12 +189,16 @@ func describe(cr ContainerRules, c rules.Container, d rules.Decision, h rules.Ha
 		why = fmt.Sprintf("rule %d: %s %s %v", d.Rule, r.Action, r.ExitCodes.Operator, r.ExitCodes.Values)
 	}
 	all := d.Action == rules.ActionRestartAllContainers
+	group := d.Action == rules.ActionRestartGroup
 	switch {
 	case d.Source == rules.SourceInitialized:
 		why = "init container succeeded: rules not consulted"
 		native = "initialized"
 	case d.Restart && all:
 		native = "kubelet restarts all containers"
+	case d.Restart && group:
+		// No kubelet has the action; the API server refuses it.
+		native = "no native equivalent: the API server refuses RestartGroup"
 	case d.Restart:
 		native = "kubelet restarts it"
 	default:
@@ -208,6 +212,9 @@ func describe(cr ContainerRules, c rules.Container, d rules.Decision, h rules.Ha
 		sup = "restart in place"
 		if all {
 			sup = "restart all containers in place"
+		}
+		if group {
+			sup = "restart every container of the pod's group in place (node agent)"
 		}
 		diff = "restartCount unchanged"
 	case rules.Hold:

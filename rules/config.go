@@ -356,7 +356,7 @@ func (c Config) Validate() error { return c.ValidateFor(NewestKube) }
 // ValidateFor checks the whole document, the container fields as a regular
 // container's in release v.
 func (c Config) ValidateFor(v KubeVersion) error {
-	errs := v.Validate(c.Container, "")
+	errs := v.ValidateCarried(c.Container, "")
 	if c.InitContainer {
 		errs = v.ValidateInit(c.Container, "")
 	}

@@ -34,7 +34,7 @@ func Decide(c Container, pod RestartPolicy, exitCode int32) Decision {
 	if c.RestartPolicy != nil {
 		if i, ok := MatchingRule(c.RestartPolicyRules, exitCode); ok {
 			switch a := c.RestartPolicyRules[i].Action; a {
-			case ActionRestart, ActionRestartAllContainers:
+			case ActionRestart, ActionRestartAllContainers, ActionRestartGroup:
 				return Decision{Restart: true, Rule: i, Action: a, Source: SourceRule}
 			}
 			// An action this version does not know falls back to the

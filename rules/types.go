@@ -23,6 +23,12 @@ const (
 	// ActionRestartAllContainers restarts every container of the pod in place
 	// (KEP-5532).
 	ActionRestartAllContainers Action = "RestartAllContainers"
+	// ActionRestartGroup restarts every container of every pod of the
+	// pod's group in place (docs/gang.md). It is this project's own
+	// action: the API server refuses it in restartPolicyRules, so it is
+	// accepted only in the supervisor's config and the
+	// restart-supervisor.dev/rules annotation (ValidateCarried).
+	ActionRestartGroup Action = "RestartGroup"
 )
 
 // Operator compares an exit code with a rule's values.

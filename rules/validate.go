@@ -133,6 +133,17 @@ func (v KubeVersion) ValidateInit(c Container, path string) ErrorList {
 	return validateContainer(ck, c, path)
 }
 
+// ValidateCarried is Validate for rules the API server never sees: the
+// supervisor's config and the restart-supervisor.dev/rules annotation,
+// where this project's own action RestartGroup is accepted too, on a
+// regular container (an init container's rules are checked by
+// ValidateInit, which refuses it).
+func (v KubeVersion) ValidateCarried(c Container, path string) ErrorList {
+	ck := v.checks()
+	ck.groupAction = true
+	return validateContainer(ck, c, path)
+}
+
 // validateContainer is validateContainerRestartPolicy.
 func validateContainer(ck checks, c Container, path string) ErrorList {
 	var errs ErrorList
@@ -158,6 +169,10 @@ func validateContainer(ck checks, c Container, path string) ErrorList {
 		if ck.actionListsAllowed {
 			listed = supportedActions
 		}
+	}
+	if ck.groupAction {
+		actions = append(actions[:len(actions):len(actions)], string(ActionRestartGroup))
+		listed = append(listed[:len(listed):len(listed)], string(ActionRestartGroup))
 	}
 	for i, r := range c.RestartPolicyRules {
 		rp := fmt.Sprintf("%s[%d]", rulesPath, i)

@@ -147,6 +147,10 @@ type checks struct {
 	// init container's restart fields only when it has a restartPolicy
 	// (validateInitContainers, :3736-3739@v1.34.4), so they pass unchecked.
 	initWithoutPolicy bool
+	// groupAction: the action RestartGroup is accepted (ValidateCarried):
+	// the supervisor's config and the annotation carrier, never the API
+	// fields.
+	groupAction bool
 }
 
 func (v KubeVersion) checks() checks {

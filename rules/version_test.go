@@ -154,7 +154,43 @@ func TestDefaultsAreNewest(t *testing.T) {
 		t.Fatalf("ParseFor 1.36: %v", err)
 	}
 	_, err := ParseFor(doc, Kube134)
-	if err == nil || err.Error() != `restartPolicyRules[0].action: Unsupported value: "RestartAllContainers": supported values: "Restart"` {
+	if err == nil || err.Error() != `restartPolicyRules[0].action: Unsupported value: "RestartAllContainers": supported values: "Restart", "RestartGroup"` {
 		t.Fatalf("ParseFor 1.34: %v", err)
+	}
+}
+
+// RestartGroup is this project's own action: the config and the annotation
+// carrier (ValidateCarried) take it on a regular container, the API fields
+// (Validate) and init containers never.
+func TestRestartGroupOnlyWhereCarried(t *testing.T) {
+	c := ctr(Never, in(ActionRestartGroup, 42))
+	for _, v := range []KubeVersion{Kube134, Kube135, Kube136, NewestKube} {
+		if errs := v.ValidateCarried(c, "x"); errs != nil {
+			t.Errorf("%v ValidateCarried: %v", v, errs)
+		}
+		errs := v.Validate(c, "x")
+		if errs == nil || !strings.Contains(errs.Error(), `x.restartPolicyRules[0].action: Unsupported value: "RestartGroup"`) {
+			t.Errorf("%v Validate: %v", v, errs)
+		}
+		if errs := v.ValidateInit(ctr(Never, in(ActionRestartGroup, 42)), "x"); errs == nil {
+			t.Errorf("%v ValidateInit took RestartGroup", v)
+		}
+	}
+	d := Decide(c, Never, 42)
+	if !d.Restart || d.Action != ActionRestartGroup || d.Rule != 0 {
+		t.Errorf("Decide 42 = %+v", d)
+	}
+	if d, h := Plan(c, Never, 42); h != RestartInPlace || d.Action != ActionRestartGroup {
+		t.Errorf("Plan 42 = %+v, %v", d, h)
+	}
+	if d := Decide(c, Never, 1); d.Restart {
+		t.Errorf("Decide 1 = %+v", d)
+	}
+	doc := []byte("restartPolicy: Never\nrestartPolicyRules:\n- action: RestartGroup\n  exitCodes: {operator: In, values: [42]}\n")
+	if _, err := Parse(doc); err != nil {
+		t.Errorf("Parse: %v", err)
+	}
+	if _, err := Parse(append(doc, "initContainer: true\n"...)); err == nil {
+		t.Error("Parse took RestartGroup on an init container")
 	}
 }
