@@ -142,6 +142,15 @@ const (
 	StatusExt = ".json"
 	// PodRestartsDir holds one file per pod-wide restart generation.
 	PodRestartsDir = "pod-restarts"
+	// GroupDir holds a container's request for a group restart
+	// (GroupRequestPrefix + container) and the node agent's refusal of it
+	// (GroupAnswerPrefix + container); docs/gang.md.
+	GroupDir           = "group"
+	GroupRequestPrefix = "request."
+	GroupAnswerPrefix  = "answer."
+	// GroupSource is the source of a pod restart generation the node
+	// agent delivered for a group restart: no container's name.
+	GroupSource = "restart-supervisor.dev/group"
 )
 
 // Annotation keys on pods and pod templates.
@@ -158,6 +167,14 @@ const (
 	// AnnotationRestarts is kept by the node agent with --annotate: the
 	// in-place restarts per container, a JSON object {"name": count}.
 	AnnotationRestarts = "restart-supervisor.dev/restarts"
+	// LabelGroup names a pod's group for RestartGroup explicitly; without
+	// it the group is the workload's (nodeagent.GroupOf, docs/gang.md).
+	LabelGroup = "restart-supervisor.dev/group"
+	// AnnotationGroupMaxRestarts limits the group restarts of the pod's
+	// group (a decimal count); past it a RestartGroup exit is handed to
+	// the kubelet. Read from the pod whose request makes the group's
+	// object.
+	AnnotationGroupMaxRestarts = "restart-supervisor.dev/group-max-restarts"
 	// AnnotationPodMembers holds EnvPodMembers once per pod; each wrapped
 	// container reads it through a fieldRef (PodMembersFieldPath).
 	AnnotationPodMembers = "restart-supervisor.dev/pod-members"

@@ -56,6 +56,9 @@ type Generation struct {
 	Source   string    `json:"source"`
 	ExitCode int32     `json:"exitCode"`
 	Time     time.Time `json:"time"`
+	// Group is set on a generation the node agent delivered for a group
+	// restart (group.go); Source is then contract.GroupSource.
+	Group *GroupCause `json:"group,omitempty"`
 }
 
 func genName(n uint64) string { return fmt.Sprintf("%020d", n) }

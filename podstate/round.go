@@ -123,6 +123,9 @@ func (m *Member) Verify(g Generation) error {
 		// Its own announcement, already taken: Accept drops it.
 		return nil
 	}
+	if g.Group != nil {
+		return m.verifyGroup(g)
+	}
 	if err := CheckContainerName(g.Source); err != nil {
 		return fmt.Errorf("generation %d names no container as its source", g.N)
 	}
@@ -172,7 +175,12 @@ func parseMarker(name string) (n uint64, what, container string, ok bool) {
 		return 0, "", "", false
 	}
 	what, container, ok = strings.Cut(name[21:], ".")
-	if !ok || (what != markStopped && what != markStarted && what != markFailed) || CheckContainerName(container) != nil {
+	switch what {
+	case markStopped, markStarted, markFailed, markGrouped, markReleased:
+	default:
+		ok = false
+	}
+	if !ok || CheckContainerName(container) != nil {
 		return 0, "", "", false
 	}
 	return n, what, container, true
@@ -366,6 +374,19 @@ func (m *Member) wait(n uint64, ready chan<- struct{}, done <-chan struct{}) {
 	if len(missing) > 0 {
 		m.round.logf("pod restart: members did not stop within the bound; starting without them", "generation", n, "missing", strings.Join(missing, ","), "waited", StopWait)
 	}
+	if m.groupRound(n) {
+		// A group restart: the pod has stopped; no member starts before
+		// the agent says every pod of the group has (group.go).
+		if err := m.mark(n, markGrouped, nil); err != nil {
+			m.round.logf("cannot record the pod's stop for the group restart; the node agent will release the group at its bound", "generation", n, "err", err)
+		}
+		if !sleepUntil(time.Now().Add(GroupReleaseWait), func() bool { return m.released(n) }) {
+			return
+		}
+		if !m.released(n) {
+			m.round.logf("group restart: no release from the node agent within the bound; starting", "generation", n, "waited", GroupReleaseWait)
+		}
+	}
 	if starters := m.startersBefore(); len(starters) > 0 {
 		sidecarDeadline := time.Now().Add(SidecarWait)
 		var sidecars, inits []string
@@ -391,7 +412,7 @@ func (m *Member) wait(n uint64, ready chan<- struct{}, done <-chan struct{}) {
 // generation n or later, each with the highest generation it has one for
 // (0: none).
 func (m *Member) markers(n uint64) map[string]map[string]uint64 {
-	have := map[string]map[string]uint64{markStopped: {}, markStarted: {}, markFailed: {}}
+	have := map[string]map[string]uint64{markStopped: {}, markStarted: {}, markFailed: {}, markGrouped: {}, markReleased: {}}
 	entries, err := os.ReadDir(filepath.Join(m.dir, genDir))
 	if err != nil {
 		return have

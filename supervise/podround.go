@@ -143,6 +143,13 @@ func (s *supervisor) onPodRestart(gen uint64) {
 	case s.wait.kind == waitRound:
 		s.log.Debug("pod restart while waiting for the previous one; one start answers both", "generation", gen, "previous", s.wait.round.gen)
 		s.enterRound(gen)
+	case s.wait.kind == waitGroup:
+		// The group restart this workload asked for, or one under way.
+		g := s.wait.group
+		s.wait.leave()
+		s.groupArrived(g)
+		s.log.Info("group restart; the workload is not running", "generation", gen, "restarts", s.restarts)
+		s.enterRound(gen)
 	default:
 		s.wait.leave() // the back-off timer, a hold, an idle re-run
 		s.restarts++

@@ -52,6 +52,12 @@ func (s *supervisor) resume() {
 // shared, otherwise of this container after a step of its back-off.
 func (s *supervisor) restart(v verdict, exit *Exit, attrs []any) {
 	d := v.decision
+	if d.Action == rules.ActionRestartGroup {
+		// Counted when the group restart arrives (onPodRestart): a
+		// refusal hands the exit over instead.
+		s.requestGroup(v, exit, attrs)
+		return
+	}
 	s.restarts++
 	s.countRestart(s.config(), exit.At)
 	s.lastRestart = exit

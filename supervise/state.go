@@ -156,12 +156,16 @@ const (
 	// waitCheck: the pre-restart check (waiting.check), then the restart
 	// in place or the hand-over (phase BackingOff).
 	waitCheck
+	// waitGroup: the node agent's answer to a group restart request
+	// (waiting.group): the restart, as a pod restart, or a hand-over
+	// (phase BackingOff).
+	waitGroup
 )
 
 // phase is the Phase a wait of this kind is reported as.
 func (k waitKind) phase() Phase {
 	switch k {
-	case waitBackoff, waitRound, waitCheck:
+	case waitBackoff, waitRound, waitCheck, waitGroup:
 		return BackingOff
 	case waitOthers:
 		return Ended
@@ -186,7 +190,8 @@ type waiting struct {
 	// cancel stops that wait (waitOthers).
 	ended  <-chan struct{}
 	cancel func()
-	check  *preCheck // waitCheck
+	check  *preCheck  // waitCheck
+	group  *groupWait // waitGroup
 }
 
 func (w *waiting) backoffC() <-chan time.Time {
@@ -224,6 +229,8 @@ func (w *waiting) leave() {
 		}
 	case waitCheck:
 		w.check.abandon()
+	case waitGroup:
+		w.group.leave()
 	}
 	*w = waiting{}
 }

@@ -78,6 +78,11 @@ type Options struct {
 	// and says so in the log.
 	Pod PodRestarter
 
+	// Group, when set with Pod, asks the node agent for group restarts
+	// (RestartGroup, group.go). Without it such a rule hands the exit
+	// over.
+	Group GroupRequester
+
 	// OnChange, when set, is called from the supervising goroutine after
 	// every change of State.
 	OnChange func(State)
@@ -295,6 +300,10 @@ func (s *supervisor) loop(sigs <-chan os.Signal) {
 			s.onCheckTimeout()
 		case <-s.wait.checkOutputC():
 			s.onCheckOutput()
+		case why := <-s.wait.groupRefusedC():
+			s.onGroupAnswer(why)
+		case <-s.wait.groupTimeoutC():
+			s.onGroupAnswer("")
 		case <-s.startup.nextC():
 			s.onProbeTick(s.startup)
 		case <-s.liveness.nextC():

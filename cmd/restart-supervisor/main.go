@@ -219,6 +219,7 @@ func supervisorCmd(args []string) int {
 		Log:              logger,
 		ProbeCommand:     probeCommand(),
 		Pod:              pod.Restarter(),
+		Group:            pod.GroupRequester(),
 		PodGeneration:    pod.PodGeneration(),
 		Resume:           pod.Resume(),
 		Limits:           pod.Limits(),
@@ -405,12 +406,13 @@ func openPod(f cliFlags, cfg rules.Config, logger *lineLogger) (pod *podstate.Po
 }
 
 // announcesPodRestarts reports whether cfg, the rules the supervisor
-// starts with, has a RestartAllContainers rule. A --config file changed
+// starts with, has a RestartAllContainers or RestartGroup rule (a group
+// restart arrives as a pod restart). A --config file changed
 // later to have one announces all the same; only its noticing of other
 // containers' announcements stays at podstate.PodRestartWatch's choice.
 func announcesPodRestarts(cfg rules.Config) bool {
 	for _, r := range cfg.RestartPolicyRules {
-		if r.Action == rules.ActionRestartAllContainers {
+		if r.Action == rules.ActionRestartAllContainers || r.Action == rules.ActionRestartGroup {
 			return true
 		}
 	}

@@ -1,0 +1,397 @@
+package podstate
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/restart-supervisor/restart-supervisor/contract"
+	"github.com/restart-supervisor/restart-supervisor/supervise"
+)
+
+// Group restarts (the RestartGroup action, docs/gang.md) restart every
+// container of every pod of a group, across nodes, through the node agent:
+// the supervisor has no network code and talks to the agent through the
+// state volume only.
+//
+//  1. A member whose exit matched a RestartGroup rule writes a request,
+//     group/request.<container> (Pod.RequestGroup), and waits.
+//  2. The node agent reads it (GroupRequests), records a new generation of
+//     the group in the API, and every node agent delivers that generation
+//     to the group's pods on its node as a pod restart generation whose
+//     file carries the cause (DeliverGroup, Generation.Group). A refusal
+//     (the group's budget is spent) is answered in group/answer.<container>
+//     (AnswerGroup), and the member hands its exit over.
+//  3. Every member of the pod runs the round it runs for RestartAllContainers.
+//     Once the pod's members have stopped, they mark the generation
+//     "grouped" and wait until the agent marks it "released", which it does
+//     when every pod of the group has stopped (GroupStopped, ReleaseGroup):
+//     no member of the group starts before all have stopped.
+//
+// What the agent writes is owned by root, as the agent runs: a generation
+// that claims a group cause, or a release, owned by any other UID is
+// ignored, so that a container running as another user cannot forge one.
+// A container of the pod running as root can; it then restarts its own
+// pod's containers, which any container of the pod can disturb anyway
+// through the shared volume.
+
+const (
+	groupDir = contract.GroupDir
+	// markGrouped: the pod's members have stopped for a group generation
+	// (written by each member past the pod's stop barrier).
+	markGrouped = "grouped"
+	// markReleased: every pod of the group has stopped; the members may
+	// start (written by the node agent, as root).
+	markReleased = "released"
+	// releasedBy is the container-name part of a release marker.
+	releasedBy = "node-agent"
+	// GroupReleaseWait bounds a member's wait for the release: the agent
+	// releases a group round at the latest after its own bound
+	// (nodeagent's group stop wait), so this is reached only without an
+	// agent, and then the pod starts as a pod restart would.
+	GroupReleaseWait = 90 * time.Second
+	// maxGroupFile bounds a request or an answer: about 200 bytes of JSON.
+	maxGroupFile = 4 << 10
+	// MaxGroupRequests is how many request files one read of a pod takes:
+	// one per container, and a pod has at most contract.MaxPodMembers.
+	MaxGroupRequests = contract.MaxPodMembers
+	// groupAnswerPoll is how often a waiting member looks for an answer.
+	groupAnswerPoll = 100 * time.Millisecond
+)
+
+// GroupCause is what a generation delivered by the node agent for a group
+// restart says about it.
+type GroupCause struct {
+	// Generation is the group's generation (not the pod's).
+	Generation uint64 `json:"generation"`
+	// Group names the group ("label=value").
+	Group string `json:"group,omitempty"`
+	// Pod, Container and ExitCode are the exit that asked for it.
+	Pod       string `json:"pod,omitempty"`
+	Container string `json:"container,omitempty"`
+	ExitCode  int32  `json:"exitCode"`
+}
+
+// GroupRequest is a member's request for a group restart.
+type GroupRequest struct {
+	// ID tells this request from the container's earlier ones.
+	ID        string `json:"id"`
+	Container string `json:"container"`
+	ExitCode  int32  `json:"exitCode"`
+	// Observed is the group generation the pod had last taken part in
+	// (LastGroup): the request asks for the one after it.
+	Observed uint64    `json:"observed"`
+	Time     time.Time `json:"time"`
+}
+
+// GroupAnswer is the node agent's refusal of a request.
+type GroupAnswer struct {
+	ID      string `json:"id"`
+	Refused string `json:"refused"`
+}
+
+// GroupRequester returns the supervise.GroupRequester, nil when this
+// container cannot take part in pod restarts.
+func (p *Pod) GroupRequester() supervise.GroupRequester {
+	if p == nil || p.member == nil {
+		return nil
+	}
+	return p
+}
+
+// RequestGroup asks the node agent for a restart of the pod's group
+// because this container's workload exited with exitCode under a
+// RestartGroup rule. refused delivers the agent's refusal, if it makes one;
+// the restart itself arrives as a pod restart (Pending). cancel stops
+// watching for the answer.
+func (p *Pod) RequestGroup(exitCode int32) (refused <-chan string, cancel func(), err error) {
+	if p == nil || p.member == nil {
+		return nil, nil, errors.New("no pod state directory")
+	}
+	m := p.member
+	id := make([]byte, 8)
+	_, _ = rand.Read(id)
+	req := GroupRequest{ID: hex.EncodeToString(id), Container: m.name, ExitCode: exitCode,
+		Observed: LastGroup(m.dir), Time: time.Now().UTC()}
+	data, _ := json.Marshal(req)
+	if _, err := sharedSubdir(m.dir, groupDir); err != nil {
+		return nil, nil, err
+	}
+	if err := writeAtomicBeneath(m.dir, groupDir, contract.GroupRequestPrefix+m.name, append(data, '\n')); err != nil {
+		return nil, nil, err
+	}
+	c, done := make(chan string, 1), make(chan struct{})
+	var once sync.Once
+	go func() {
+		tick := time.NewTicker(groupAnswerPoll)
+		defer tick.Stop()
+		path := filepath.Join(m.dir, groupDir, contract.GroupAnswerPrefix+m.name)
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			a, err := readAnswer(path)
+			if err == nil && a.ID == req.ID && a.Refused != "" {
+				c <- a.Refused
+				return
+			}
+		}
+	}()
+	return c, func() { once.Do(func() { close(done) }) }, nil
+}
+
+// readAnswer reads an answer the agent wrote: root's, as the agent runs.
+func readAnswer(path string) (GroupAnswer, error) {
+	var a GroupAnswer
+	if err := ownedByAgent(path); err != nil {
+		return a, err
+	}
+	data, err := readBounded(path, maxGroupFile)
+	if err != nil {
+		return a, err
+	}
+	err = json.Unmarshal(data, &a)
+	return a, err
+}
+
+// ownedByAgent reports why the file at path (not followed) cannot be the
+// node agent's: it must be a regular file owned by root.
+func ownedByAgent(path string) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(path, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return fmt.Errorf("%s: not a regular file", filepath.Base(path))
+	}
+	if st.Uid != 0 {
+		return fmt.Errorf("%s: owned by UID %d, not by root as the node agent's files are", filepath.Base(path), st.Uid)
+	}
+	return nil
+}
+
+// GroupRequests returns the requests in the pod's state directory dir, at
+// most MaxGroupRequests, each read as an adversary's file (regular, not
+// followed, capped); a file that cannot be read or parsed is one error.
+func GroupRequests(dir string) ([]GroupRequest, []error) {
+	gdir := filepath.Join(dir, groupDir)
+	dfd, err := unix.Open(gdir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, []error{fmt.Errorf("%s: %w", gdir, err)}
+	}
+	defer unix.Close(dfd)
+	f := os.NewFile(uintptr(dfd), gdir)
+	names, err := f.Readdirnames(4 * MaxGroupRequests)
+	if err != nil && len(names) == 0 {
+		return nil, nil // empty
+	}
+	var out []GroupRequest
+	var errs []error
+	for _, name := range names {
+		container, ok := strings.CutPrefix(name, contract.GroupRequestPrefix)
+		if !ok || CheckContainerName(container) != nil {
+			continue
+		}
+		if len(out) == MaxGroupRequests {
+			errs = append(errs, fmt.Errorf("%s: more than %d requests; the rest are not read", gdir, MaxGroupRequests))
+			break
+		}
+		data, err := readBounded(filepath.Join(gdir, name), maxGroupFile)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		var r GroupRequest
+		if err := json.Unmarshal(data, &r); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %v", filepath.Join(gdir, name), err))
+			continue
+		}
+		r.Container = container // the file name is the authority
+		out = append(out, r)
+	}
+	return out, errs
+}
+
+// AnswerGroup writes the agent's refusal of request r.
+func AnswerGroup(dir string, r GroupRequest, refused string) error {
+	if err := CheckContainerName(r.Container); err != nil {
+		return err
+	}
+	if _, err := sharedSubdir(dir, groupDir); err != nil {
+		return err
+	}
+	data, _ := json.Marshal(GroupAnswer{ID: r.ID, Refused: clipString(refused, 512)})
+	return writeAtomicBeneath(dir, groupDir, contract.GroupAnswerPrefix+r.Container, append(data, '\n'))
+}
+
+func clipString(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+// groupGenerations returns the pod generations present whose files carry
+// a group cause written by the agent, by pod generation.
+func groupGenerations(dir string) map[uint64]GroupCause {
+	out := map[uint64]GroupCause{}
+	entries, err := os.ReadDir(filepath.Join(dir, genDir))
+	if err != nil {
+		return out
+	}
+	for _, e := range entries {
+		n, ok := parseGenName(e.Name())
+		if !ok {
+			continue
+		}
+		if ownedByAgent(filepath.Join(dir, genDir, e.Name())) != nil {
+			continue
+		}
+		if g := ReadGeneration(dir, n); g.Group != nil {
+			out[n] = *g.Group
+		}
+	}
+	return out
+}
+
+// LastGroup is the highest group generation delivered to the pod, 0 when
+// none is present.
+func LastGroup(dir string) uint64 {
+	var last uint64
+	for _, c := range groupGenerations(dir) {
+		last = max(last, c.Generation)
+	}
+	return last
+}
+
+// GroupRound returns the pod generation that carries group generation
+// groupGen, if it has been delivered.
+func GroupRound(dir string, groupGen uint64) (uint64, bool) {
+	for n, c := range groupGenerations(dir) {
+		if c.Generation == groupGen {
+			return n, true
+		}
+	}
+	return 0, false
+}
+
+// DeliverGroup makes the pod restart that carries group generation
+// cause.Generation, unless the pod already has it or a later one: the node
+// agent's delivery, exactly once per pod and group generation. It returns
+// the pod generation that carries it.
+func DeliverGroup(dir string, cause GroupCause) (n uint64, delivered bool, err error) {
+	if cause.Generation == 0 {
+		return 0, false, errors.New("deliver group restart: generation 0")
+	}
+	for k, c := range groupGenerations(dir) {
+		if c.Generation >= cause.Generation {
+			return k, false, nil
+		}
+	}
+	gdir, err := sharedSubdir(dir, genDir)
+	if err != nil {
+		return 0, false, err
+	}
+	dfd, err := openSubdir(dir, genDir, "deliver")
+	if err != nil {
+		return 0, false, err
+	}
+	defer unix.Close(dfd)
+	for try := 0; try < 8; try++ {
+		cur, err := Current(dir)
+		if err != nil {
+			return 0, false, err
+		}
+		if cur >= MaxGeneration {
+			return 0, false, fmt.Errorf("deliver group restart: generation %d is the last one", cur)
+		}
+		g := Generation{N: cur + 1, Source: contract.GroupSource, ExitCode: cause.ExitCode, Time: time.Now().UTC(), Group: &cause}
+		data, _ := json.Marshal(g)
+		tmp, err := createTempAt(dfd, "deliver", append(data, '\n'))
+		if err != nil {
+			return 0, false, err
+		}
+		err = unix.Linkat(dfd, tmp, dfd, genName(g.N), 0)
+		unix.Unlinkat(dfd, tmp, 0)
+		if err == nil {
+			prune(gdir, g.N)
+			return g.N, true, nil
+		}
+		if err != unix.EEXIST {
+			return 0, false, fmt.Errorf("deliver group restart: %w", err)
+		}
+		// A member announced a pod restart meanwhile: the next number.
+	}
+	return 0, false, errors.New("deliver group restart: the pod's generation keeps moving")
+}
+
+// GroupStopped reports whether the pod's members have stopped for pod
+// generation n (a member past the pod's stop barrier marked it grouped).
+func GroupStopped(dir string, n uint64) bool {
+	entries, err := os.ReadDir(filepath.Join(dir, genDir))
+	if err != nil {
+		return false
+	}
+	for _, e := range entries {
+		if k, w, _, ok := parseMarker(e.Name()); ok && k == n && w == markGrouped {
+			return true
+		}
+	}
+	return false
+}
+
+// ReleaseGroup lets the pod's members start in pod generation n: every pod
+// of the group has stopped (or the agent's bound is over).
+func ReleaseGroup(dir string, n uint64) error {
+	dfd, err := openSubdir(dir, genDir, "release")
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dfd)
+	tmp, err := createTempAt(dfd, "release", nil)
+	if err != nil {
+		return err
+	}
+	defer unix.Unlinkat(dfd, tmp, 0)
+	if err := unix.Linkat(dfd, tmp, dfd, markerName(n, markReleased, releasedBy), 0); err != nil && err != unix.EEXIST {
+		return fmt.Errorf("release group round %d: %w", n, err)
+	}
+	return nil
+}
+
+// released reports whether the agent released pod generation n.
+func (m *Member) released(n uint64) bool {
+	return ownedByAgent(filepath.Join(m.dir, genDir, markerName(n, markReleased, releasedBy))) == nil
+}
+
+// groupRound reports whether pod generation n is a group restart the
+// agent delivered.
+func (m *Member) groupRound(n uint64) bool {
+	if ownedByAgent(filepath.Join(m.dir, genDir, genName(n))) != nil {
+		return false
+	}
+	return ReadGeneration(m.dir, n).Group != nil
+}
+
+// verifyGroup is Verify for a generation that claims a group cause: its
+// file must be the agent's.
+func (m *Member) verifyGroup(g Generation) error {
+	if err := ownedByAgent(filepath.Join(m.dir, genDir, genName(g.N))); err != nil {
+		return fmt.Errorf("generation %d claims a group restart: %w", g.N, err)
+	}
+	return nil
+}
