@@ -27,6 +27,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -61,6 +63,15 @@ type Config struct {
 	// AnnotateEvery is the least time between two patches of one pod; zero
 	// is 10 s.
 	AnnotateEvery time.Duration
+	// Groups carries out group restarts (RestartGroup, group.go): it
+	// needs Dynamic, write access to the pods' state volumes, and the
+	// rights of deploy/components/node-agent-groups.
+	Groups bool
+	// Dynamic reads and writes the GroupRestart objects (Groups).
+	Dynamic dynamic.Interface
+	// GroupInterval is the time between two looks at the group members'
+	// requests and rounds; zero is 200 ms.
+	GroupInterval time.Duration
 	// Ready, if set, is called with the metrics address once the agent
 	// serves and its informer has synced.
 	Ready func(addr net.Addr)
@@ -98,6 +109,12 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if cfg.AnnotateEvery <= 0 {
 		cfg.AnnotateEvery = 10 * time.Second
+	}
+	if cfg.GroupInterval <= 0 {
+		cfg.GroupInterval = 200 * time.Millisecond
+	}
+	if cfg.Groups && cfg.Dynamic == nil {
+		return errors.New("node agent: group restarts need a dynamic client")
 	}
 	a := newAgent(cfg, time.Now())
 
@@ -142,8 +159,20 @@ func Run(ctx context.Context, cfg Config) error {
 
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+	synced := []cache.InformerSynced{inf.HasSynced}
+	var groupObjects cache.SharedIndexInformer
+	if cfg.Groups {
+		gf := dynamicinformer.NewDynamicSharedInformerFactory(cfg.Dynamic, 0)
+		groupObjects = gf.ForResource(GroupResource).Informer()
+		gf.Start(ctx.Done())
+		defer gf.Shutdown()
+		synced = append(synced, groupObjects.HasSynced)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return ctx.Err()
+	}
+	if cfg.Groups {
+		go a.groupLoop(ctx, groupObjects.GetIndexer())
 	}
 	a.log.Info("node agent started", "node", cfg.NodeName, "podsDir", cfg.PodsDir, "interval", cfg.Interval)
 	a.scan(ctx)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"time"
 
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -32,6 +33,7 @@ func runNodeAgent(ctx context.Context, args []string, stderr io.Writer) int {
 	fs.StringVar(&c.MetricsListen, "metrics-listen", ":9464", "`ADDR` of the plain-HTTP /metrics and /healthz endpoint")
 	fs.BoolVar(&c.Annotate, "annotate", false, "keep the annotation "+contract.AnnotationRestarts+" on each pod with its per-container in-place restarts (needs patch on pods)")
 	fs.DurationVar(&c.AnnotateEvery, "annotate-every", 10*time.Second, "least time between two patches of one pod's annotation")
+	fs.BoolVar(&c.Groups, "groups", false, "carry out group restarts (RestartGroup, docs/gang.md): needs the GroupRestart CRD, its rights and the pods directory writable (deploy/components/node-agent-groups)")
 	kubeconfig := fs.String("kubeconfig", "", "`FILE` for API access outside a cluster (default: in-cluster config)")
 	logFormat := fs.String("log-format", "json", "log `FORMAT`: json or text")
 	if err := fs.Parse(args); err != nil {
@@ -61,6 +63,9 @@ func runNodeAgent(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	if err == nil {
 		c.Client, err = kubernetes.NewForConfig(cfg)
+	}
+	if err == nil && c.Groups {
+		c.Dynamic, err = dynamic.NewForConfig(cfg)
 	}
 	if err == nil {
 		err = nodeagent.Run(ctx, c)

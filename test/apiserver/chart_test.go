@@ -125,14 +125,16 @@ var installVariants = []installVariant{
 		set: []string{"nodeAgent.enabled=true", "nodeAgent.serviceMonitor.enabled=true"}},
 	{name: "node-agent-annotate", components: []string{"node-agent", "node-agent-annotate"},
 		set: []string{"nodeAgent.enabled=true", "nodeAgent.annotate=true"}},
+	{name: "node-agent-groups", components: []string{"node-agent", "node-agent-groups"},
+		set: []string{"nodeAgent.enabled=true", "nodeAgent.groups=true"}},
 	{name: "webhook-servicemonitor", components: []string{"webhook-servicemonitor"}, set: []string{"webhook.serviceMonitor.enabled=true"}},
 	{name: "prometheus-rule", components: []string{"prometheus-rule"}, set: []string{"prometheusRule.enabled=true"}},
 	{name: "everything", selfManaged: true,
 		components: []string{"namespace-opt-in", "custom-workloads", "webhook-ingress", "node-agent", "node-agent-servicemonitor", "node-agent-annotate",
-			"webhook-servicemonitor", "prometheus-rule"},
+			"node-agent-groups", "webhook-servicemonitor", "prometheus-rule"},
 		patches: optInCustomPatch,
 		set: []string{"certificates.source=self", "namespaceSelector.optIn=true", "customWorkloads.enabled=true", "webhookIngress.enabled=true",
-			"nodeAgent.enabled=true", "nodeAgent.serviceMonitor.enabled=true", "nodeAgent.annotate=true",
+			"nodeAgent.enabled=true", "nodeAgent.serviceMonitor.enabled=true", "nodeAgent.annotate=true", "nodeAgent.groups=true",
 			"webhook.serviceMonitor.enabled=true", "prometheusRule.enabled=true"}},
 }
 

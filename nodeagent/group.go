@@ -1,0 +1,499 @@
+package nodeagent
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/restart-supervisor/restart-supervisor/contract"
+	"github.com/restart-supervisor/restart-supervisor/podstate"
+)
+
+// Group restarts (the RestartGroup action; docs/gang.md). A group is the
+// pods of one namespace that share the labels of the first groupLabels
+// entry a pod has all of. Its state is one GroupRestart object in that
+// namespace (GroupResource), named from the group: the generation, the
+// budget, the last cause, and each node agent's report of its node's
+// members for the current generation. Every agent
+//
+//   - takes in the requests its node's members write into their state
+//     volumes and turns each into the next generation of the object, by
+//     an update conditioned on the resourceVersion, so that of several
+//     ranks failing at once exactly one generation results;
+//   - delivers each new generation to its node's members as a pod
+//     restart (podstate.DeliverGroup);
+//   - reports how many of its node's members have stopped for it, in its
+//     own key of spec.nodes (a merge patch: agents never overwrite each
+//     other);
+//   - releases its members once every node with members of the group has
+//     reported all of them stopped, or after GroupStopWait.
+//
+// The supervisor stays free of network code: everything in the API is
+// done here.
+
+// GroupResource is the GroupRestart custom resource
+// (deploy/components/node-agent-groups/crd.yaml).
+var GroupResource = schema.GroupVersionResource{Group: "restart-supervisor.dev", Version: "v1alpha1", Resource: "grouprestarts"}
+
+// GroupKind is its kind.
+const GroupKind = "GroupRestart"
+
+// groupLabels name a pod's group: the first entry whose labels the pod has
+// all of. An explicit contract.LabelGroup wins; then the labels each
+// workload's controller puts on its pods.
+var groupLabels = [][]string{
+	{contract.LabelGroup},
+	// JobSet (and Kubeflow Trainer v2's TrainJob, which runs one): the
+	// whole JobSet, every replicated job, as JobSet's own InPlaceRestart
+	// restarts it.
+	{"jobset.sigs.k8s.io/jobset-name"},
+	// LeaderWorkerSet: one group (leader and workers) of the set.
+	{"leaderworkerset.sigs.k8s.io/name", "leaderworkerset.sigs.k8s.io/group-index"},
+	// Kubeflow training-operator v1 (PyTorchJob, TFJob, MPIJob, ...).
+	{"training.kubeflow.org/job-name"},
+	// KubeRay: the Ray cluster.
+	{"ray.io/cluster"},
+	// A plain Job (batch.kubernetes.io/job-name since 1.27).
+	{"batch.kubernetes.io/job-name"},
+}
+
+// GroupOf returns the group of a pod: its key ("label=value,...") and the
+// selector of its pods; ok false when it has none.
+func GroupOf(pod *corev1.Pod) (key string, sel labels.Set, ok bool) {
+	for _, names := range groupLabels {
+		set := labels.Set{}
+		for _, n := range names {
+			v, has := pod.Labels[n]
+			if !has || v == "" {
+				break
+			}
+			set[n] = v
+		}
+		if len(set) == len(names) {
+			return set.String(), set, true
+		}
+	}
+	return "", nil, false
+}
+
+// groupMember reports whether pod takes part in group restarts: it has a
+// group and a container whose supervisor config uses RestartGroup (the
+// injector wraps every container of such a pod), and is not being deleted
+// (KEP-4438: no new pod-wide restart then), nor finished.
+func groupMember(pod *corev1.Pod) bool {
+	if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return false
+	}
+	if _, _, ok := GroupOf(pod); !ok {
+		return false
+	}
+	for _, c := range pod.Spec.Containers {
+		for _, e := range c.Env {
+			if e.Name == contract.EnvConfig && strings.Contains(e.Value, `"RestartGroup"`) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// GroupObjectName is the GroupRestart object's name for group key.
+func GroupObjectName(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return "group-" + hex.EncodeToString(sum[:10])
+}
+
+// groupState is what the agent reads of a GroupRestart object.
+type groupState struct {
+	namespace, name string
+	key             string
+	generation      uint64
+	maxRestarts     int64 // -1: no limit
+	cause           podstate.GroupCause
+	nodes           map[string]nodeReport
+	resourceVersion string
+}
+
+// nodeReport is one agent's report in spec.nodes.
+type nodeReport struct {
+	Generation uint64 `json:"generation"`
+	Members    int    `json:"members"`
+	Stopped    int    `json:"stopped"`
+}
+
+func groupFromObject(u *unstructured.Unstructured) groupState {
+	g := groupState{namespace: u.GetNamespace(), name: u.GetName(), resourceVersion: u.GetResourceVersion(), maxRestarts: -1,
+		nodes: map[string]nodeReport{}}
+	spec, _, _ := unstructured.NestedMap(u.Object, "spec")
+	g.key, _ = spec["group"].(string)
+	g.generation = uint64(asInt(spec["generation"]))
+	if v, ok := spec["maxRestarts"]; ok {
+		g.maxRestarts = asInt(v)
+	}
+	if c, ok := spec["cause"].(map[string]any); ok {
+		g.cause.Pod, _ = c["pod"].(string)
+		g.cause.Container, _ = c["container"].(string)
+		g.cause.ExitCode = int32(asInt(c["exitCode"]))
+	}
+	g.cause.Generation, g.cause.Group = g.generation, g.key
+	if nodes, ok := spec["nodes"].(map[string]any); ok {
+		for n, v := range nodes {
+			m, _ := v.(map[string]any)
+			g.nodes[n] = nodeReport{Generation: uint64(asInt(m["generation"])), Members: int(asInt(m["members"])), Stopped: int(asInt(m["stopped"]))}
+		}
+	}
+	return g
+}
+
+func asInt(v any) int64 {
+	switch n := v.(type) {
+	case int64:
+		return n
+	case int:
+		return int64(n)
+	case float64:
+		return int64(n)
+	case json.Number:
+		i, _ := n.Int64()
+		return i
+	}
+	return 0
+}
+
+// groupRound is one group generation as this agent carries it out on its
+// node.
+type groupRound struct {
+	generation uint64
+	delivered  time.Time
+	// podGen is the pod generation that carries it, per local pod UID.
+	podGen map[string]uint64
+	// released: per local pod UID.
+	released map[string]bool
+	reported nodeReport
+	// expected is the group's members per node, listed once when the
+	// round began.
+	expected map[string]int
+}
+
+// groups is the agent's group state, owned by groupLoop's goroutine.
+type groups struct {
+	a      *Agent
+	client dynamic.Interface
+	// objects is the informer's store of every GroupRestart object.
+	objects cache.Indexer
+	// rounds by namespace/name of the object.
+	rounds map[string]*groupRound
+	// handled is the last request ID taken in, by pod UID/container.
+	handled map[string]string
+}
+
+// GroupStopWait bounds the wait for every pod of a group to stop before
+// the members on this node are released all the same: a node agent that
+// died, a node cut off. The supervisors' own bound is longer
+// (podstate.GroupReleaseWait).
+var GroupStopWait = 30 * time.Second
+
+func (a *Agent) groupLoop(ctx context.Context, objects cache.Indexer) {
+	g := &groups{a: a, client: a.cfg.Dynamic, objects: objects, rounds: map[string]*groupRound{}, handled: map[string]string{}}
+	t := time.NewTicker(a.cfg.GroupInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			g.step(ctx)
+		}
+	}
+}
+
+// localMember is one of this node's group members.
+type localMember struct {
+	pod *corev1.Pod
+	key string
+	dir string
+	fd  int
+}
+
+// step is one look at this node's group members: their requests, the
+// groups' objects, deliveries, reports and releases.
+func (g *groups) step(ctx context.Context) {
+	members := g.localMembers()
+	defer func() {
+		for _, m := range members {
+			unix.Close(m.fd)
+		}
+	}()
+	byGroup := map[string][]localMember{}
+	for _, m := range members {
+		id := m.pod.Namespace + "/" + GroupObjectName(m.key)
+		byGroup[id] = append(byGroup[id], m)
+	}
+	for _, id := range slices.Sorted(maps.Keys(byGroup)) {
+		ms := byGroup[id]
+		for _, m := range ms {
+			g.takeRequests(ctx, m)
+		}
+		g.carryOut(ctx, ms)
+	}
+	for id := range g.rounds {
+		if _, ok := byGroup[id]; !ok {
+			delete(g.rounds, id)
+		}
+	}
+}
+
+// localMembers returns this node's group members whose state volume is
+// there, each with a descriptor of it opened without following a link.
+func (g *groups) localMembers() []localMember {
+	a := g.a
+	root, err := unix.Open(a.cfg.PodsDir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil
+	}
+	defer unix.Close(root)
+	var out []localMember
+	for _, obj := range a.pods.List() {
+		pod, ok := obj.(*corev1.Pod)
+		if !ok || !groupMember(pod) {
+			continue
+		}
+		key, _, _ := GroupOf(pod)
+		fd, err := openDirBeneath(root, append([]string{string(pod.UID)}, statePath...))
+		if err != nil {
+			continue // not started yet, or no state volume
+		}
+		out = append(out, localMember{pod: pod, key: key, fd: fd, dir: fmt.Sprintf("/proc/self/fd/%d", fd)})
+	}
+	return out
+}
+
+// statePath is a pod's state volume below its directory.
+var statePath = statusPath[:len(statusPath)-1]
+
+// takeRequests turns each new request of member m into the group's next
+// generation, or a refusal.
+func (g *groups) takeRequests(ctx context.Context, m localMember) {
+	reqs, errs := podstate.GroupRequests(m.dir)
+	g.a.mu.Lock()
+	g.a.logErrors(errs)
+	g.a.mu.Unlock()
+	for _, r := range reqs {
+		hk := string(m.pod.UID) + "/" + r.Container
+		if g.handled[hk] == r.ID {
+			continue
+		}
+		g.handled[hk] = r.ID
+		if refused, err := g.request(ctx, m, r); err != nil {
+			g.a.log.Warn("group restart request", "pod", m.pod.Namespace+"/"+m.pod.Name, "container", r.Container, "err", err)
+			delete(g.handled, hk) // tried again at the next step
+		} else if refused != "" {
+			if err := podstate.AnswerGroup(m.dir, r, refused); err != nil {
+				g.a.log.Warn("answer group restart request", "pod", m.pod.Namespace+"/"+m.pod.Name, "err", err)
+			}
+			g.a.log.Info("group restart refused", "pod", m.pod.Namespace+"/"+m.pod.Name, "container", r.Container, "group", m.key, "reason", refused)
+		}
+	}
+}
+
+// request takes in request r of member m: the next generation of the
+// group when r saw the current one, nothing when a newer one is under way
+// (it answers r), a refusal past the budget.
+func (g *groups) request(ctx context.Context, m localMember, r podstate.GroupRequest) (refused string, err error) {
+	res := g.client.Resource(GroupResource).Namespace(m.pod.Namespace)
+	name := GroupObjectName(m.key)
+	for try := 0; try < 5; try++ {
+		u, err := res.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			u = newGroupObject(m.pod, name, m.key)
+			u, err = res.Create(ctx, u, metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) {
+				continue
+			}
+		}
+		if err != nil {
+			return "", err
+		}
+		st := groupFromObject(u)
+		if st.key != m.key {
+			return "", fmt.Errorf("%s/%s names group %q, not %q", m.pod.Namespace, name, st.key, m.key)
+		}
+		if st.generation > r.Observed {
+			return "", nil // the restart it asks for is under way
+		}
+		if st.maxRestarts >= 0 && int64(st.generation) >= st.maxRestarts {
+			return fmt.Sprintf("group %s has had %d group restarts, its limit (%s)", m.key, st.generation, contract.AnnotationGroupMaxRestarts), nil
+		}
+		next := st.generation + 1
+		spec := u.Object["spec"].(map[string]any)
+		spec["generation"] = int64(next)
+		spec["cause"] = map[string]any{"pod": m.pod.Name, "container": r.Container, "exitCode": int64(r.ExitCode),
+			"time": time.Now().UTC().Format(time.RFC3339)}
+		_, err = res.Update(ctx, u, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			continue // another rank's request came first: read again
+		}
+		if err != nil {
+			return "", err
+		}
+		g.a.log.Info("group restart", "group", m.key, "namespace", m.pod.Namespace, "generation", next, "pod", m.pod.Name, "container", r.Container, "exitCode", r.ExitCode)
+		g.a.recorder.AnnotatedEventf(podRef(m.pod), map[string]string{"restart-supervisor.dev/group": m.key, "restart-supervisor.dev/group-generation": strconv.FormatUint(next, 10)},
+			corev1.EventTypeWarning, ReasonGroupRestarted, "container %s exited with %d: restarting every container of group %s in place (generation %d)", r.Container, r.ExitCode, m.key, next)
+		return "", nil
+	}
+	return "", errors.New("the group object keeps changing")
+}
+
+// ReasonGroupRestarted is the Event a group restart records on the pod
+// whose exit asked for it.
+const ReasonGroupRestarted = "GroupRestartedInPlace"
+
+func newGroupObject(pod *corev1.Pod, name, key string) *unstructured.Unstructured {
+	spec := map[string]any{"group": key, "generation": int64(0)}
+	if v, ok := pod.Annotations[contract.AnnotationGroupMaxRestarts]; ok {
+		if n, err := strconv.ParseInt(v, 10, 32); err == nil && n >= 0 {
+			spec["maxRestarts"] = n
+		}
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": GroupResource.GroupVersion().String(), "kind": GroupKind,
+		"metadata": map[string]any{"name": name, "namespace": pod.Namespace},
+		"spec":     spec,
+	}}
+	return u
+}
+
+// carryOut delivers the group's current generation to ms (this node's
+// members of one group), reports their stop and releases them.
+func (g *groups) carryOut(ctx context.Context, ms []localMember) {
+	ns, name := ms[0].pod.Namespace, GroupObjectName(ms[0].key)
+	id := ns + "/" + name
+	obj, exists, err := g.objects.GetByKey(id)
+	if err != nil || !exists {
+		return
+	}
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return
+	}
+	st := groupFromObject(u)
+	if st.generation == 0 || st.key != ms[0].key {
+		return
+	}
+	r := g.rounds[id]
+	if r == nil || r.generation != st.generation {
+		r = &groupRound{generation: st.generation, delivered: time.Now(), podGen: map[string]uint64{}, released: map[string]bool{}}
+		r.expected = g.expectedMembers(ctx, ms[0])
+		g.rounds[id] = r
+	}
+	stopped := 0
+	for _, m := range ms {
+		uid := string(m.pod.UID)
+		n, ok := r.podGen[uid]
+		if !ok {
+			if prev, had := podstate.GroupRound(m.dir, st.generation); had {
+				n, ok = prev, true // delivered before this agent started
+			} else if podstate.LastGroup(m.dir) < st.generation {
+				var err error
+				n, _, err = podstate.DeliverGroup(m.dir, st.cause)
+				if err != nil {
+					g.a.log.Warn("deliver group restart", "pod", ns+"/"+m.pod.Name, "generation", st.generation, "err", err)
+					continue
+				}
+				ok = true
+			}
+			if !ok {
+				continue // a newer round reached it already
+			}
+			r.podGen[uid] = n
+		}
+		if podstate.GroupStopped(m.dir, n) {
+			stopped++
+		}
+	}
+	rep := nodeReport{Generation: st.generation, Members: len(ms), Stopped: stopped}
+	if rep != r.reported {
+		patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"nodes": map[string]any{g.a.cfg.NodeName: rep}}})
+		if _, err := g.client.Resource(GroupResource).Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			g.a.log.Warn("report group stop", "group", id, "err", err)
+		} else {
+			r.reported = rep
+			st.nodes[g.a.cfg.NodeName] = rep
+		}
+	}
+	all := allStopped(st, r.expected)
+	late := time.Since(r.delivered) > GroupStopWait
+	if !all && !late {
+		return
+	}
+	for _, m := range ms {
+		uid := string(m.pod.UID)
+		n, ok := r.podGen[uid]
+		if !ok || r.released[uid] || !podstate.GroupStopped(m.dir, n) && !late {
+			continue
+		}
+		if err := podstate.ReleaseGroup(m.dir, n); err != nil {
+			g.a.log.Warn("release group round", "pod", ns+"/"+m.pod.Name, "err", err)
+			continue
+		}
+		r.released[uid] = true
+		if !all {
+			g.a.log.Warn("group restart: not every pod of the group stopped within the bound; releasing this node's", "group", st.key, "generation", st.generation, "waited", GroupStopWait)
+		}
+	}
+}
+
+// allStopped reports whether every node with members of the group has
+// reported all of them stopped for the current generation.
+func allStopped(st groupState, expected map[string]int) bool {
+	for node, want := range expected {
+		rep, ok := st.nodes[node]
+		if !ok || rep.Generation != st.generation || rep.Stopped < min(want, rep.Members) || rep.Members == 0 && want > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// expectedMembers lists the group's members in the API, per node, once per
+// round: the nodes whose agents must report them stopped.
+func (g *groups) expectedMembers(ctx context.Context, m localMember) map[string]int {
+	_, sel, _ := GroupOf(m.pod)
+	out := map[string]int{}
+	list, err := g.a.cfg.Client.CoreV1().Pods(m.pod.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+	if err != nil {
+		g.a.log.Warn("list group members", "group", m.key, "err", err)
+		out[g.a.cfg.NodeName] = 1
+		return out
+	}
+	for i := range list.Items {
+		p := &list.Items[i]
+		if p.Spec.NodeName == "" || !groupMember(p) {
+			continue
+		}
+		if k, _, _ := GroupOf(p); k != m.key {
+			continue
+		}
+		out[p.Spec.NodeName]++
+	}
+	return out
+}

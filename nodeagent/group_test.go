@@ -1,0 +1,81 @@
+package nodeagent
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/restart-supervisor/restart-supervisor/contract"
+)
+
+func TestGroupOf(t *testing.T) {
+	for _, c := range []struct {
+		labels map[string]string
+		want   string
+	}{
+		{map[string]string{"batch.kubernetes.io/job-name": "j", contract.LabelGroup: "mine"}, contract.LabelGroup + "=mine"},
+		{map[string]string{"batch.kubernetes.io/job-name": "j", "jobset.sigs.k8s.io/jobset-name": "js"}, "jobset.sigs.k8s.io/jobset-name=js"},
+		{map[string]string{"leaderworkerset.sigs.k8s.io/name": "l", "leaderworkerset.sigs.k8s.io/group-index": "2"},
+			"leaderworkerset.sigs.k8s.io/group-index=2,leaderworkerset.sigs.k8s.io/name=l"},
+		// Half of LeaderWorkerSet's pair is no group of it.
+		{map[string]string{"leaderworkerset.sigs.k8s.io/name": "l"}, ""},
+		{map[string]string{"training.kubeflow.org/job-name": "pt"}, "training.kubeflow.org/job-name=pt"},
+		{map[string]string{"ray.io/cluster": "rc"}, "ray.io/cluster=rc"},
+		{map[string]string{"batch.kubernetes.io/job-name": "j"}, "batch.kubernetes.io/job-name=j"},
+		{map[string]string{contract.LabelGroup: ""}, ""},
+		{nil, ""},
+	} {
+		key, sel, ok := GroupOf(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: c.labels}})
+		if key != c.want || ok != (c.want != "") || ok && sel.String() != key {
+			t.Errorf("GroupOf(%v) = %q, %v, %v; want %q", c.labels, key, sel, ok, c.want)
+		}
+	}
+}
+
+func TestGroupMember(t *testing.T) {
+	pod := func(env string, deleting bool, phase corev1.PodPhase) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{contract.LabelGroup: "g"}},
+			Spec:   corev1.PodSpec{Containers: []corev1.Container{{Name: "a", Env: []corev1.EnvVar{{Name: contract.EnvConfig, Value: env}}}}},
+			Status: corev1.PodStatus{Phase: phase}}
+		if deleting {
+			now := metav1.Now()
+			p.DeletionTimestamp = &now
+		}
+		return p
+	}
+	group := `{"restartPolicyRules":[{"action":"RestartGroup"}]}`
+	if !groupMember(pod(group, false, corev1.PodRunning)) {
+		t.Error("a running pod with a RestartGroup rule is a member")
+	}
+	if groupMember(pod(`{"restartPolicyRules":[{"action":"Restart"}]}`, false, corev1.PodRunning)) {
+		t.Error("a pod without RestartGroup is no member")
+	}
+	if groupMember(pod(group, true, corev1.PodRunning)) {
+		t.Error("a pod being deleted takes no group restart (KEP-4438)")
+	}
+	if groupMember(pod(group, false, corev1.PodSucceeded)) {
+		t.Error("a finished pod is no member")
+	}
+}
+
+func TestAllStopped(t *testing.T) {
+	st := groupState{generation: 2, nodes: map[string]nodeReport{
+		"a": {Generation: 2, Members: 2, Stopped: 2},
+		"b": {Generation: 1, Members: 2, Stopped: 2},
+	}}
+	if allStopped(st, map[string]int{"a": 2, "b": 2}) {
+		t.Error("node b's report is of the last generation")
+	}
+	st.nodes["b"] = nodeReport{Generation: 2, Members: 2, Stopped: 1}
+	if allStopped(st, map[string]int{"a": 2, "b": 2}) {
+		t.Error("one of b's members still runs")
+	}
+	st.nodes["b"] = nodeReport{Generation: 2, Members: 2, Stopped: 2}
+	if !allStopped(st, map[string]int{"a": 2, "b": 2}) {
+		t.Error("every member stopped")
+	}
+	if allStopped(st, map[string]int{"a": 2, "b": 2, "c": 1}) {
+		t.Error("node c has not reported")
+	}
+}

@@ -1,0 +1,308 @@
+package apiserver_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/restart-supervisor/restart-supervisor/contract"
+	"github.com/restart-supervisor/restart-supervisor/nodeagent"
+	"github.com/restart-supervisor/restart-supervisor/podstate"
+)
+
+// groupConfig is the supervisor config of every member: exit 42 restarts
+// the whole group in place.
+const groupConfig = `{"restartPolicy":"Never","podRestartPolicy":"Never","restartPolicyRules":[{"action":"RestartGroup","exitCodes":{"operator":"In","values":[42]}}]}`
+
+// startGroupAgent runs a node agent with group restarts for node, whose
+// kubelet pods directory is podsDir.
+func startGroupAgent(t *testing.T, cfg *rest.Config, node, podsDir string) context.CancelFunc {
+	t.Helper()
+	client, err := kubernetes.NewForConfig(cfg)
+	must(t, err)
+	dyn, err := dynamic.NewForConfig(cfg)
+	must(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	ready, done := make(chan net.Addr, 1), make(chan error, 1)
+	go func() {
+		done <- nodeagent.Run(ctx, nodeagent.Config{Client: client, Dynamic: dyn, Groups: true, NodeName: node, PodsDir: podsDir,
+			Interval: 500 * time.Millisecond, GroupInterval: 50 * time.Millisecond, Ready: func(addr net.Addr) { ready <- addr }})
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("agent %s: %v", node, err)
+	case <-time.After(time.Minute):
+		cancel()
+		t.Fatalf("agent %s not ready", node)
+	}
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return cancel
+}
+
+// groupPod creates a member pod on node (no kubelet runs it: the test runs
+// its supervisor), labelled into group.
+func groupPod(t *testing.T, client kubernetes.Interface, ns, name, node, group string) *corev1.Pod {
+	t.Helper()
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns,
+		Labels:      map[string]string{contract.LabelGroup: group},
+		Annotations: map[string]string{contract.AnnotationGroupMaxRestarts: "1"}},
+		Spec: corev1.PodSpec{NodeName: node, RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{
+			Name: "rank", Image: "busybox", Env: []corev1.EnvVar{{Name: contract.EnvConfig, Value: groupConfig}}}}}}
+	p, err := client.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{})
+	must(t, err)
+	return p
+}
+
+// rankRun is one run of a member's workload, from its log.
+type rankRun struct{ start, end time.Time }
+
+// readRuns parses a workload log of "start NS" and "end NS" lines.
+func readRuns(t *testing.T, path string) []rankRun {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var runs []rankRun
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		what, ns, _ := strings.Cut(sc.Text(), " ")
+		n, err := strconv.ParseInt(ns, 10, 64)
+		if err != nil {
+			continue
+		}
+		at := time.Unix(0, n)
+		switch what {
+		case "start":
+			runs = append(runs, rankRun{start: at})
+		case "end":
+			if len(runs) > 0 {
+				runs[len(runs)-1].end = at
+			}
+		}
+	}
+	return runs
+}
+
+// TestGroupRestartAcrossNodes runs four members of one group, two on each
+// of two nodes, each under the real supervisor binary with its own state
+// volume, and one node agent per node against a real API server: the
+// first rank's exit 42 restarts every rank once, in place, none started
+// before all stopped; its second exit 42 is past the group's limit
+// (group-max-restarts 1): the agent refuses and the supervisor hands the
+// exit over. A pod of another namespace with the same group label asks
+// for a group restart too: only its own namespace's group moves.
+func TestGroupRestartAcrossNodes(t *testing.T) {
+	env, client := startAPIServer(t, kubeAssets(t), true)
+	crd := filepath.Join(repoRoot(t), "deploy", "components", "node-agent-groups", "crd.yaml")
+	if _, err := envtest.InstallCRDs(env.Config, envtest.CRDInstallOptions{Paths: []string{crd}}); err != nil {
+		t.Fatalf("install the GroupRestart CRD: %v", err)
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "restart-supervisor")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/restart-supervisor")
+	build.Dir = repoRoot(t)
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	nodes := []string{"node-a", "node-b"}
+	podsDirs := map[string]string{}
+	for _, n := range nodes {
+		podsDirs[n] = filepath.Join(dir, n, "pods")
+		must(t, os.MkdirAll(podsDirs[n], 0o750))
+	}
+	const group = "train"
+	type member struct {
+		pod   *corev1.Pod
+		state string
+		log   string
+		cmd   *exec.Cmd
+		done  chan error
+	}
+	var members []*member
+	for i := 0; i < 4; i++ {
+		node := nodes[i%2]
+		p := groupPod(t, client, "default", fmt.Sprintf("rank-%d", i), node, group)
+		members = append(members, &member{pod: p, state: stateDir(t, podsDirs[node], p.UID), log: filepath.Join(dir, p.Name+".log")})
+	}
+	for _, n := range nodes {
+		startGroupAgent(t, env.Config, n, podsDirs[n])
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	for i, m := range members {
+		// Each run logs its start and end; rank 0 exits 42 one second
+		// into each run, the others run until stopped.
+		script := fmt.Sprintf(`echo "start $(date +%%s%%N)" >> %[1]s
+trap 'echo "end $(date +%%s%%N)" >> %[1]s; exit 0' TERM
+if [ %[2]d = 0 ]; then sleep 1; echo "end $(date +%%s%%N)" >> %[1]s; exit 42; fi
+while :; do sleep 0.1; done`, m.log, i)
+		m.cmd = exec.CommandContext(ctx, bin, "--", "sh", "-c", script)
+		m.cmd.Env = append(os.Environ(), contract.EnvStateDir+"="+m.state, contract.EnvContainerName+"=rank", contract.EnvConfig+"="+groupConfig)
+		out := &strings.Builder{}
+		m.cmd.Stdout, m.cmd.Stderr = out, out
+		must(t, m.cmd.Start())
+		m.done = make(chan error, 1)
+		go func() { m.done <- m.cmd.Wait() }()
+		t.Cleanup(func() {
+			if m.cmd.ProcessState == nil {
+				_ = m.cmd.Process.Signal(syscall.SIGTERM)
+			}
+			if t.Failed() {
+				t.Logf("%s supervisor:\n%s", m.pod.Name, tail(out.String(), 30))
+			}
+		})
+	}
+
+	// Rank 0: group restart, then the refusal, then the hand-over.
+	select {
+	case err := <-members[0].done:
+		var ee *exec.ExitError
+		if err == nil || !asExit(err, &ee) || ee.ExitCode() != 42 {
+			t.Fatalf("rank-0's supervisor: %v, want exit 42 (handed over past the group's limit)", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("rank-0's supervisor did not hand its second exit over")
+	}
+	runs := map[string][]rankRun{}
+	for _, m := range members {
+		runs[m.pod.Name] = readRuns(t, m.log)
+	}
+	// Every rank has run twice, and no second run started before every
+	// first run had ended.
+	waitFor(t, "every rank's second run", 30*time.Second, func(context.Context) (bool, error) {
+		for _, m := range members {
+			runs[m.pod.Name] = readRuns(t, m.log)
+			if len(runs[m.pod.Name]) < 2 {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	var lastEnd, firstRestart, lastRestart time.Time
+	for _, m := range members {
+		r := runs[m.pod.Name]
+		if len(r) != 2 {
+			t.Errorf("%s ran %d times, want 2: %+v", m.pod.Name, len(r), r)
+			continue
+		}
+		if r[0].end.IsZero() {
+			t.Errorf("%s: its first run has no end", m.pod.Name)
+		}
+		if r[0].end.After(lastEnd) {
+			lastEnd = r[0].end
+		}
+		if firstRestart.IsZero() || r[1].start.Before(firstRestart) {
+			firstRestart = r[1].start
+		}
+		if r[1].start.After(lastRestart) {
+			lastRestart = r[1].start
+		}
+	}
+	if !firstRestart.After(lastEnd) {
+		t.Errorf("a rank started again (%s) before every rank had stopped (%s)", firstRestart.Format(time.StampMicro), lastEnd.Format(time.StampMicro))
+	}
+	t.Logf("rank-0 exit → last rank restarted: %s; last stop → first restart: %s; restarts spread over %s",
+		lastRestart.Sub(runs["rank-0"][0].end).Round(time.Millisecond), firstRestart.Sub(lastEnd).Round(time.Millisecond),
+		lastRestart.Sub(firstRestart).Round(time.Millisecond))
+
+	dyn, err := dynamic.NewForConfig(env.Config)
+	must(t, err)
+	name := nodeagent.GroupObjectName(contract.LabelGroup + "=" + group)
+	obj, err := dyn.Resource(nodeagent.GroupResource).Namespace("default").Get(context.Background(), name, metav1.GetOptions{})
+	must(t, err)
+	if gen, _, _ := unstructuredInt(obj.Object, "spec", "generation"); gen != 1 {
+		t.Errorf("group generation %d, want 1 (the second exit was past the limit)", gen)
+	}
+	for _, m := range members {
+		if n, ok := podstate.GroupRound(m.state, 1); !ok {
+			t.Errorf("%s: group generation 1 not delivered", m.pod.Name)
+		} else {
+			t.Logf("%s: group generation 1 is its pod generation %d", m.pod.Name, n)
+		}
+	}
+	waitEvents(t, client, members[0].pod, nodeagent.ReasonGroupRestarted, 1)
+
+	// Another namespace, same label: a request from a pod there makes its
+	// own group's generation and restarts nothing here.
+	_, err = client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "other"}}, metav1.CreateOptions{})
+	must(t, err)
+	intruder := groupPod(t, client, "other", "intruder", "node-a", group)
+	istate := stateDir(t, podsDirs["node-a"], intruder.UID)
+	must(t, os.MkdirAll(filepath.Join(istate, contract.GroupDir), 0o777))
+	must(t, os.WriteFile(filepath.Join(istate, contract.GroupDir, contract.GroupRequestPrefix+"rank"),
+		[]byte(`{"id":"x","container":"rank","exitCode":42,"observed":0}`), 0o644))
+	waitFor(t, "the other namespace's group", 30*time.Second, func(ctx context.Context) (bool, error) {
+		o, err := dyn.Resource(nodeagent.GroupResource).Namespace("other").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		gen, _, _ := unstructuredInt(o.Object, "spec", "generation")
+		return gen == 1, nil
+	})
+	time.Sleep(time.Second)
+	for _, m := range members[1:] {
+		if r := readRuns(t, m.log); len(r) != 2 {
+			t.Errorf("%s ran %d times after a request in another namespace, want 2", m.pod.Name, len(r))
+		}
+	}
+	obj, err = dyn.Resource(nodeagent.GroupResource).Namespace("default").Get(context.Background(), name, metav1.GetOptions{})
+	must(t, err)
+	if gen, _, _ := unstructuredInt(obj.Object, "spec", "generation"); gen != 1 {
+		t.Errorf("default's group generation %d after a request in another namespace, want 1", gen)
+	}
+	var names []string
+	for _, m := range members[1:] {
+		must(t, m.cmd.Process.Signal(syscall.SIGTERM))
+		names = append(names, m.pod.Name)
+		<-m.done
+	}
+	sort.Strings(names)
+}
+
+func asExit(err error, ee **exec.ExitError) bool {
+	e, ok := err.(*exec.ExitError)
+	*ee = e
+	return ok
+}
+
+func unstructuredInt(obj map[string]any, path ...string) (int64, bool, error) {
+	var cur any = obj
+	for _, p := range path {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return 0, false, nil
+		}
+		cur = m[p]
+	}
+	switch n := cur.(type) {
+	case int64:
+		return n, true, nil
+	case float64:
+		return int64(n), true, nil
+	}
+	return 0, false, nil
+}
