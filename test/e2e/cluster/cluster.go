@@ -40,8 +40,17 @@ import (
 // DefaultDir is where the cluster keeps all of its state.
 const DefaultDir = "/tmp/restart-supervisor-e2e"
 
-// NodeName is the single node's name.
+// NodeName is the first node's name.
 const NodeName = "restart-supervisor-e2e"
+
+// SecondNodeName is the second node's name (Options.SecondNode), and
+// secondCgroupRoot its kubelet's cgroup root: its pods' kubepods tree lives
+// below it, apart from the first kubelet's, which would otherwise remove
+// the other's pod cgroups as orphans.
+const (
+	SecondNodeName   = "restart-supervisor-e2e-2"
+	secondCgroupRoot = "rse2e-node2"
+)
 
 // Options chooses what Up starts.
 type Options struct {
@@ -80,7 +89,12 @@ type Options struct {
 	// Images are more docker-archive files to import into containerd
 	// (BuildTrainingImage makes one).
 	Images []string
-	Log    io.Writer
+	// SecondNode starts a second node, SecondNodeName, under the same
+	// control plane: its own containerd (state under Dir/node2), its own
+	// kubelet (other ports, root directory and cgroup root), on the same
+	// host, so that a test spans two nodes with a node agent on each.
+	SecondNode bool
+	Log        io.Writer
 }
 
 // State is what a running cluster records in Dir/state.json.
@@ -98,8 +112,17 @@ type State struct {
 	// under Options.KubeletBinDir.
 	APIServerVersion string `json:"apiServerVersion"`
 	Containerd       string `json:"containerdSocket"`
+	// Second is the second node, when Options.SecondNode started one.
+	Second *SecondNodeState `json:"second,omitempty"`
 	// Processes in start order: name → pid.
 	Processes []Proc `json:"processes"`
+}
+
+// SecondNodeState is what the second node records.
+type SecondNodeState struct {
+	NodeName    string `json:"nodeName"`
+	Containerd  string `json:"containerdSocket"`
+	KubeletRoot string `json:"kubeletRoot"`
 }
 
 // Proc is one process the harness started.
@@ -236,6 +259,11 @@ func Up(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}
 	if err := c.startKubelet(ctx, opts); err != nil {
 		return c, err
+	}
+	if opts.SecondNode {
+		if err := c.startSecondNode(ctx, opts, images); err != nil {
+			return c, fmt.Errorf("second node: %w", err)
+		}
 	}
 	if opts.ControllerManager {
 		if err := c.startControllerManager(ctx, opts); err != nil {
@@ -480,12 +508,55 @@ func cniBinDir() (string, error) {
 	return "", errors.New("e2e cluster: CNI plugins not found (dpkg -L containernetworking-plugins)")
 }
 
+// node is where one node's containerd and kubelet keep their state.
+type node struct {
+	name string
+	// dir is the node's directory below Dir ("" for the first node).
+	dir string
+	// bridge and subnet of its CNI network.
+	bridge, subnet string
+	// ports of its kubelet: its server and its health endpoint.
+	port, healthzPort int
+	// cgroupRoot of its kubelet, "" for the host's root.
+	cgroupRoot string
+	process    string // the names its processes are recorded under: process, "kubelet"+suffix
+	suffix     string
+	socket     string
+}
+
+func (c *Cluster) firstNode() *node {
+	return &node{name: c.NodeName, bridge: "rse2e0", subnet: "10.244.0.0/24", port: 10250, healthzPort: 10248, process: "containerd"}
+}
+
+func (c *Cluster) secondNode() *node {
+	return &node{name: SecondNodeName, dir: "node2", bridge: "rse2e1", subnet: "10.244.1.0/24", port: 10260, healthzPort: 10258,
+		cgroupRoot: "/" + secondCgroupRoot, process: "containerd-node2", suffix: "-node2"}
+}
+
+func (c *Cluster) nodePath(n *node, p ...string) string {
+	return c.path(append([]string{n.dir}, p...)...)
+}
+
 func (c *Cluster) startContainerd(ctx context.Context, images []string) error {
+	n := c.firstNode()
+	if err := c.startContainerdOn(ctx, n, images); err != nil {
+		return err
+	}
+	c.Containerd = n.socket
+	return nil
+}
+
+func (c *Cluster) startContainerdOn(ctx context.Context, n *node, images []string) error {
 	cni, err := cniBinDir()
 	if err != nil {
 		return err
 	}
-	c.Containerd = c.path("containerd", "containerd.sock")
+	for _, d := range []string{"containerd", "cni/net.d", "kubelet", "pod-logs"} {
+		if err := os.MkdirAll(c.nodePath(n, d), 0o755); err != nil {
+			return err
+		}
+	}
+	n.socket = c.nodePath(n, "containerd", "containerd.sock")
 	// restrict_oom_score_adj: root here lacks CAP_SYS_RESOURCE, so runc could
 	// not lower the sandbox's oom_score_adj and every sandbox would fail.
 	cfg := fmt.Sprintf(`version = 2
@@ -508,33 +579,33 @@ state = %[2]q
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
         Root = %[8]q
-`, c.path("containerd", "root"), c.path("containerd", "state"), c.Containerd, c.Containerd+".ttrpc",
-		PauseImage, cni, c.path("cni", "net.d"), c.path("containerd", "runc"))
-	if err := os.WriteFile(c.path("containerd", "config.toml"), []byte(cfg), 0o644); err != nil {
+`, c.nodePath(n, "containerd", "root"), c.nodePath(n, "containerd", "state"), n.socket, n.socket+".ttrpc",
+		PauseImage, cni, c.nodePath(n, "cni", "net.d"), c.nodePath(n, "containerd", "runc"))
+	if err := os.WriteFile(c.nodePath(n, "containerd", "config.toml"), []byte(cfg), 0o644); err != nil {
 		return err
 	}
 	// The conflist only makes the runtime report NetworkReady (and so the
 	// node Ready); every scenario pod uses the host network.
 	conflist := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"restart-supervisor-e2e","plugins":[
- {"type":"bridge","bridge":"rse2e0","isGateway":true,"ipMasq":false,
-  "ipam":{"type":"host-local","ranges":[[{"subnet":"10.244.0.0/24"}]],"dataDir":%q}}]}`, c.path("cni", "ipam"))
-	if err := os.WriteFile(c.path("cni", "net.d", "10-e2e.conflist"), []byte(conflist), 0o644); err != nil {
+ {"type":"bridge","bridge":%q,"isGateway":true,"ipMasq":false,
+  "ipam":{"type":"host-local","ranges":[[{"subnet":%q}]],"dataDir":%q}}]}`, n.bridge, n.subnet, c.nodePath(n, "cni", "ipam"))
+	if err := os.WriteFile(c.nodePath(n, "cni", "net.d", "10-e2e.conflist"), []byte(conflist), 0o644); err != nil {
 		return err
 	}
-	if err := c.Start("containerd", []string{"containerd", "--config", c.path("containerd", "config.toml")}, nil); err != nil {
+	if err := c.Start(n.process, []string{"containerd", "--config", c.nodePath(n, "containerd", "config.toml")}, nil); err != nil {
 		return err
 	}
-	err = c.waitFor(ctx, "containerd", 30*time.Second, func() error {
-		return exec.Command("ctr", "--address", c.Containerd, "version").Run()
+	err = c.waitFor(ctx, n.process, 30*time.Second, func() error {
+		return exec.Command("ctr", "--address", n.socket, "version").Run()
 	})
 	if err != nil {
 		return err
 	}
 	for _, img := range images {
-		out, err := exec.CommandContext(ctx, "ctr", "--address", c.Containerd, "-n", "k8s.io", "images", "import", "--no-unpack=false", img).CombinedOutput()
+		out, err := exec.CommandContext(ctx, "ctr", "--address", n.socket, "-n", "k8s.io", "images", "import", "--no-unpack=false", img).CombinedOutput()
 		if err != nil {
 			// Older ctr has no --no-unpack flag; retry plainly.
-			out, err = exec.CommandContext(ctx, "ctr", "--address", c.Containerd, "-n", "k8s.io", "images", "import", img).CombinedOutput()
+			out, err = exec.CommandContext(ctx, "ctr", "--address", n.socket, "-n", "k8s.io", "images", "import", img).CombinedOutput()
 		}
 		if err != nil {
 			return fmt.Errorf("ctr images import %s: %v\n%s", img, err, out)
@@ -692,7 +763,40 @@ func nodeIP() (string, error) {
 }
 
 func (c *Cluster) startKubelet(ctx context.Context, opts Options) error {
-	sock := "unix://" + c.Containerd
+	n := c.firstNode()
+	n.socket = c.Containerd
+	argv, err := c.startKubeletOn(ctx, opts, n)
+	c.kubeletArgv = argv
+	return err
+}
+
+// startSecondNode starts the second node's containerd and kubelet.
+func (c *Cluster) startSecondNode(ctx context.Context, opts Options, images []string) error {
+	n := c.secondNode()
+	// The kubelet refuses a cgroup root that does not exist; on cgroup v1
+	// it must exist in every hierarchy.
+	if err := makeCgroup(secondCgroupRoot); err != nil {
+		return err
+	}
+	if err := c.startContainerdOn(ctx, n, images); err != nil {
+		return err
+	}
+	c.Second = &SecondNodeState{NodeName: n.name, Containerd: n.socket, KubeletRoot: c.nodePath(n, "kubelet", "root")}
+	if err := c.writeState(); err != nil {
+		return err
+	}
+	_, err := c.startKubeletOn(ctx, opts, n)
+	return err
+}
+
+// startKubeletOn starts node n's kubelet and waits for its node to be
+// Ready; it returns the kubelet's command line.
+func (c *Cluster) startKubeletOn(ctx context.Context, opts Options, n *node) ([]string, error) {
+	sock := "unix://" + n.socket
+	cgroupRoot := ""
+	if n.cgroupRoot != "" {
+		cgroupRoot = "cgroupRoot: " + n.cgroupRoot + "\n"
+	}
 	cfg := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 containerRuntimeEndpoint: %[1]s
@@ -703,7 +807,8 @@ failCgroupV1: false
 address: %[2]s
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
-healthzPort: 10248
+healthzPort: %[5]d
+port: %[6]d
 authentication:
   anonymous: {enabled: true}
   webhook: {enabled: false}
@@ -717,27 +822,28 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
 podLogsDir: %[3]s
-%[4]s`, sock, c.NodeIP, c.path("pod-logs"), gateYAML(opts.gates(c.KubeVersion)))
-	if err := os.WriteFile(c.path("kubelet", "config.yaml"), []byte(cfg), 0o644); err != nil {
-		return err
+%[7]s%[4]s`, sock, c.NodeIP, c.nodePath(n, "pod-logs"), gateYAML(opts.gates(c.KubeVersion)), n.healthzPort, n.port, cgroupRoot)
+	if err := os.WriteFile(c.nodePath(n, "kubelet", "config.yaml"), []byte(cfg), 0o644); err != nil {
+		return nil, err
 	}
-	c.kubeletArgv = []string{filepath.Join(opts.KubeletBinDir, "kubelet"),
-		"--config", c.path("kubelet", "config.yaml"),
+	argv := []string{filepath.Join(opts.KubeletBinDir, "kubelet"),
+		"--config", c.nodePath(n, "kubelet", "config.yaml"),
 		"--kubeconfig", c.Kubeconfig,
-		"--root-dir", c.KubeletRoot(),
-		"--hostname-override", c.NodeName,
+		"--root-dir", c.nodePath(n, "kubelet", "root"),
+		"--hostname-override", n.name,
 		"--node-ip", c.NodeIP,
 		"--v=2",
 	}
-	if err := c.Start("kubelet", c.kubeletArgv, nil); err != nil {
-		return err
+	name := "kubelet" + n.suffix
+	if err := c.Start(name, argv, nil); err != nil {
+		return nil, err
 	}
-	return c.waitFor(ctx, "kubelet", 90*time.Second, func() error {
-		n, err := c.Client.CoreV1().Nodes().Get(ctx, c.NodeName, metav1.GetOptions{})
+	return argv, c.waitFor(ctx, name, 90*time.Second, func() error {
+		nd, err := c.Client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		for _, cond := range n.Status.Conditions {
+		for _, cond := range nd.Status.Conditions {
 			if cond.Type == corev1.NodeReady {
 				if cond.Status == corev1.ConditionTrue {
 					return nil

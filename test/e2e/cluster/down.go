@@ -43,22 +43,30 @@ func Down(dir string, log io.Writer) error {
 	procs := st.Processes
 	for i := len(procs) - 1; i >= 0; i-- {
 		p := procs[i]
-		if p.Name == "containerd" {
+		switch p.Name {
+		case "containerd":
 			// Pods first: the kubelet is gone by now, so nothing restarts them.
 			killCgroupTree("kubepods")
 			killShims(filepath.Join(dir, "containerd"))
+		case "containerd-node2":
+			killCgroupTree(secondCgroupRoot)
+			killShims(filepath.Join(dir, "node2", "containerd"))
 		}
 		if err := stopProcess(p); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	killCgroupTree("kubepods")
+	killCgroupTree(secondCgroupRoot)
 	killShims(filepath.Join(dir, "containerd"))
+	killShims(filepath.Join(dir, "node2", "containerd"))
 	if err := unmountUnder(dir); err != nil {
 		errs = append(errs, err)
 	}
-	if err := removeCgroupTree("kubepods"); err != nil {
-		errs = append(errs, err)
+	for _, tree := range []string{"kubepods", secondCgroupRoot} {
+		if err := removeCgroupTree(tree); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "sysctl.saved.json")); err == nil {
 		saved := map[string]string{}
@@ -70,8 +78,10 @@ func Down(dir string, log io.Writer) error {
 			}
 		}
 	}
-	if _, err := os.Stat("/sys/class/net/rse2e0"); err == nil {
-		_ = exec.Command("ip", "link", "delete", "rse2e0").Run()
+	for _, bridge := range []string{"rse2e0", "rse2e1"} {
+		if _, err := os.Stat("/sys/class/net/" + bridge); err == nil {
+			_ = exec.Command("ip", "link", "delete", bridge).Run()
+		}
 	}
 	if len(errs) == 0 {
 		if left := mountsUnder(dir); len(left) > 0 {
@@ -261,6 +271,27 @@ func unmountUnder(dir string) error {
 	return nil
 }
 
+// makeCgroup creates the named cgroup in every hierarchy (cgroup v1 and
+// hybrid), or below /sys/fs/cgroup on a pure v2 host.
+func makeCgroup(name string) error {
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		return os.MkdirAll(filepath.Join("/sys/fs/cgroup", name), 0o755)
+	}
+	entries, err := os.ReadDir("/sys/fs/cgroup")
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if !e.IsDir() || e.Name() == "unified" {
+			continue
+		}
+		if err := os.MkdirAll(filepath.Join("/sys/fs/cgroup", e.Name(), name), 0o755); err != nil {
+			return fmt.Errorf("cgroup %s/%s: %w", e.Name(), name, err)
+		}
+	}
+	return nil
+}
+
 // removeCgroupTree removes the named cgroup subtrees bottom-up.
 func removeCgroupTree(name string) error {
 	var last error
@@ -300,7 +331,7 @@ func Leftovers(st State, saved map[string]string) []string {
 	for _, mp := range mountsUnder(st.Dir) {
 		out = append(out, "mount "+mp)
 	}
-	for _, d := range cgroupDirs("kubepods") {
+	for _, d := range append(cgroupDirs("kubepods"), cgroupDirs(secondCgroupRoot)...) {
 		out = append(out, "cgroup "+d)
 	}
 	for _, p := range st.Processes {

@@ -1,0 +1,207 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/restart-supervisor/restart-supervisor/contract"
+	"github.com/restart-supervisor/restart-supervisor/nodeagent"
+	"github.com/restart-supervisor/restart-supervisor/test/e2e/cluster"
+)
+
+// TestGroupRestartOnTwoKubelets runs a group of four pods over two real
+// kubelets (two containerd instances, two node names, one API server) with
+// a node agent per node: rank 0's exit 42 under RestartGroup restarts every
+// container of the four pods once, in place: no pod recreated (same UIDs),
+// no container restarted by a kubelet (restartCount 0), each emptyDir kept
+// (a file written by the first run is there for the second), and no rank
+// started again before every rank had stopped.
+func TestGroupRestartOnTwoKubelets(t *testing.T) {
+	repo, binDir := prepareNode(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	c, err := cluster.Up(ctx, cluster.Options{BinDir: binDir, Repo: repo, SupervisorImage: true, SecondNode: true, Log: testWriter{t}})
+	if err != nil {
+		t.Fatalf("cluster up: %v", err)
+	}
+	tearDownAtEnd(t, c)
+	kubectl := filepath.Join(binDir, "kubectl")
+	crd := filepath.Join(repo, "deploy", "components", "node-agent-groups", "crd.yaml")
+	for _, args := range [][]string{{"apply", "-f", crd}, {"wait", "--for", "condition=established", "--timeout=60s", "crd/grouprestarts.restart-supervisor.dev"}} {
+		if out, err := exec.CommandContext(ctx, kubectl, append([]string{"--kubeconfig", c.Kubeconfig}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	dyn, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := map[string]string{cluster.NodeName: c.KubeletRoot(), cluster.SecondNodeName: c.Second.KubeletRoot}
+	for node, root := range roots {
+		startE2EGroupAgent(ctx, t, c, dyn, node, filepath.Join(root, "pods"))
+	}
+
+	e := &env{mode: supervised, c: c, ns: "default"}
+	e.superviseWithInjector()
+	rulesJSON := `{"rank": {"restartPolicy": "Never", "restartPolicyRules": [{"action": "RestartGroup", "exitCodes": {"operator": "In", "values": [42]}}]}}`
+	nodes := []string{cluster.NodeName, cluster.SecondNodeName}
+	var pods []*corev1.Pod
+	for i := 0; i < 4; i++ {
+		name := fmt.Sprintf("rank-%d", i)
+		// Rank 0 exits 42 once, two seconds into its first run; every
+		// run marks its start, a stop marks its end, and each run adds a
+		// line to a file of its emptyDir.
+		script := `echo run >> /data/runs; trap 'mark STOP; exit 0' TERM; mark START; `
+		if i == 0 {
+			script += `if [ ! -e /data/failed ]; then touch /data/failed; sleep 2; mark EXIT; exit 42; fi; `
+		}
+		script += `while :; do sleep 0.1; done`
+		spec := e.withVolumes(podSpec(corev1.RestartPolicyNever, 5, shell("rank", script, nil)), "group-"+name)
+		spec.NodeName = nodes[i%2]
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns,
+			Labels:      map[string]string{contract.LabelGroup: "train"},
+			Annotations: map[string]string{contract.AnnotationRules: rulesJSON}}, Spec: spec}
+		pod, err := e.mutatePod(ctx, pod)
+		if err != nil {
+			t.Fatalf("inject %s: %v", name, err)
+		}
+		if pod, err = c.Client.CoreV1().Pods(e.ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pods = append(pods, pod)
+	}
+	starts := func(i int) []event {
+		var out []event
+		for _, ev := range e.events("group-"+pods[i].Name, "rank") {
+			if ev.kind == markStart {
+				out = append(out, ev)
+			}
+		}
+		return out
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		done := true
+		for i := range pods {
+			done = done && len(starts(i)) >= 2
+		}
+		if done {
+			break
+		}
+		if time.Now().After(deadline) {
+			for _, p := range pods {
+				t.Logf("%s: events %+v", p.Name, e.events("group-"+p.Name, "rank"))
+			}
+			t.Fatal("not every rank ran twice within 3 minutes")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	time.Sleep(2 * time.Second) // a third start would show up by now
+
+	var lastStop, firstRestart, lastRestart, failed time.Duration
+	for i, p := range pods {
+		evs := e.events("group-"+p.Name, "rank")
+		var n int
+		for _, ev := range evs {
+			switch ev.kind {
+			case markStart:
+				n++
+				if n == 2 {
+					if firstRestart == 0 || ev.at < firstRestart {
+						firstRestart = ev.at
+					}
+					lastRestart = max(lastRestart, ev.at)
+				}
+			case "STOP", markExit:
+				if n == 1 {
+					lastStop = max(lastStop, ev.at)
+				}
+				if i == 0 && ev.kind == markExit {
+					failed = ev.at
+				}
+			}
+		}
+		if n != 2 {
+			t.Errorf("%s started %d times, want 2: %+v", p.Name, n, evs)
+		}
+		got, err := c.Client.CoreV1().Pods(e.ns).Get(ctx, p.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.UID != p.UID || got.Spec.NodeName != p.Spec.NodeName {
+			t.Errorf("%s: pod recreated or moved: uid %s → %s, node %s → %s", p.Name, p.UID, got.UID, p.Spec.NodeName, got.Spec.NodeName)
+		}
+		for _, cs := range got.Status.ContainerStatuses {
+			if cs.RestartCount != 0 {
+				t.Errorf("%s/%s: restartCount %d: a kubelet restarted it, not the supervisor in place", p.Name, cs.Name, cs.RestartCount)
+			}
+		}
+		root := roots[p.Spec.NodeName]
+		if runs := readHostFile(filepath.Join(root, "pods", string(p.UID), "volumes", "kubernetes.io~empty-dir", "data", "runs")); strings.Count(runs, "run") != 2 {
+			t.Errorf("%s: the emptyDir holds %q, want the lines of both runs", p.Name, runs)
+		}
+	}
+	if firstRestart <= lastStop {
+		t.Errorf("a rank started again (uptime %s) before every rank had stopped (%s)", firstRestart, lastStop)
+	}
+	t.Logf("two kubelets: rank 0's exit → last rank's restart %s; last stop → first restart %s; first → last restart %s (uptime clock, 10 ms)",
+		lastRestart-failed, firstRestart-lastStop, lastRestart-firstRestart)
+	obj, err := dyn.Resource(nodeagent.GroupResource).Namespace(e.ns).Get(ctx, nodeagent.GroupObjectName(contract.LabelGroup+"=train"), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, _ := obj.Object["spec"].(map[string]any)
+	var nodesSeen []string
+	if ns, ok := spec["nodes"].(map[string]any); ok {
+		for n := range ns {
+			nodesSeen = append(nodesSeen, n)
+		}
+	}
+	sort.Strings(nodesSeen)
+	if fmt.Sprint(spec["generation"]) != "1" || strings.Join(nodesSeen, ",") != cluster.NodeName+","+cluster.SecondNodeName {
+		t.Errorf("GroupRestart spec: generation %v, nodes %v; want 1 and both nodes", spec["generation"], nodesSeen)
+	}
+}
+
+// readHostFile is a node file's content, "" when it cannot be read.
+func readHostFile(path string) string {
+	b, _ := os.ReadFile(path)
+	return string(b)
+}
+
+// startE2EGroupAgent runs a node agent with group restarts for node in
+// this process, on that kubelet's pods directory.
+func startE2EGroupAgent(ctx context.Context, t *testing.T, c *cluster.Cluster, dyn dynamic.Interface, node, podsDir string) {
+	t.Helper()
+	actx, stop := context.WithCancel(ctx)
+	done, ready := make(chan error, 1), make(chan struct{})
+	go func() {
+		done <- nodeagent.Run(actx, nodeagent.Config{Client: c.Client, Dynamic: dyn, Groups: true, NodeName: node, PodsDir: podsDir,
+			Interval: time.Second, Log: slog.New(slog.NewTextHandler(testWriter{t}, nil)).With("node", node),
+			Ready: func(net.Addr) { close(ready) }})
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("node agent %s: %v", node, err)
+	case <-time.After(time.Minute):
+		t.Fatalf("node agent %s not ready", node)
+	}
+	t.Cleanup(func() {
+		stop()
+		<-done
+	})
+}
