@@ -27,7 +27,7 @@ TRAINING_RUNS ?= 5
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := bin/golangci-lint-$(GOLANGCI_LINT_VERSION)
 
-.PHONY: build images push example unit race lint fuzz check test rules-test training podstart controllers conformance bench e2e-up e2e-down clean
+.PHONY: build images push example unit race lint fuzz check test rules-test training podstart gang controllers conformance bench e2e-up e2e-down clean
 
 build:
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o bin/restart-supervisor ./cmd/restart-supervisor
@@ -167,6 +167,15 @@ training:
 PODSTART_PODS ?= 100
 podstart:
 	PODSTART_PODS=$(PODSTART_PODS) go test -tags podstart -count=1 -v -timeout 3h -run '^TestPodStart$$' ./test/e2e
+
+# Group restarts on two real kubelets (docs/gang.md): for each size of
+# GANG_SIZES, GANG_RUNS restarts of a supervised group (RestartGroup, a node
+# agent per node) and of the same pods as a JobSet its failurePolicy
+# recreates; writes docs/gang-<release>.md. KUBE_BIN_DIR picks the release.
+GANG_SIZES ?= 2,8,64
+GANG_RUNS ?= 5
+gang:
+	GANG_SIZES=$(GANG_SIZES) GANG_RUNS=$(GANG_RUNS) go test -tags gang -count=1 -v -timeout 3h -run '^TestGangBenchmark$$' ./test/e2e
 
 # The Kubeflow training-operator and KubeRay, built from the Go module proxy
 # (hack/training-operator.sh, hack/kuberay.sh: about 5 min each cold, cached

@@ -28,11 +28,12 @@ if [ -n "$others" ]; then
 	exit 1
 fi
 
-# The suites behind the training, podstart and controllers build tags are neither
+# The suites behind the training, podstart, gang and controllers build tags are neither
 # built by `go vet ./...` nor by lint; vet them here so that they keep
 # compiling.
 go vet -tags training ./test/training ./test/e2e
 go vet -tags podstart ./test/e2e
+go vet -tags gang ./test/e2e
 go vet -tags controllers ./test/apiserver
 
 missing=0

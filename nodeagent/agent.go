@@ -91,6 +91,9 @@ type Agent struct {
 	samples   map[string][]sample   // pod UID → its metrics as of its last scan
 	annotated map[string]annotation // pod UID → the last patch
 	errSeen   map[string]bool       // errors already logged, so a hostile file is reported once
+	// groupSamples are the groups with members on this node as of the
+	// group loop's last step (Config.Groups).
+	groupSamples []groupSample
 }
 
 const podUIDIndex = "uid"
@@ -398,6 +401,12 @@ var (
 	descBackoff = prometheus.NewDesc("restart_supervisor_container_in_backoff",
 		"1 when the supervisor waits out a back-off before restarting the workload.",
 		[]string{"namespace", "pod", "uid", "container"}, nil)
+	// Every agent with members of a group serves its series, with the
+	// same value (the GroupRestart object's generation): aggregate with
+	// max by (namespace, group).
+	descGroupRestarts = prometheus.NewDesc("restart_supervisor_group_restarts_total",
+		"Group restarts (RestartGroup) of a group with members on this node: the generation of its GroupRestart object.",
+		[]string{"namespace", "group"}, nil)
 )
 
 // Describe implements prometheus.Collector.
@@ -406,6 +415,7 @@ func (a *Agent) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descPodRestarts
 	ch <- descLastExit
 	ch <- descBackoff
+	ch <- descGroupRestarts
 }
 
 // Collect implements prometheus.Collector: the state of the last scan, so
@@ -416,9 +426,13 @@ func (a *Agent) Collect(ch chan<- prometheus.Metric) {
 	for _, s := range a.samples {
 		snap = append(snap, s...)
 	}
+	groups := a.groupSamples
 	a.mu.Unlock()
 	for _, m := range metricsOf(snap) {
 		ch <- m
+	}
+	for _, g := range groups {
+		ch <- prometheus.MustNewConstMetric(descGroupRestarts, prometheus.CounterValue, float64(g.generation), g.namespace, g.group)
 	}
 }
 

@@ -206,6 +206,12 @@ type groups struct {
 	handled map[string]string
 }
 
+// groupSample is one group with members on this node, for the metrics.
+type groupSample struct {
+	namespace, group string
+	generation       uint64
+}
+
 // GroupStopWait bounds the wait for every pod of a group to stop before
 // the members on this node are released all the same: a node agent that
 // died, a node cut off. The supervisors' own bound is longer
@@ -260,6 +266,18 @@ func (g *groups) step(ctx context.Context) {
 			delete(g.rounds, id)
 		}
 	}
+	var samples []groupSample
+	for id, ms := range byGroup {
+		if obj, ok, _ := g.objects.GetByKey(id); ok {
+			if u, ok := obj.(*unstructured.Unstructured); ok {
+				st := groupFromObject(u)
+				samples = append(samples, groupSample{namespace: ms[0].pod.Namespace, group: ms[0].key, generation: st.generation})
+			}
+		}
+	}
+	g.a.mu.Lock()
+	g.a.groupSamples = samples
+	g.a.mu.Unlock()
 }
 
 // localMembers returns this node's group members whose state volume is

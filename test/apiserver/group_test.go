@@ -33,7 +33,7 @@ const groupConfig = `{"restartPolicy":"Never","podRestartPolicy":"Never","restar
 
 // startGroupAgent runs a node agent with group restarts for node, whose
 // kubelet pods directory is podsDir.
-func startGroupAgent(t *testing.T, cfg *rest.Config, node, podsDir string) context.CancelFunc {
+func startGroupAgent(t *testing.T, cfg *rest.Config, node, podsDir string) (metrics string) {
 	t.Helper()
 	client, err := kubernetes.NewForConfig(cfg)
 	must(t, err)
@@ -43,10 +43,12 @@ func startGroupAgent(t *testing.T, cfg *rest.Config, node, podsDir string) conte
 	ready, done := make(chan net.Addr, 1), make(chan error, 1)
 	go func() {
 		done <- nodeagent.Run(ctx, nodeagent.Config{Client: client, Dynamic: dyn, Groups: true, NodeName: node, PodsDir: podsDir,
-			Interval: 500 * time.Millisecond, GroupInterval: 50 * time.Millisecond, Ready: func(addr net.Addr) { ready <- addr }})
+			Interval: 500 * time.Millisecond, GroupInterval: 50 * time.Millisecond, MetricsListen: "127.0.0.1:0",
+			Ready: func(addr net.Addr) { ready <- addr }})
 	}()
 	select {
-	case <-ready:
+	case addr := <-ready:
+		metrics = addr.String()
 	case err := <-done:
 		t.Fatalf("agent %s: %v", node, err)
 	case <-time.After(time.Minute):
@@ -57,7 +59,7 @@ func startGroupAgent(t *testing.T, cfg *rest.Config, node, podsDir string) conte
 		cancel()
 		<-done
 	})
-	return cancel
+	return metrics
 }
 
 // groupPod creates a member pod on node (no kubelet runs it: the test runs
@@ -147,8 +149,9 @@ func TestGroupRestartAcrossNodes(t *testing.T) {
 		p := groupPod(t, client, "default", fmt.Sprintf("rank-%d", i), node, group)
 		members = append(members, &member{pod: p, state: stateDir(t, podsDirs[node], p.UID), log: filepath.Join(dir, p.Name+".log")})
 	}
+	metrics := map[string]string{}
 	for _, n := range nodes {
-		startGroupAgent(t, env.Config, n, podsDirs[n])
+		metrics[n] = startGroupAgent(t, env.Config, n, podsDirs[n])
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -245,6 +248,10 @@ while :; do sleep 0.1; done`, m.log, i)
 		}
 	}
 	waitEvents(t, client, members[0].pod, nodeagent.ReasonGroupRestarted, 1)
+	// Both nodes have members: both agents serve the group's count.
+	for _, n := range nodes {
+		waitMetric(t, metrics[n], series("restart_supervisor_group_restarts_total", "group", contract.LabelGroup+"="+group, "namespace", "default"), "1")
+	}
 
 	// Another namespace, same label: a request from a pod there makes its
 	// own group's generation and restarts nothing here.
