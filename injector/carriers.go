@@ -217,6 +217,16 @@ func wrapped(crs []ContainerRules) []bool {
 	return out
 }
 
+// usesGroup reports whether one of the container's rules is RestartGroup.
+func (cr ContainerRules) usesGroup() bool {
+	for _, r := range cr.Rules.RestartPolicyRules {
+		if r.Action == rules.ActionRestartGroup {
+			return true
+		}
+	}
+	return false
+}
+
 // restartsAll reports whether any rule of the pod restarts all containers:
 // RestartAllContainers, or RestartGroup, whose round restarts every
 // container of each pod of the group as RestartAllContainers restarts the

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/rules"
 )
 
@@ -72,14 +73,35 @@ func explain(pod *corev1.Pod, specPath, object string, v rules.KubeVersion, budg
 	applyOwnerBudget(crs, budget)
 	wrap := wrapped(crs)
 	rerun, warnings := reruns(pod, crs, object)
+	group := groupLimitLine(pod, crs, budget)
 	var plans []ContainerPlan
 	for k, cr := range crs {
-		plans = append(plans, plan(cr, ContainerPlan{Name: cr.Name, Kind: cr.Kind, KubeletPolicy: cr.KubeletPolicy, Wrapped: wrap[k]}))
+		p := plan(cr, ContainerPlan{Name: cr.Name, Kind: cr.Kind, KubeletPolicy: cr.KubeletPolicy, Wrapped: wrap[k]})
+		if group != "" && cr.usesGroup() {
+			p.Limits = append(p.Limits, group)
+		}
+		plans = append(plans, p)
 		if name, ok := rerun[k]; ok {
 			plans = append(plans, plan(cr, ContainerPlan{Name: name, Kind: KindRerun, RerunOf: cr.Name, KubeletPolicy: cr.KubeletPolicy, Wrapped: true}))
 		}
 	}
 	return plans, warnings, nil
+}
+
+// groupLimitLine says what limits the pod's group restarts, "" when
+// nothing does or no rule asks for one.
+func groupLimitLine(pod *corev1.Pod, crs []ContainerRules, budget *ownerBudget) string {
+	if !restartsGroup(crs) {
+		return ""
+	}
+	then := "then a RestartGroup exit goes to the kubelet"
+	if v, ok := pod.Annotations[contract.AnnotationGroupMaxRestarts]; ok {
+		return fmt.Sprintf("group limit: %s group restarts (annotation %s); %s", v, contract.AnnotationGroupMaxRestarts, then)
+	}
+	if l := groupLimit(pod, crs, budget); l != "" {
+		return fmt.Sprintf("group limit: %s group restarts (%s); %s", l, budget.groupFrom, then)
+	}
+	return ""
 }
 
 // plan fills cp's outcomes for container cr, or for its re-run sidecar.

@@ -7,6 +7,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/rules"
@@ -76,5 +78,65 @@ func TestRestartGroupRefusedInTheFields(t *testing.T) {
 	_, err := New(Options{}).MutatePod(context.Background(), pod)
 	if err == nil || !strings.Contains(err.Error(), "spec.containers[0].restartPolicyRules[0].action") || !strings.Contains(err.Error(), contract.AnnotationRules) {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+const groupJobSet = `
+apiVersion: jobset.x-k8s.io/v1alpha2
+kind: JobSet
+metadata: {name: t}
+spec:
+  failurePolicy: FAILUREPOLICY
+  replicatedJobs:
+  - name: w
+    template:
+      spec:
+        template:
+          metadata:
+            annotations:
+              restart-supervisor.dev/rules: '{"trainer": {"restartPolicy": "Never", "restartPolicyRules": [{"action": "RestartGroup", "exitCodes": {"operator": "In", "values": [42]}}]}}'
+              EXTRA
+          spec:
+            restartPolicy: Never
+            containers:
+            - name: trainer
+              image: t:1
+              command: [python3, train.py]
+`
+
+// A JobSet's explicit failurePolicy.maxRestarts, the recreations of the
+// whole JobSet it allows, limits the group restarts that stand in for
+// them: inject puts it into the template's group-max-restarts annotation
+// unless the user set one, and explain says so. Without maxRestarts there
+// is no limit.
+func TestJobSetMaxRestartsLimitsGroupRestarts(t *testing.T) {
+	for _, c := range []struct{ policy, extra, want, explain string }{
+		{"{maxRestarts: 3}", "", "3", "group limit: 3 group restarts (spec.failurePolicy.maxRestarts)"},
+		{"{maxRestarts: 3, restartStrategy: InPlaceRestart}", "", "3", "group limit: 3 group restarts (spec.failurePolicy.maxRestarts)"},
+		{"{maxRestarts: 3}", `restart-supervisor.dev/group-max-restarts: "7"`, "7", "group limit: 7 group restarts (annotation restart-supervisor.dev/group-max-restarts)"},
+		{"{}", "", "", ""},
+	} {
+		doc := strings.NewReplacer("FAILUREPOLICY", c.policy, "EXTRA", c.extra).Replace(groupJobSet)
+		var obj map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+			t.Fatal(err)
+		}
+		res, err := New(Options{}).MutateObject(context.Background(), &unstructured.Unstructured{Object: obj})
+		if err != nil {
+			t.Fatalf("%s: %v", c.policy, err)
+		}
+		jobs, _, _ := unstructured.NestedSlice(res.Object.Object, "spec", "replicatedJobs")
+		anns, _, _ := unstructured.NestedStringMap(jobs[0].(map[string]any), "template", "spec", "template", "metadata", "annotations")
+		if got := anns[contract.AnnotationGroupMaxRestarts]; got != c.want {
+			t.Errorf("%s %s: %s = %q, want %q", c.policy, c.extra, contract.AnnotationGroupMaxRestarts, got, c.want)
+		}
+		plans, err := ExplainObject(obj, rules.NewestKube)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Join(plans[0].Containers[0].Limits, "\n")
+		if c.explain != "" && !strings.Contains(lines, c.explain) || c.explain == "" && strings.Contains(lines, "group limit") {
+			t.Errorf("%s %s: explain limits %q, want %q", c.policy, c.extra, lines, c.explain)
+		}
 	}
 }

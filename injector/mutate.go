@@ -217,6 +217,10 @@ func (i *Injector) mutate(ctx context.Context, in *corev1.Pod, namespace, specPa
 	if members != "" {
 		annotations = append(annotations, [2]string{contract.AnnotationPodMembers, members})
 	}
+	if limit := groupLimit(in, crs, budget); limit != "" {
+		// The owner's limit, read by the node agent (docs/gang.md).
+		annotations = append(annotations, [2]string{contract.AnnotationGroupMaxRestarts, limit})
+	}
 	body := len(m.p.ops)
 	m.p.setAnnotations(&in.ObjectMeta, annotations...)
 	// The annotation ops go first so that a reader of the patch sees what

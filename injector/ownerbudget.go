@@ -2,6 +2,12 @@ package injector
 
 import (
 	"fmt"
+	"slices"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/restart-supervisor/restart-supervisor/contract"
 
 	"github.com/restart-supervisor/restart-supervisor/internal/yamledit"
 	"github.com/restart-supervisor/restart-supervisor/rules"
@@ -16,6 +22,14 @@ import (
 type ownerBudget struct {
 	max  int32
 	from string // the field, for explain
+	// none: the owner implies no container budget, only a group limit.
+	none bool
+	// group is the limit of group restarts (RestartGroup, docs/gang.md)
+	// the owner implies, nil for none: a JobSet's explicit
+	// spec.failurePolicy.maxRestarts, the recreations of the whole JobSet
+	// it allows, of which a group restart is the in-place counterpart.
+	group     *int32
+	groupFrom string
 }
 
 // ownerBudgetOf reads it for the template at path of obj, where the
@@ -43,13 +57,25 @@ func ownerBudgetOf(obj map[string]any, apiVersion, kind string, path []string) (
 	var field []string
 	switch {
 	case gk.Group == "jobset.x-k8s.io" && gk.Kind == "JobSet":
-		if s, _ := lookup(obj, []string{"spec", "failurePolicy", "restartStrategy"}).(string); s != "InPlaceRestart" {
-			return nil, nil
-		}
 		field = []string{"spec", "failurePolicy", "maxRestarts"}
-		if lookup(obj, field) == nil {
+		var group *int32
+		if lookup(obj, field) != nil {
+			n, err := wholeNumber(lookup(obj, field), field)
+			if err != nil {
+				return nil, err
+			}
+			group = &n
+		}
+		if s, _ := lookup(obj, []string{"spec", "failurePolicy", "restartStrategy"}).(string); s != "InPlaceRestart" {
+			if group == nil {
+				return nil, nil
+			}
+			return &ownerBudget{none: true, group: group, groupFrom: yamledit.Dotted(field)}, nil
+		}
+		if group == nil {
 			return &ownerBudget{max: 0, from: yamledit.Dotted(field) + " (unset: 0)"}, nil
 		}
+		return &ownerBudget{max: *group, from: yamledit.Dotted(field), group: group, groupFrom: yamledit.Dotted(field)}, nil
 	case gk.Group == "ray.io" && gk.Kind == "RayJob" && len(path) >= 2 && path[0] == "spec" && path[1] == "submitterPodTemplate":
 		tmpl, _ := lookup(obj, path).(map[string]any)
 		if p, _ := lookup(tmpl, []string{"spec", "restartPolicy"}).(string); p != "OnFailure" {
@@ -63,6 +89,16 @@ func ownerBudgetOf(obj map[string]any, apiVersion, kind string, path []string) (
 	if v == nil {
 		return nil, nil
 	}
+	n, err := wholeNumber(v, field)
+	if err != nil {
+		return nil, err
+	}
+	return &ownerBudget{max: n, from: yamledit.Dotted(field)}, nil
+}
+
+// wholeNumber is the value v of field as a count: a whole number from 0 to
+// MaxInt32, or an error naming the field.
+func wholeNumber(v any, field []string) (int32, error) {
 	var n int64
 	switch x := v.(type) {
 	case int64:
@@ -71,22 +107,40 @@ func ownerBudgetOf(obj map[string]any, apiVersion, kind string, path []string) (
 		n = int64(x)
 	case float64:
 		if x != float64(int64(x)) {
-			return nil, fmt.Errorf("%s: must be a whole number", yamledit.Dotted(field))
+			return 0, fmt.Errorf("%s: must be a whole number", yamledit.Dotted(field))
 		}
 		n = int64(x)
 	default:
-		return nil, fmt.Errorf("%s: must be a whole number", yamledit.Dotted(field))
+		return 0, fmt.Errorf("%s: must be a whole number", yamledit.Dotted(field))
 	}
 	if n < 0 || n > 1<<31-1 {
-		return nil, fmt.Errorf("%s: %d: must be between 0 and 2147483647", yamledit.Dotted(field), n)
+		return 0, fmt.Errorf("%s: %d: must be between 0 and 2147483647", yamledit.Dotted(field), n)
 	}
-	return &ownerBudget{max: int32(n), from: yamledit.Dotted(field)}, nil
+	return int32(n), nil
+}
+
+// groupLimit is the value of contract.AnnotationGroupMaxRestarts the
+// mutation adds to a pod whose rules use RestartGroup and that sets none:
+// the owner's, "" for none.
+func groupLimit(pod *corev1.Pod, crs []ContainerRules, b *ownerBudget) string {
+	if b == nil || b.group == nil || !restartsGroup(crs) {
+		return ""
+	}
+	if _, set := pod.Annotations[contract.AnnotationGroupMaxRestarts]; set {
+		return ""
+	}
+	return strconv.Itoa(int(*b.group))
+}
+
+// restartsGroup reports whether any rule of the pod is RestartGroup.
+func restartsGroup(crs []ContainerRules) bool {
+	return slices.ContainsFunc(crs, ContainerRules.usesGroup)
 }
 
 // applyOwnerBudget gives each ruled container without a restart budget of
 // its own the owner's.
 func applyOwnerBudget(crs []ContainerRules, b *ownerBudget) {
-	if b == nil {
+	if b == nil || b.none {
 		return
 	}
 	for k := range crs {
