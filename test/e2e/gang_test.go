@@ -32,14 +32,19 @@ import (
 )
 
 // apiWrites counts the requests that change something (every verb but GET)
-// a client sends.
+// a client sends, Events apart.
 type apiWrites struct {
-	next http.RoundTripper
-	n    *atomic.Int64
+	next   http.RoundTripper
+	n      *atomic.Int64
+	events *atomic.Int64
 }
 
 func (w apiWrites) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.Method != http.MethodGet {
+	switch {
+	case r.Method == http.MethodGet:
+	case strings.Contains(r.URL.Path, "/events"):
+		w.events.Add(1)
+	default:
 		w.n.Add(1)
 	}
 	return w.next.RoundTrip(r)
@@ -102,7 +107,8 @@ func (e *env) marks(key string) map[string][]event {
 // rank's start after it.
 type gangSample struct {
 	latency time.Duration
-	writes  int64
+	writes  int64 // the agents' writes but Events
+	events  int64 // their Event creates and patches
 }
 
 // TestGangBenchmark measures group restarts on two real kubelets (make
@@ -124,9 +130,9 @@ func TestGangBenchmark(t *testing.T) {
 	}
 	tearDownAtEnd(t, c)
 	installGroupCRD(ctx, t, c, binDir, repo)
-	var writes atomic.Int64
+	var writes, eventWrites atomic.Int64
 	cfg := rest.CopyConfig(c.Config)
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return apiWrites{rt, &writes} })
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return apiWrites{rt, &writes, &eventWrites} })
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -145,7 +151,7 @@ func TestGangBenchmark(t *testing.T) {
 	runs := gangRuns()
 	var rows []string
 	for _, n := range gangSizes() {
-		sup := gangSupervised(ctx, t, e, n, runs, nodes, &writes)
+		sup := gangSupervised(ctx, t, e, n, runs, nodes, &writes, &eventWrites)
 		js := gangJobSet(ctx, t, e, n, runs, nodes)
 		rows = append(rows, gangRow(n, "RestartGroup (in place, node agents)", sup, true),
 			gangRow(n, "JobSet failurePolicy (pods recreated)", js, false))
@@ -156,12 +162,14 @@ Written by `+"`make gang`"+` (test/e2e TestGangBenchmark) at %s on this project'
 (two containerd instances, two node names) under one API server, every group's pods spread evenly over them.
 Each row is %d restarts of one group: from rank 0's exit 42 to the last rank's first mark after it (the
 events files' clock, /proc/uptime, 10 ms). "RestartGroup": the pods under the supervisor, a node agent per
-node (`+"`--groups`"+`, 200 ms between looks); the agents' API writes per group restart counted at their client.
+node (`+"`--groups`"+`, 200 ms between looks); the agents' API writes per group restart counted at their client, the
+coordination (the GroupRestart object) apart from the Events (one `+"`PodRestartedInPlace`"+` and one `+"`RestartedInPlace`"+`
+per pod and the requester's `+"`GroupRestartedInPlace`"+`, which an agent without `+"`--groups`"+` records too).
 "JobSet": the same workload as a JobSet of two replicated jobs (one per node), without restart rules,
 `+"`failurePolicy.maxRestarts`"+` %d: rank 0's exit fails its Job, and JobSet recreates every Job and pod.
 
-| pods | how | median | worst | API writes per restart (agents) |
-|---|---|---|---|---|
+| pods | how | median | worst | coordination writes per restart | Event writes per restart |
+|---|---|---|---|---|---|
 %s
 `, c.KubeVersion, runCommit(), runs, runs+1, strings.Join(rows, "\n"))
 	path := filepath.Join(repo, "docs", "gang-"+c.KubeVersion+".md")
@@ -173,24 +181,26 @@ node (`+"`--groups`"+`, 200 ms between looks); the agents' API writes per group 
 
 func gangRow(n int, how string, s []gangSample, withWrites bool) string {
 	if len(s) == 0 {
-		return fmt.Sprintf("| %d | %s | no sample | | |", n, how)
+		return fmt.Sprintf("| %d | %s | no sample | | | |", n, how)
 	}
 	lat := make([]time.Duration, len(s))
-	var w int64
+	var w, ev int64
 	for i, x := range s {
 		lat[i] = x.latency
 		w += x.writes
+		ev += x.events
 	}
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	med := lat[len(lat)/2]
 	if len(lat)%2 == 0 {
 		med = (lat[len(lat)/2-1] + lat[len(lat)/2]) / 2
 	}
-	writes := "—"
+	writes, events := "—", "—"
 	if withWrites {
 		writes = fmt.Sprintf("%.1f", float64(w)/float64(len(s)))
+		events = fmt.Sprintf("%.1f", float64(ev)/float64(len(s)))
 	}
-	return fmt.Sprintf("| %d | %s | %.2f s | %.2f s | %s |", n, how, med.Seconds(), lat[len(lat)-1].Seconds(), writes)
+	return fmt.Sprintf("| %d | %s | %.2f s | %.2f s | %s | %s |", n, how, med.Seconds(), lat[len(lat)-1].Seconds(), writes, events)
 }
 
 func runGangAgent(ctx context.Context, t *testing.T, client kubernetes.Interface, dyn dynamic.Interface, node, podsDir string) {
@@ -240,7 +250,7 @@ func countKind(evs []event, kind string) (n int, last time.Duration) {
 
 // gangSupervised runs n supervised pods in one group and restarts it runs
 // times.
-func gangSupervised(ctx context.Context, t *testing.T, e *env, n, runs int, nodes []string, writes *atomic.Int64) []gangSample {
+func gangSupervised(ctx context.Context, t *testing.T, e *env, n, runs int, nodes []string, writes, eventWrites *atomic.Int64) []gangSample {
 	t.Helper()
 	key := fmt.Sprintf("gang-sup-%d", n)
 	ctl := filepath.Join(e.c.Dir, "ctl", key)
@@ -265,7 +275,7 @@ func gangSupervised(ctx context.Context, t *testing.T, e *env, n, runs int, node
 	}
 	var out []gangSample
 	for k := 1; k <= runs; k++ {
-		before := writes.Load()
+		before, eventsBefore := writes.Load(), eventWrites.Load()
 		if err := os.WriteFile(filepath.Join(ctl, "fail"), nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -297,8 +307,8 @@ func gangSupervised(ctx context.Context, t *testing.T, e *env, n, runs int, node
 				}
 			}
 		}
-		s := gangSample{latency: last - exit, writes: writes.Load() - before}
-		t.Logf("supervised group of %d, restart %d: %s, %d API writes", n, k, s.latency, s.writes)
+		s := gangSample{latency: last - exit, writes: writes.Load() - before, events: eventWrites.Load() - eventsBefore}
+		t.Logf("supervised group of %d, restart %d: %s, %d API writes and %d Event writes", n, k, s.latency, s.writes, s.events)
 		out = append(out, s)
 	}
 	return out
