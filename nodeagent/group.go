@@ -129,6 +129,8 @@ type groupState struct {
 	generation      uint64
 	maxRestarts     int64 // -1: no limit
 	cause           podstate.GroupCause
+	// causeTime is when the current generation was made.
+	causeTime       time.Time
 	nodes           map[string]nodeReport
 	resourceVersion string
 }
@@ -138,6 +140,8 @@ type nodeReport struct {
 	Generation uint64 `json:"generation"`
 	Members    int    `json:"members"`
 	Stopped    int    `json:"stopped"`
+	// Started: members that have started again in the round.
+	Started int `json:"started"`
 }
 
 func groupFromObject(u *unstructured.Unstructured) groupState {
@@ -153,12 +157,16 @@ func groupFromObject(u *unstructured.Unstructured) groupState {
 		g.cause.Pod, _ = c["pod"].(string)
 		g.cause.Container, _ = c["container"].(string)
 		g.cause.ExitCode = int32(asInt(c["exitCode"]))
+		if ts, ok := c["time"].(string); ok {
+			g.causeTime, _ = time.Parse(time.RFC3339, ts)
+		}
 	}
 	g.cause.Generation, g.cause.Group = g.generation, g.key
 	if nodes, ok := spec["nodes"].(map[string]any); ok {
 		for n, v := range nodes {
 			m, _ := v.(map[string]any)
-			g.nodes[n] = nodeReport{Generation: uint64(asInt(m["generation"])), Members: int(asInt(m["members"])), Stopped: int(asInt(m["stopped"]))}
+			g.nodes[n] = nodeReport{Generation: uint64(asInt(m["generation"])), Members: int(asInt(m["members"])), Stopped: int(asInt(m["stopped"])),
+				Started: int(asInt(m["started"]))}
 		}
 	}
 	return g
@@ -321,7 +329,9 @@ func (g *groups) takeRequests(ctx context.Context, m localMember) {
 			continue
 		}
 		g.handled[hk] = r.ID
-		if refused, err := g.request(ctx, m, r); err != nil {
+		if refused, err := g.request(ctx, m, r); errors.Is(err, errRoundUnderWay) {
+			delete(g.handled, hk) // looked at again at the next step
+		} else if err != nil {
 			g.a.log.Warn("group restart request", "pod", m.pod.Namespace+"/"+m.pod.Name, "container", r.Container, "err", err)
 			delete(g.handled, hk) // tried again at the next step
 		} else if refused != "" {
@@ -358,6 +368,12 @@ func (g *groups) request(ctx context.Context, m localMember, r podstate.GroupReq
 		if st.generation > r.Observed {
 			return "", nil // the restart it asks for is under way
 		}
+		if !roundOver(st, time.Now()) {
+			// A request during a round: taken once the round is over,
+			// so that a member that floods requests makes at most one
+			// generation per round.
+			return "", errRoundUnderWay
+		}
 		if st.maxRestarts >= 0 && int64(st.generation) >= st.maxRestarts {
 			return fmt.Sprintf("group %s has had %d group restarts, its limit (%s)", m.key, st.generation, contract.AnnotationGroupMaxRestarts), nil
 		}
@@ -379,6 +395,32 @@ func (g *groups) request(ctx context.Context, m localMember, r podstate.GroupReq
 		return "", nil
 	}
 	return "", errors.New("the group object keeps changing")
+}
+
+// errRoundUnderWay: the request waits until the group's round is over.
+var errRoundUnderWay = errors.New("the group's round is under way")
+
+// roundOver reports whether the group's current round is over: every
+// node that reported for it reported all its members started again in
+// it, or GroupStopWait has passed since it was made, after which the
+// agents release their members anyway. A generation made earlier would
+// reach members still waiting in the round, which one start then answers
+// for both (podstate's round): two generations, one restart.
+func roundOver(st groupState, now time.Time) bool {
+	if st.generation == 0 || now.Sub(st.causeTime) > GroupStopWait {
+		return true
+	}
+	reported := false
+	for _, rep := range st.nodes {
+		if rep.Generation != st.generation {
+			continue
+		}
+		reported = true
+		if rep.Started < rep.Members {
+			return false
+		}
+	}
+	return reported
 }
 
 // ReasonGroupRestarted is the Event a group restart records on the pod
@@ -423,7 +465,7 @@ func (g *groups) carryOut(ctx context.Context, ms []localMember) {
 		r.expected = g.expectedMembers(ctx, ms[0])
 		g.rounds[id] = r
 	}
-	stopped := 0
+	stopped, started := 0, 0
 	for _, m := range ms {
 		uid := string(m.pod.UID)
 		n, ok := r.podGen[uid]
@@ -447,8 +489,11 @@ func (g *groups) carryOut(ctx context.Context, ms []localMember) {
 		if podstate.GroupStopped(m.dir, n) {
 			stopped++
 		}
+		if r.released[uid] && podstate.GroupStarted(m.dir, n) {
+			started++
+		}
 	}
-	rep := nodeReport{Generation: st.generation, Members: len(ms), Stopped: stopped}
+	rep := nodeReport{Generation: st.generation, Members: len(ms), Stopped: stopped, Started: started}
 	if rep != r.reported {
 		patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"nodes": map[string]any{g.a.cfg.NodeName: rep}}})
 		if _, err := g.client.Resource(GroupResource).Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {

@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -77,5 +78,30 @@ func TestAllStopped(t *testing.T) {
 	}
 	if allStopped(st, map[string]int{"a": 2, "b": 2, "c": 1}) {
 		t.Error("node c has not reported")
+	}
+}
+
+func TestRoundOver(t *testing.T) {
+	now := time.Now()
+	st := groupState{generation: 2, causeTime: now.Add(-time.Second), nodes: map[string]nodeReport{
+		"a": {Generation: 2, Members: 2, Stopped: 2, Started: 2},
+		"b": {Generation: 2, Members: 2, Stopped: 2, Started: 1},
+	}}
+	if roundOver(st, now) {
+		t.Error("node b's members have not all started again")
+	}
+	if !roundOver(st, now.Add(GroupStopWait+2*time.Second)) {
+		t.Error("past GroupStopWait the agents release anyway")
+	}
+	st.nodes["b"] = nodeReport{Generation: 2, Members: 2, Stopped: 2, Started: 2}
+	if !roundOver(st, now) {
+		t.Error("every node reported all started again")
+	}
+	st.nodes = map[string]nodeReport{"a": {Generation: 1, Members: 2, Stopped: 2}}
+	if roundOver(st, now) {
+		t.Error("no report of the current generation yet")
+	}
+	if !roundOver(groupState{}, now) {
+		t.Error("generation 0 has no round")
 	}
 }

@@ -354,6 +354,33 @@ func GroupStopped(dir string, n uint64) bool {
 	return false
 }
 
+// GroupStarted reports whether the pod's members have started again in pod
+// generation n: each member that marked it grouped has marked it started
+// (Member.Started, for n or a later generation).
+func GroupStarted(dir string, n uint64) bool {
+	entries, err := os.ReadDir(filepath.Join(dir, genDir))
+	if err != nil {
+		return false
+	}
+	grouped, started := map[string]bool{}, map[string]bool{}
+	for _, e := range entries {
+		k, w, c, ok := parseMarker(e.Name())
+		switch {
+		case !ok:
+		case w == markGrouped && k == n:
+			grouped[c] = true
+		case w == markStarted && k >= n:
+			started[c] = true
+		}
+	}
+	for c := range grouped {
+		if !started[c] {
+			return false
+		}
+	}
+	return len(grouped) > 0
+}
+
 // ReleaseGroup lets the pod's members start in pod generation n: every pod
 // of the group has stopped (or the agent's bound is over).
 func ReleaseGroup(dir string, n uint64) error {

@@ -64,11 +64,14 @@ func startGroupAgent(t *testing.T, cfg *rest.Config, node, podsDir string) (metr
 
 // groupPod creates a member pod on node (no kubelet runs it: the test runs
 // its supervisor), labelled into group.
-func groupPod(t *testing.T, client kubernetes.Interface, ns, name, node, group string) *corev1.Pod {
+func groupPod(t *testing.T, client kubernetes.Interface, ns, name, node, group, limit string) *corev1.Pod {
 	t.Helper()
+	ann := map[string]string{}
+	if limit != "" {
+		ann[contract.AnnotationGroupMaxRestarts] = limit
+	}
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns,
-		Labels:      map[string]string{contract.LabelGroup: group},
-		Annotations: map[string]string{contract.AnnotationGroupMaxRestarts: "1"}},
+		Labels: map[string]string{contract.LabelGroup: group}, Annotations: ann},
 		Spec: corev1.PodSpec{NodeName: node, RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{
 			Name: "rank", Image: "busybox", Env: []corev1.EnvVar{{Name: contract.EnvConfig, Value: groupConfig}}}}}}
 	p, err := client.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{})
@@ -146,7 +149,7 @@ func TestGroupRestartAcrossNodes(t *testing.T) {
 	var members []*member
 	for i := 0; i < 4; i++ {
 		node := nodes[i%2]
-		p := groupPod(t, client, "default", fmt.Sprintf("rank-%d", i), node, group)
+		p := groupPod(t, client, "default", fmt.Sprintf("rank-%d", i), node, group, "1")
 		members = append(members, &member{pod: p, state: stateDir(t, podsDirs[node], p.UID), log: filepath.Join(dir, p.Name+".log")})
 	}
 	metrics := map[string]string{}
@@ -257,7 +260,7 @@ while :; do sleep 0.1; done`, m.log, i)
 	// own group's generation and restarts nothing here.
 	_, err = client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "other"}}, metav1.CreateOptions{})
 	must(t, err)
-	intruder := groupPod(t, client, "other", "intruder", "node-a", group)
+	intruder := groupPod(t, client, "other", "intruder", "node-a", group, "1")
 	istate := stateDir(t, podsDirs["node-a"], intruder.UID)
 	must(t, os.MkdirAll(filepath.Join(istate, contract.GroupDir), 0o777))
 	must(t, os.WriteFile(filepath.Join(istate, contract.GroupDir, contract.GroupRequestPrefix+"rank"),
@@ -312,4 +315,90 @@ func unstructuredInt(obj map[string]any, path ...string) (int64, bool, error) {
 		return int64(n), true, nil
 	}
 	return 0, false, nil
+}
+
+// A member that floods its node agent with requests (a co-container
+// writing a fresh request every 10 ms, each naming the group's current
+// generation) makes at most one generation per round: every generation
+// restarts every member exactly once, and no round begins before the last
+// one is over.
+func TestGroupRequestFloodIsBounded(t *testing.T) {
+	env, client := startAPIServer(t, kubeAssets(t), true)
+	crd := filepath.Join(repoRoot(t), "deploy", "components", "node-agent-groups", "crd.yaml")
+	if _, err := envtest.InstallCRDs(env.Config, envtest.CRDInstallOptions{Paths: []string{crd}}); err != nil {
+		t.Fatalf("install the GroupRestart CRD: %v", err)
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "restart-supervisor")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/restart-supervisor")
+	build.Dir = repoRoot(t)
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	podsDir := filepath.Join(dir, "node-a", "pods")
+	must(t, os.MkdirAll(podsDir, 0o750))
+	var states, logs []string
+	for i := 0; i < 2; i++ {
+		p := groupPod(t, client, "default", fmt.Sprintf("flood-%d", i), "node-a", "flood", "")
+		states = append(states, stateDir(t, podsDir, p.UID))
+		logs = append(logs, filepath.Join(dir, p.Name+".log"))
+	}
+	startGroupAgent(t, env.Config, "node-a", podsDir)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var cmds []*exec.Cmd
+	for i := range states {
+		script := fmt.Sprintf(`echo "start $(date +%%s%%N)" >> %[1]s
+trap 'echo "end $(date +%%s%%N)" >> %[1]s; exit 0' TERM
+while :; do sleep 0.1; done`, logs[i])
+		cmd := exec.CommandContext(ctx, bin, "--", "sh", "-c", script)
+		cmd.Env = append(os.Environ(), contract.EnvStateDir+"="+states[i], contract.EnvContainerName+"=rank", contract.EnvConfig+"="+groupConfig)
+		must(t, cmd.Start())
+		cmds = append(cmds, cmd)
+	}
+	defer func() {
+		for _, c := range cmds {
+			_ = c.Process.Signal(syscall.SIGTERM)
+			_ = c.Wait()
+		}
+	}()
+	waitFor(t, "both members' first start", 30*time.Second, func(context.Context) (bool, error) {
+		return len(readRuns(t, logs[0])) == 1 && len(readRuns(t, logs[1])) == 1, nil
+	})
+
+	// The flood: 3 s of fresh requests into member 0's state volume,
+	// each naming the generation the pod has last seen.
+	reqDir := filepath.Join(states[0], contract.GroupDir)
+	must(t, os.MkdirAll(reqDir, 0o777))
+	for n, end := 0, time.Now().Add(3*time.Second); time.Now().Before(end); n++ {
+		req := fmt.Sprintf(`{"id":"flood-%d","container":"rank","exitCode":42,"observed":%d}`, n, podstate.LastGroup(states[0]))
+		must(t, os.WriteFile(filepath.Join(reqDir, ".tmp"), []byte(req), 0o644))
+		must(t, os.Rename(filepath.Join(reqDir, ".tmp"), filepath.Join(reqDir, contract.GroupRequestPrefix+"rank")))
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(3 * time.Second) // the last round ends
+
+	dyn, err := dynamic.NewForConfig(env.Config)
+	must(t, err)
+	obj, err := dyn.Resource(nodeagent.GroupResource).Namespace("default").Get(ctx, nodeagent.GroupObjectName(contract.LabelGroup+"=flood"), metav1.GetOptions{})
+	must(t, err)
+	gen, _, _ := unstructuredInt(obj.Object, "spec", "generation")
+	if gen < 1 {
+		t.Fatalf("the flood made no generation at all")
+	}
+	// Every generation restarted each member once; the runs of the two
+	// members alternate round by round: every run k of one member starts
+	// after run k-1 of the other ended.
+	r0, r1 := readRuns(t, logs[0]), readRuns(t, logs[1])
+	if int64(len(r0)) != gen+1 || int64(len(r1)) != gen+1 {
+		t.Fatalf("generation %d, but the members ran %d and %d times; want %d each", gen, len(r0), len(r1), gen+1)
+	}
+	for k := 1; k < len(r0); k++ {
+		for _, pair := range [][2][]rankRun{{r0, r1}, {r1, r0}} {
+			if !pair[0][k].start.After(pair[1][k-1].end) {
+				t.Errorf("run %d started before the other member's run %d ended: rounds overlapped", k, k-1)
+			}
+		}
+	}
+	t.Logf("3 s of requests every 10 ms: %d generations, each a whole round", gen)
 }
