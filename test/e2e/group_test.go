@@ -38,13 +38,7 @@ func TestGroupRestartOnTwoKubelets(t *testing.T) {
 		t.Fatalf("cluster up: %v", err)
 	}
 	tearDownAtEnd(t, c)
-	kubectl := filepath.Join(binDir, "kubectl")
-	crd := filepath.Join(repo, "deploy", "components", "node-agent-groups", "crd.yaml")
-	for _, args := range [][]string{{"apply", "-f", crd}, {"wait", "--for", "condition=established", "--timeout=60s", "crd/grouprestarts.restart-supervisor.dev"}} {
-		if out, err := exec.CommandContext(ctx, kubectl, append([]string{"--kubeconfig", c.Kubeconfig}, args...)...).CombinedOutput(); err != nil {
-			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
+	installGroupCRD(ctx, t, c, binDir, repo)
 	dyn, err := dynamic.NewForConfig(c.Config)
 	if err != nil {
 		t.Fatal(err)
@@ -173,6 +167,19 @@ func TestGroupRestartOnTwoKubelets(t *testing.T) {
 	sort.Strings(nodesSeen)
 	if fmt.Sprint(spec["generation"]) != "1" || strings.Join(nodesSeen, ",") != cluster.NodeName+","+cluster.SecondNodeName {
 		t.Errorf("GroupRestart spec: generation %v, nodes %v; want 1 and both nodes", spec["generation"], nodesSeen)
+	}
+}
+
+// installGroupCRD applies the GroupRestart CRD of
+// deploy/components/node-agent-groups and waits until it is served.
+func installGroupCRD(ctx context.Context, t *testing.T, c *cluster.Cluster, binDir, repo string) {
+	t.Helper()
+	kubectl := filepath.Join(binDir, "kubectl")
+	crd := filepath.Join(repo, "deploy", "components", "node-agent-groups", "crd.yaml")
+	for _, args := range [][]string{{"apply", "-f", crd}, {"wait", "--for", "condition=established", "--timeout=60s", "crd/grouprestarts.restart-supervisor.dev"}} {
+		if out, err := exec.CommandContext(ctx, kubectl, append([]string{"--kubeconfig", c.Kubeconfig}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
 	}
 }
 
