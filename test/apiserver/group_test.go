@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -35,6 +36,14 @@ const groupConfig = `{"restartPolicy":"Never","podRestartPolicy":"Never","restar
 // kubelet pods directory is podsDir.
 func startGroupAgent(t *testing.T, cfg *rest.Config, node, podsDir string) (metrics string) {
 	t.Helper()
+	metrics, _ = startStoppableGroupAgent(t, cfg, node, podsDir)
+	return metrics
+}
+
+// startStoppableGroupAgent is startGroupAgent that also returns a stop
+// function, which waits until the agent has ended.
+func startStoppableGroupAgent(t *testing.T, cfg *rest.Config, node, podsDir string) (metrics string, stop func()) {
+	t.Helper()
 	client, err := kubernetes.NewForConfig(cfg)
 	must(t, err)
 	dyn, err := dynamic.NewForConfig(cfg)
@@ -55,11 +64,15 @@ func startGroupAgent(t *testing.T, cfg *rest.Config, node, podsDir string) (metr
 		cancel()
 		t.Fatalf("agent %s not ready", node)
 	}
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-	return metrics
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			<-done
+		})
+	}
+	t.Cleanup(stop)
+	return metrics, stop
 }
 
 // groupPod creates a member pod on node (no kubelet runs it: the test runs
@@ -401,4 +414,116 @@ while :; do sleep 0.1; done`, logs[i])
 		}
 	}
 	t.Logf("3 s of requests every 10 ms: %d generations, each a whole round", gen)
+}
+
+// A group round goes on across a restart of a node agent (the new agent
+// finds the delivery in the pods' files and reports and releases as the
+// old one would have), and waits for a member that has not stopped until
+// that member's pod is deleted (KEP-4438: a pod being deleted takes no
+// pod-wide restart), then releases the others. GroupStopWait is set far
+// beyond the test, so that only this handling can end the round.
+func TestGroupRoundSurvivesAgentRestartAndDeletion(t *testing.T) {
+	old := nodeagent.GroupStopWait
+	nodeagent.GroupStopWait = 10 * time.Minute
+	t.Cleanup(func() { nodeagent.GroupStopWait = old })
+	env, client := startAPIServer(t, kubeAssets(t), true)
+	crd := filepath.Join(repoRoot(t), "deploy", "components", "node-agent-groups", "crd.yaml")
+	if _, err := envtest.InstallCRDs(env.Config, envtest.CRDInstallOptions{Paths: []string{crd}}); err != nil {
+		t.Fatalf("install the GroupRestart CRD: %v", err)
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "restart-supervisor")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/restart-supervisor")
+	build.Dir = repoRoot(t)
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	podsDirs := map[string]string{"node-a": filepath.Join(dir, "node-a", "pods"), "node-b": filepath.Join(dir, "node-b", "pods")}
+	for _, d := range podsDirs {
+		must(t, os.MkdirAll(d, 0o750))
+	}
+	nodes := []string{"node-a", "node-a", "node-b", "node-b"}
+	var pods []*corev1.Pod
+	var states, logs []string
+	for i, n := range nodes {
+		p := groupPod(t, client, "default", fmt.Sprintf("m-%d", i), n, "g", "")
+		pods = append(pods, p)
+		states = append(states, stateDir(t, podsDirs[n], p.UID))
+		logs = append(logs, filepath.Join(dir, p.Name+".log"))
+	}
+	startGroupAgent(t, env.Config, "node-a", podsDirs["node-a"])
+	_, stopB := startStoppableGroupAgent(t, env.Config, "node-b", podsDirs["node-b"])
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// Members 0-2 run under the real supervisor; member 3's pod has a
+	// state volume but no supervisor: it never stops for the round.
+	var cmds []*exec.Cmd
+	for i := 0; i < 3; i++ {
+		script := fmt.Sprintf(`echo "start $(date +%%s%%N)" >> %[1]s
+trap 'echo "end $(date +%%s%%N)" >> %[1]s; exit 0' TERM
+if [ %[2]d = 0 ] && [ ! -e %[1]s.failed ]; then touch %[1]s.failed; sleep 1; echo "end $(date +%%s%%N)" >> %[1]s; exit 42; fi
+while :; do sleep 0.1; done`, logs[i], i)
+		cmd := exec.CommandContext(ctx, bin, "--", "sh", "-c", script)
+		cmd.Env = append(os.Environ(), contract.EnvStateDir+"="+states[i], contract.EnvContainerName+"=rank", contract.EnvConfig+"="+groupConfig)
+		must(t, cmd.Start())
+		cmds = append(cmds, cmd)
+	}
+	defer func() {
+		for _, c := range cmds {
+			_ = c.Process.Signal(syscall.SIGTERM)
+			_ = c.Wait()
+		}
+	}()
+	dyn, err := dynamic.NewForConfig(env.Config)
+	must(t, err)
+	name := nodeagent.GroupObjectName(contract.LabelGroup + "=g")
+	waitFor(t, "the group's generation 1", 30*time.Second, func(ctx context.Context) (bool, error) {
+		o, err := dyn.Resource(nodeagent.GroupResource).Namespace("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		gen, _, _ := unstructuredInt(o.Object, "spec", "generation")
+		return gen == 1, nil
+	})
+	// Node B's agent goes away mid-round and a new one takes over.
+	stopB()
+	time.Sleep(time.Second)
+	startGroupAgent(t, env.Config, "node-b", podsDirs["node-b"])
+	time.Sleep(3 * time.Second)
+	for i := 0; i < 3; i++ {
+		if r := readRuns(t, logs[i]); len(r) != 1 {
+			t.Fatalf("m-%d ran %d times while member m-3 had not stopped; want 1 (the barrier holds)", i, len(r))
+		}
+	}
+	if _, ok := podstate.GroupRound(states[3], 1); !ok {
+		t.Fatal("m-3 never got generation 1")
+	}
+	// Deleting m-3 (no kubelet finishes it: it stays with its deletion
+	// timestamp) takes it out of the round.
+	must(t, client.CoreV1().Pods("default").Delete(ctx, pods[3].Name, metav1.DeleteOptions{}))
+	waitFor(t, "the others' restart once m-3 is being deleted", 60*time.Second, func(context.Context) (bool, error) {
+		for i := 0; i < 3; i++ {
+			if len(readRuns(t, logs[i])) < 2 {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	var lastEnd, firstRestart time.Time
+	for i := 0; i < 3; i++ {
+		r := readRuns(t, logs[i])
+		if len(r) != 2 {
+			t.Errorf("m-%d ran %d times, want 2", i, len(r))
+			continue
+		}
+		if r[0].end.After(lastEnd) {
+			lastEnd = r[0].end
+		}
+		if firstRestart.IsZero() || r[1].start.Before(firstRestart) {
+			firstRestart = r[1].start
+		}
+	}
+	if !firstRestart.After(lastEnd) {
+		t.Errorf("a member started again before every member had stopped")
+	}
 }
