@@ -390,8 +390,20 @@ func (g *groups) request(ctx context.Context, m localMember, r podstate.GroupReq
 			return "", err
 		}
 		g.a.log.Info("group restart", "group", m.key, "namespace", m.pod.Namespace, "generation", next, "pod", m.pod.Name, "container", r.Container, "exitCode", r.ExitCode)
-		g.a.recorder.AnnotatedEventf(podRef(m.pod), map[string]string{"restart-supervisor.dev/group": m.key, "restart-supervisor.dev/group-generation": strconv.FormatUint(next, 10)},
-			corev1.EventTypeWarning, ReasonGroupRestarted, "container %s exited with %d: restarting every container of group %s in place (generation %d)", r.Container, r.ExitCode, m.key, next)
+		ann := map[string]string{"restart-supervisor.dev/group": m.key, "restart-supervisor.dev/group-generation": strconv.FormatUint(next, 10)}
+		msg := fmt.Sprintf("pod %s, container %s exited with %d: restarting every container of group %s in place (generation %d)",
+			m.pod.Name, r.Container, r.ExitCode, m.key, next)
+		g.a.sink.remember(msg, ann)
+		// On the pod whose exit asked for it, and on the pod's controller
+		// (a Job, a LeaderWorkerSet's StatefulSet), where the workload's
+		// own Events are.
+		refs := []*corev1.ObjectReference{podRef(m.pod)}
+		if o := metav1.GetControllerOf(m.pod); o != nil {
+			refs = append(refs, &corev1.ObjectReference{APIVersion: o.APIVersion, Kind: o.Kind, Name: o.Name, UID: o.UID, Namespace: m.pod.Namespace})
+		}
+		for _, ref := range refs {
+			g.a.recorder.AnnotatedEventf(ref, ann, corev1.EventTypeWarning, ReasonGroupRestarted, "%s", msg)
+		}
 		return "", nil
 	}
 	return "", errors.New("the group object keeps changing")

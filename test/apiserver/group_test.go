@@ -28,6 +28,9 @@ import (
 	"github.com/restart-supervisor/restart-supervisor/podstate"
 )
 
+// jobUID is the UID of the Job rank 0 names as its controller.
+const jobUID = "6d1f0a52-5b1c-4a53-9d0e-000000000001"
+
 // groupConfig is the supervisor config of every member: exit 42 restarts
 // the whole group in place.
 const groupConfig = `{"restartPolicy":"Never","podRestartPolicy":"Never","restartPolicyRules":[{"action":"RestartGroup","exitCodes":{"operator":"In","values":[42]}}]}`
@@ -77,7 +80,7 @@ func startStoppableGroupAgent(t *testing.T, cfg *rest.Config, node, podsDir stri
 
 // groupPod creates a member pod on node (no kubelet runs it: the test runs
 // its supervisor), labelled into group.
-func groupPod(t *testing.T, client kubernetes.Interface, ns, name, node, group, limit string) *corev1.Pod {
+func groupPod(t *testing.T, client kubernetes.Interface, ns, name, node, group, limit string, edit ...func(*corev1.Pod)) *corev1.Pod {
 	t.Helper()
 	ann := map[string]string{}
 	if limit != "" {
@@ -87,6 +90,9 @@ func groupPod(t *testing.T, client kubernetes.Interface, ns, name, node, group, 
 		Labels: map[string]string{contract.LabelGroup: group}, Annotations: ann},
 		Spec: corev1.PodSpec{NodeName: node, RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{
 			Name: "rank", Image: "busybox", Env: []corev1.EnvVar{{Name: contract.EnvConfig, Value: groupConfig}}}}}}
+	for _, e := range edit {
+		e(p)
+	}
 	p, err := client.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{})
 	must(t, err)
 	return p
@@ -162,7 +168,15 @@ func TestGroupRestartAcrossNodes(t *testing.T) {
 	var members []*member
 	for i := 0; i < 4; i++ {
 		node := nodes[i%2]
-		p := groupPod(t, client, "default", fmt.Sprintf("rank-%d", i), node, group, "1")
+		// Rank 0 has a controller (no controller manager runs here to
+		// mind that the Job is not there): the group restart's Event goes
+		// on it too.
+		p := groupPod(t, client, "default", fmt.Sprintf("rank-%d", i), node, group, "1", func(p *corev1.Pod) {
+			if i == 0 {
+				yes := true
+				p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "train", UID: jobUID, Controller: &yes}}
+			}
+		})
 		members = append(members, &member{pod: p, state: stateDir(t, podsDirs[node], p.UID), log: filepath.Join(dir, p.Name+".log")})
 	}
 	metrics := map[string]string{}
@@ -264,6 +278,7 @@ while :; do sleep 0.1; done`, m.log, i)
 		}
 	}
 	waitEvents(t, client, members[0].pod, nodeagent.ReasonGroupRestarted, 1)
+	waitEvents(t, client, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: jobUID}}, nodeagent.ReasonGroupRestarted, 1)
 	// Both nodes have members: both agents serve the group's count.
 	for _, n := range nodes {
 		waitMetric(t, metrics[n], series("restart_supervisor_group_restarts_total", "group", contract.LabelGroup+"="+group, "namespace", "default"), "1")
