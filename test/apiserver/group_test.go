@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -24,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
+	"github.com/restart-supervisor/restart-supervisor/internal/testutil"
 	"github.com/restart-supervisor/restart-supervisor/nodeagent"
 	"github.com/restart-supervisor/restart-supervisor/podstate"
 )
@@ -98,6 +100,43 @@ func groupPod(t *testing.T, client kubernetes.Interface, ns, name, node, group, 
 	return p
 }
 
+// startMember starts the real supervisor binary on script with the
+// member's state volume, and stops it when the test ends whatever happened:
+// SIGTERM (it stops its workload, which has its own process group), then
+// SIGKILL of both after 10 s. Wait gives up on the output pipe 5 s after
+// the supervisor's exit, so a workload left behind cannot hold the test.
+func startMember(t *testing.T, bin, state, script string, out io.Writer) (*exec.Cmd, <-chan error) {
+	t.Helper()
+	cmd := exec.Command(bin, "--", "sh", "-c", script)
+	cmd.Env = append(os.Environ(), contract.EnvStateDir+"="+state, contract.EnvContainerName+"=rank", contract.EnvConfig+"="+groupConfig)
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.WaitDelay = 5 * time.Second
+	must(t, cmd.Start())
+	done := make(chan error, 1)
+	exited := make(chan struct{})
+	go func() {
+		err := cmd.Wait()
+		close(exited)
+		done <- err
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-exited:
+			return
+		default:
+		}
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	return cmd, done
+}
+
 // rankRun is one run of a member's workload, from its log.
 type rankRun struct{ start, end time.Time }
 
@@ -163,7 +202,7 @@ func TestGroupRestartAcrossNodes(t *testing.T) {
 		state string
 		log   string
 		cmd   *exec.Cmd
-		done  chan error
+		done  <-chan error
 	}
 	var members []*member
 	for i := 0; i < 4; i++ {
@@ -193,17 +232,11 @@ func TestGroupRestartAcrossNodes(t *testing.T) {
 trap 'echo "end $(date +%%s%%N)" >> %[1]s; exit 0' TERM
 if [ %[2]d = 0 ]; then sleep 1; echo "end $(date +%%s%%N)" >> %[1]s; exit 42; fi
 while :; do sleep 0.1; done`, m.log, i)
-		m.cmd = exec.CommandContext(ctx, bin, "--", "sh", "-c", script)
-		m.cmd.Env = append(os.Environ(), contract.EnvStateDir+"="+m.state, contract.EnvContainerName+"=rank", contract.EnvConfig+"="+groupConfig)
-		out := &strings.Builder{}
-		m.cmd.Stdout, m.cmd.Stderr = out, out
-		must(t, m.cmd.Start())
-		m.done = make(chan error, 1)
-		go func() { m.done <- m.cmd.Wait() }()
+		out := &testutil.SyncBuffer{}
+		var done <-chan error
+		m.cmd, done = startMember(t, bin, m.state, script, out)
+		m.done = done
 		t.Cleanup(func() {
-			if m.cmd.ProcessState == nil {
-				_ = m.cmd.Process.Signal(syscall.SIGTERM)
-			}
 			if t.Failed() {
 				t.Logf("%s supervisor:\n%s", m.pod.Name, tail(out.String(), 30))
 			}
@@ -374,22 +407,12 @@ func TestGroupRequestFloodIsBounded(t *testing.T) {
 	startGroupAgent(t, env.Config, "node-a", podsDir)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var cmds []*exec.Cmd
 	for i := range states {
 		script := fmt.Sprintf(`echo "start $(date +%%s%%N)" >> %[1]s
 trap 'echo "end $(date +%%s%%N)" >> %[1]s; exit 0' TERM
 while :; do sleep 0.1; done`, logs[i])
-		cmd := exec.CommandContext(ctx, bin, "--", "sh", "-c", script)
-		cmd.Env = append(os.Environ(), contract.EnvStateDir+"="+states[i], contract.EnvContainerName+"=rank", contract.EnvConfig+"="+groupConfig)
-		must(t, cmd.Start())
-		cmds = append(cmds, cmd)
+		startMember(t, bin, states[i], script, io.Discard)
 	}
-	defer func() {
-		for _, c := range cmds {
-			_ = c.Process.Signal(syscall.SIGTERM)
-			_ = c.Wait()
-		}
-	}()
 	waitFor(t, "both members' first start", 30*time.Second, func(context.Context) (bool, error) {
 		return len(readRuns(t, logs[0])) == 1 && len(readRuns(t, logs[1])) == 1, nil
 	})
@@ -472,23 +495,13 @@ func TestGroupRoundSurvivesAgentRestartAndDeletion(t *testing.T) {
 	defer cancel()
 	// Members 0-2 run under the real supervisor; member 3's pod has a
 	// state volume but no supervisor: it never stops for the round.
-	var cmds []*exec.Cmd
 	for i := 0; i < 3; i++ {
 		script := fmt.Sprintf(`echo "start $(date +%%s%%N)" >> %[1]s
 trap 'echo "end $(date +%%s%%N)" >> %[1]s; exit 0' TERM
 if [ %[2]d = 0 ] && [ ! -e %[1]s.failed ]; then touch %[1]s.failed; sleep 1; echo "end $(date +%%s%%N)" >> %[1]s; exit 42; fi
 while :; do sleep 0.1; done`, logs[i], i)
-		cmd := exec.CommandContext(ctx, bin, "--", "sh", "-c", script)
-		cmd.Env = append(os.Environ(), contract.EnvStateDir+"="+states[i], contract.EnvContainerName+"=rank", contract.EnvConfig+"="+groupConfig)
-		must(t, cmd.Start())
-		cmds = append(cmds, cmd)
+		startMember(t, bin, states[i], script, io.Discard)
 	}
-	defer func() {
-		for _, c := range cmds {
-			_ = c.Process.Signal(syscall.SIGTERM)
-			_ = c.Wait()
-		}
-	}()
 	dyn, err := dynamic.NewForConfig(env.Config)
 	must(t, err)
 	name := nodeagent.GroupObjectName(contract.LabelGroup + "=g")

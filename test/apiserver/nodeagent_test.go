@@ -169,16 +169,23 @@ func writeStatusTotal(t *testing.T, dir, container string, restarts, total int, 
 
 func scrape(t *testing.T, addr string) string {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
+	body, err := tryScrape(addr)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return body
+}
+
+// tryScrape is scrape that returns the error, for a caller that tries
+// again.
+func tryScrape(addr string) (string, error) {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return "", err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
+	return string(b), err
 }
 
 // series is the exposition line prefix of a series; labels in the order
@@ -195,7 +202,10 @@ func series(name string, labels ...string) string {
 func waitMetric(t *testing.T, addr, series, want string) {
 	t.Helper()
 	waitFor(t, series+want, 30*time.Second, func(context.Context) (bool, error) {
-		body := scrape(t, addr)
+		body, err := tryScrape(addr)
+		if err != nil {
+			return false, err
+		}
 		for _, l := range strings.Split(body, "\n") {
 			if strings.HasPrefix(l, series) {
 				if strings.TrimPrefix(l, series) == want {
