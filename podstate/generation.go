@@ -65,7 +65,7 @@ func genName(n uint64) string { return fmt.Sprintf("%020d", n) }
 
 // Current returns the pod's current restart generation.
 func Current(dir string) (uint64, error) {
-	entries, err := os.ReadDir(filepath.Join(dir, genDir))
+	names, err := genNames(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		if _, derr := os.Stat(dir); derr != nil {
 			return 0, fmt.Errorf("state directory: %w", derr)
@@ -76,8 +76,8 @@ func Current(dir string) (uint64, error) {
 		return 0, fmt.Errorf("state directory: %w", err)
 	}
 	var max uint64
-	for _, e := range entries {
-		if n, ok := parseGenName(e.Name()); ok && n > max {
+	for _, name := range names {
+		if n, ok := parseGenName(name); ok && n > max {
 			max = n
 		}
 	}
@@ -187,17 +187,17 @@ func prune(gdir string, newest uint64) {
 	if newest <= genKeep {
 		return
 	}
-	entries, err := os.ReadDir(gdir)
+	names, err := listNames(gdir, ".", maxGenEntries)
 	if err != nil {
 		return
 	}
-	for _, e := range entries {
-		n, ok := parseGenName(e.Name())
+	for _, name := range names {
+		n, ok := parseGenName(name)
 		if !ok {
-			n, _, _, ok = parseMarker(e.Name())
+			n, _, _, ok = parseMarker(name)
 		}
 		if ok && n+genKeep < newest {
-			os.Remove(filepath.Join(gdir, e.Name()))
+			os.Remove(filepath.Join(gdir, name))
 		}
 	}
 }
@@ -392,7 +392,8 @@ func (m *Member) Announce(exitCode int32) (g Generation, won bool, err error) {
 		if err != nil || won || try == 3 {
 			break
 		}
-		verr := m.Verify(g)
+		// Under the lock: verify, which does not take it again.
+		verr := m.verify(g, m.gen)
 		if g.Source == m.name {
 			// This container's document says it announced g.N (just
 			// now, before the link that failed), but the file is

@@ -193,8 +193,11 @@ func GroupRequests(dir string) ([]GroupRequest, []error) {
 	if err != nil {
 		return nil, []error{fmt.Errorf("%s: %w", gdir, err)}
 	}
-	defer unix.Close(dfd)
+	// The os.File owns the descriptor from here: closing it beside the
+	// File would close it twice, the second time (the File's finalizer)
+	// under whatever the process has opened with that number since.
 	f := os.NewFile(uintptr(dfd), gdir)
+	defer f.Close()
 	names, err := f.Readdirnames(4 * MaxGroupRequests)
 	if err != nil && len(names) == 0 {
 		return nil, nil // empty
@@ -249,16 +252,16 @@ func clipString(s string, n int) string {
 // a group cause written by the agent, by pod generation.
 func groupGenerations(dir string) map[uint64]GroupCause {
 	out := map[uint64]GroupCause{}
-	entries, err := os.ReadDir(filepath.Join(dir, genDir))
+	names, err := genNames(dir)
 	if err != nil {
 		return out
 	}
-	for _, e := range entries {
-		n, ok := parseGenName(e.Name())
+	for _, name := range names {
+		n, ok := parseGenName(name)
 		if !ok {
 			continue
 		}
-		if ownedByAgent(filepath.Join(dir, genDir, e.Name())) != nil {
+		if ownedByAgent(filepath.Join(dir, genDir, name)) != nil {
 			continue
 		}
 		if g := ReadGeneration(dir, n); g.Group != nil {
@@ -342,12 +345,12 @@ func DeliverGroup(dir string, cause GroupCause) (n uint64, delivered bool, err e
 // GroupStopped reports whether the pod's members have stopped for pod
 // generation n (a member past the pod's stop barrier marked it grouped).
 func GroupStopped(dir string, n uint64) bool {
-	entries, err := os.ReadDir(filepath.Join(dir, genDir))
+	names, err := genNames(dir)
 	if err != nil {
 		return false
 	}
-	for _, e := range entries {
-		if k, w, _, ok := parseMarker(e.Name()); ok && k == n && w == markGrouped {
+	for _, name := range names {
+		if k, w, _, ok := parseMarker(name); ok && k == n && w == markGrouped {
 			return true
 		}
 	}
@@ -358,13 +361,13 @@ func GroupStopped(dir string, n uint64) bool {
 // generation n: each member that marked it grouped has marked it started
 // (Member.Started, for n or a later generation).
 func GroupStarted(dir string, n uint64) bool {
-	entries, err := os.ReadDir(filepath.Join(dir, genDir))
+	names, err := genNames(dir)
 	if err != nil {
 		return false
 	}
 	grouped, started := map[string]bool{}, map[string]bool{}
-	for _, e := range entries {
-		k, w, c, ok := parseMarker(e.Name())
+	for _, name := range names {
+		k, w, c, ok := parseMarker(name)
 		switch {
 		case !ok:
 		case w == markGrouped && k == n:

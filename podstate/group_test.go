@@ -3,6 +3,7 @@ package podstate
 import (
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -136,5 +137,34 @@ func TestGroupRefusalHandsOver(t *testing.T) {
 	}
 	if took := time.Since(start); took > supervise.GroupAnswerWait {
 		t.Fatalf("the refusal took %s, as long as no answer", took)
+	}
+}
+
+// Reading the requests closes the directory's descriptor once. It was
+// closed twice (by hand and by the os.File's finalizer at the next
+// collection), and the second close hit whatever the process had opened
+// under that number since: in the node agent, a file it was writing
+// ("bad file descriptor"), and in a test that runs the agent in its own
+// process, the pidfd through which it signals a supervisor, whose SIGTERM
+// then never arrived.
+func TestGroupRequestsClosesItsDescriptorOnce(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "group"), 0o777); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		GroupRequests(dir)
+		// The lowest free number: the one the listing just used.
+		f, err := os.CreateTemp(dir, "after")
+		if err != nil {
+			t.Fatal(err)
+		}
+		runtime.GC()
+		runtime.GC() // the finalizers of the first collection run before the second ends
+		time.Sleep(time.Millisecond)
+		if _, err := f.Write([]byte("x")); err != nil {
+			t.Fatalf("round %d: a file opened after the listing: %v", i, err)
+		}
+		f.Close()
 	}
 }

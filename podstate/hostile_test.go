@@ -4,13 +4,16 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/internal/testutil"
+	"github.com/restart-supervisor/restart-supervisor/supervise"
 )
 
 func genDirOf(t *testing.T, dir string) string {
@@ -132,5 +135,89 @@ func TestAnnounceDoesNotFollowALinkedGenerationDir(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(elsewhere); len(entries) != 0 {
 		t.Fatalf("created %v through the link", entries[0].Name())
+	}
+}
+
+// A container that puts a link where pod-restarts/ or status/ belongs,
+// leading to a directory it fills, makes no reader list that directory;
+// a directory of its own with more names than the pod can make is refused
+// whole, within a bound of memory.
+func TestListingsRefuseLinksAndFloods(t *testing.T) {
+	dir := t.TempDir()
+	elsewhere := t.TempDir()
+	os.WriteFile(filepath.Join(elsewhere, genName(7)), []byte("{}"), 0o644)
+	os.WriteFile(filepath.Join(elsewhere, "app.json"), []byte(`{"container":"app","state":"running"}`), 0o644)
+	if err := os.Symlink(elsewhere, filepath.Join(dir, genDir)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(elsewhere, filepath.Join(dir, statusDir)); err != nil {
+		t.Fatal(err)
+	}
+	if cur, err := Current(dir); err == nil || cur != 0 {
+		t.Errorf("Current through a linked %s/: %d, %v; want an error", genDir, cur, err)
+	}
+	if st, err := ReadAll(dir); err == nil || len(st) != 0 {
+		t.Errorf("ReadAll through a linked %s/: %v, %v; want an error", statusDir, st, err)
+	}
+	if GroupStopped(dir, 7) || LastGroup(dir) != 0 {
+		t.Errorf("group readers listed a linked %s/", genDir)
+	}
+
+	flooded := t.TempDir()
+	gdir := genDirOf(t, flooded)
+	for i := 0; i <= maxGenEntries; i++ {
+		f, err := os.Create(filepath.Join(gdir, "x"+strconv.Itoa(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	os.WriteFile(filepath.Join(gdir, genName(3)), []byte("{}"), 0o644)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := Current(flooded)
+	runtime.ReadMemStats(&after)
+	if err == nil || !strings.Contains(err.Error(), "more than") {
+		t.Fatalf("Current of %d names: %v; want the bound's error", maxGenEntries+2, err)
+	}
+	// The names held are the bound's (about 40 bytes each), not more.
+	if a := after.TotalAlloc - before.TotalAlloc; a > 64<<20 {
+		t.Errorf("listing a flooded %s/ allocated %d MiB", genDir, a>>20)
+	}
+	// Within the bound, everything is seen.
+	for i := 0; i <= 10; i++ {
+		os.Remove(filepath.Join(gdir, "x"+strconv.Itoa(i)))
+	}
+	if cur, err := Current(flooded); err != nil || cur != 3 {
+		t.Fatalf("Current within the bound: %d, %v; want 3", cur, err)
+	}
+}
+
+// Another container forges a generation naming this container as its
+// source just before this container announces: the announcement checks
+// the forged file while it holds the member's lock, and must not wait on
+// that lock itself (it did: the supervising goroutine blocked for good,
+// and with it every signal, the stop included).
+func TestAnnounceOverAForgedOwnGenerationReturns(t *testing.T) {
+	dir := t.TempDir()
+	members := []contract.PodMember{{Name: "app", Kind: contract.MemberRegular}, {Name: "other", Kind: contract.MemberRegular}}
+	p, err := OpenMember(dir, "app", members, WatchOptions{ForcePoll: true}, supervise.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(supervise.State{Phase: supervise.Exited})
+	gdir := genDirOf(t, dir)
+	if err := os.WriteFile(filepath.Join(gdir, genName(1)), []byte(`{"n":1,"source":"app","exitCode":42}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g := testutil.Within(t, 5*time.Second, func() Generation {
+		g, _, err := p.member.Announce(42)
+		if err != nil {
+			t.Errorf("announce: %v", err)
+		}
+		return g
+	})
+	if g.N != 2 {
+		t.Fatalf("announced generation %d; want 2, past the forged one", g.N)
 	}
 }

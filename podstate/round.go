@@ -2,7 +2,6 @@ package podstate
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -118,8 +117,12 @@ func (m *Member) SetRound(members []contract.PodMember, log supervise.Logger, be
 // for nothing (TestForgedPodRestartsAreIgnored).
 //
 // A Member without SetRound verifies nothing.
-func (m *Member) Verify(g Generation) error {
-	if !m.round.set || g.Source == m.name && g.N <= m.Generation() {
+func (m *Member) Verify(g Generation) error { return m.verify(g, m.Generation()) }
+
+// verify is Verify against the generation current of this member's run,
+// for a caller that holds the member's lock (Announce).
+func (m *Member) verify(g Generation, current uint64) error {
+	if !m.round.set || g.Source == m.name && g.N <= current {
 		// Its own announcement, already taken: Accept drops it.
 		return nil
 	}
@@ -413,12 +416,12 @@ func (m *Member) wait(n uint64, ready chan<- struct{}, done <-chan struct{}) {
 // (0: none).
 func (m *Member) markers(n uint64) map[string]map[string]uint64 {
 	have := map[string]map[string]uint64{markStopped: {}, markStarted: {}, markFailed: {}, markGrouped: {}, markReleased: {}}
-	entries, err := os.ReadDir(filepath.Join(m.dir, genDir))
+	names, err := genNames(m.dir)
 	if err != nil {
 		return have
 	}
-	for _, e := range entries {
-		if k, w, c, ok := parseMarker(e.Name()); ok && k >= n && k > have[w][c] {
+	for _, name := range names {
+		if k, w, c, ok := parseMarker(name); ok && k >= n && k > have[w][c] {
 			have[w][c] = k
 		}
 	}

@@ -286,7 +286,7 @@ func createTempAt(dfd int, name string, data []byte) (string, error) {
 // missing status directory yields no statuses and no error.
 func ReadAll(dir string) ([]Status, error) {
 	sdir := filepath.Join(dir, statusDir)
-	entries, err := os.ReadDir(sdir)
+	names, err := listNames(dir, statusDir, maxStatusEntries)
 	if errors.Is(err, os.ErrNotExist) {
 		if _, derr := os.Stat(dir); derr != nil {
 			return nil, fmt.Errorf("state directory: %w", derr)
@@ -298,14 +298,13 @@ func ReadAll(dir string) ([]Status, error) {
 	}
 	var out []Status
 	var errs []error
-	for _, e := range entries {
-		name := e.Name()
-		if strings.HasPrefix(name, ".") || !strings.HasSuffix(name, statusExt) || e.IsDir() {
-			continue
+	for _, name := range names {
+		if strings.HasPrefix(name, ".") || !strings.HasSuffix(name, statusExt) {
+			continue // a directory of that name fails readBounded's check
 		}
 		data, err := readBounded(filepath.Join(sdir, name), maxStatusSize)
 		if errors.Is(err, os.ErrNotExist) {
-			continue // removed since ReadDir
+			continue // removed since the listing
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("status %s: %w", name, err))

@@ -185,18 +185,7 @@ func readRuns(t *testing.T, path string) []rankRun {
 // exit over. A pod of another namespace with the same group label asks
 // for a group restart too: only its own namespace's group moves.
 func TestGroupRestartAcrossNodes(t *testing.T) {
-	env, client := startAPIServer(t, kubeAssets(t), true)
-	crd := filepath.Join(repoRoot(t), "deploy", "components", "node-agent-groups", "crd.yaml")
-	if _, err := envtest.InstallCRDs(env.Config, envtest.CRDInstallOptions{Paths: []string{crd}}); err != nil {
-		t.Fatalf("install the GroupRestart CRD: %v", err)
-	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "restart-supervisor")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/restart-supervisor")
-	build.Dir = repoRoot(t)
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	env, client, dir, bin := startGroupTest(t)
 	nodes := []string{"node-a", "node-b"}
 	podsDirs := map[string]string{}
 	for _, n := range nodes {
@@ -395,18 +384,7 @@ func TestGroupRoundSurvivesAgentRestartAndDeletion(t *testing.T) {
 	old := nodeagent.GroupStopWait
 	nodeagent.GroupStopWait = 10 * time.Minute
 	t.Cleanup(func() { nodeagent.GroupStopWait = old })
-	env, client := startAPIServer(t, kubeAssets(t), true)
-	crd := filepath.Join(repoRoot(t), "deploy", "components", "node-agent-groups", "crd.yaml")
-	if _, err := envtest.InstallCRDs(env.Config, envtest.CRDInstallOptions{Paths: []string{crd}}); err != nil {
-		t.Fatalf("install the GroupRestart CRD: %v", err)
-	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "restart-supervisor")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/restart-supervisor")
-	build.Dir = repoRoot(t)
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	env, client, dir, bin := startGroupTest(t)
 	podsDirs := map[string]string{"node-a": filepath.Join(dir, "node-a", "pods"), "node-b": filepath.Join(dir, "node-b", "pods")}
 	for _, d := range podsDirs {
 		must(t, os.MkdirAll(d, 0o750))
@@ -485,4 +463,89 @@ while :; do sleep 0.1; done`, logs[i], i)
 	if !firstRestart.After(lastEnd) {
 		t.Errorf("a member started again before every member had stopped")
 	}
+}
+
+// startGroupTest starts a real API server with the GroupRestart CRD
+// installed and builds the supervisor binary into the test's directory,
+// which it returns beside the binary's path.
+func startGroupTest(t *testing.T) (env *envtest.Environment, client kubernetes.Interface, dir, bin string) {
+	t.Helper()
+	env, client = startAPIServer(t, kubeAssets(t), true)
+	crd := filepath.Join(repoRoot(t), "deploy", "components", "node-agent-groups", "crd.yaml")
+	if _, err := envtest.InstallCRDs(env.Config, envtest.CRDInstallOptions{Paths: []string{crd}}); err != nil {
+		t.Fatalf("install the GroupRestart CRD: %v", err)
+	}
+	dir = t.TempDir()
+	bin = filepath.Join(dir, "restart-supervisor")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/restart-supervisor")
+	build.Dir = repoRoot(t)
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return env, client, dir, bin
+}
+
+// A member that floods its node agent with requests (a co-container
+// writing a fresh request every 10 ms, each naming the group's current
+// generation) makes at most one generation per round: every generation
+// restarts every member exactly once, and no round begins before the last
+// one is over.
+func TestGroupRequestFloodIsBounded(t *testing.T) {
+	env, client, dir, bin := startGroupTest(t)
+	podsDir := filepath.Join(dir, "node-a", "pods")
+	must(t, os.MkdirAll(podsDir, 0o750))
+	var states, logs []string
+	for i := 0; i < 2; i++ {
+		p := groupPod(t, client, "default", fmt.Sprintf("flood-%d", i), "node-a", "flood", "")
+		states = append(states, stateDir(t, podsDir, p.UID))
+		logs = append(logs, filepath.Join(dir, p.Name+".log"))
+	}
+	startGroupAgent(t, env.Config, "node-a", podsDir)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for i := range states {
+		script := fmt.Sprintf(`echo "start $(date +%%s%%N)" >> %[1]s
+trap 'echo "end $(date +%%s%%N)" >> %[1]s; exit 0' TERM
+while :; do sleep 0.1; done`, logs[i])
+		startMember(t, bin, states[i], script, io.Discard)
+	}
+	waitFor(t, "both members' first start", 30*time.Second, func(context.Context) (bool, error) {
+		return len(readRuns(t, logs[0])) == 1 && len(readRuns(t, logs[1])) == 1, nil
+	})
+
+	// The flood: 3 s of fresh requests into member 0's state volume,
+	// each naming the generation the pod has last seen.
+	reqDir := filepath.Join(states[0], contract.GroupDir)
+	must(t, os.MkdirAll(reqDir, 0o777))
+	for n, end := 0, time.Now().Add(3*time.Second); time.Now().Before(end); n++ {
+		req := fmt.Sprintf(`{"id":"flood-%d","container":"rank","exitCode":42,"observed":%d}`, n, podstate.LastGroup(states[0]))
+		must(t, os.WriteFile(filepath.Join(reqDir, ".tmp"), []byte(req), 0o644))
+		must(t, os.Rename(filepath.Join(reqDir, ".tmp"), filepath.Join(reqDir, contract.GroupRequestPrefix+"rank")))
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(3 * time.Second) // the last round ends
+
+	dyn, err := dynamic.NewForConfig(env.Config)
+	must(t, err)
+	obj, err := dyn.Resource(nodeagent.GroupResource).Namespace("default").Get(ctx, nodeagent.GroupObjectName(contract.LabelGroup+"=flood"), metav1.GetOptions{})
+	must(t, err)
+	gen, _, _ := unstructuredInt(obj.Object, "spec", "generation")
+	if gen < 1 {
+		t.Fatalf("the flood made no generation at all")
+	}
+	// Every generation restarted each member once; the runs of the two
+	// members alternate round by round: every run k of one member starts
+	// after run k-1 of the other ended.
+	r0, r1 := readRuns(t, logs[0]), readRuns(t, logs[1])
+	if int64(len(r0)) != gen+1 || int64(len(r1)) != gen+1 {
+		t.Fatalf("generation %d, but the members ran %d and %d times; want %d each", gen, len(r0), len(r1), gen+1)
+	}
+	for k := 1; k < len(r0); k++ {
+		for _, pair := range [][2][]rankRun{{r0, r1}, {r1, r0}} {
+			if !pair[0][k].start.After(pair[1][k-1].end) {
+				t.Errorf("run %d started before the other member's run %d ended: rounds overlapped", k, k-1)
+			}
+		}
+	}
+	t.Logf("3 s of requests every 10 ms: %d generations, each a whole round", gen)
 }
