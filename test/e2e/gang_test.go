@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -27,7 +26,6 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
-	"github.com/restart-supervisor/restart-supervisor/nodeagent"
 	"github.com/restart-supervisor/restart-supervisor/test/e2e/cluster"
 )
 
@@ -143,7 +141,7 @@ func TestGangBenchmark(t *testing.T) {
 	}
 	roots := map[string]string{cluster.NodeName: c.KubeletRoot(), cluster.SecondNodeName: c.Second.KubeletRoot}
 	for node, root := range roots {
-		runGangAgent(ctx, t, client, dyn, node, filepath.Join(root, "pods"))
+		startE2EGroupAgent(ctx, t, client, dyn, node, filepath.Join(root, "pods"), slog.LevelWarn)
 	}
 	e := &env{mode: supervised, c: c, ns: "default"}
 	e.superviseWithInjector()
@@ -203,25 +201,6 @@ func gangRow(n int, how string, s []gangSample, withWrites bool) string {
 	return fmt.Sprintf("| %d | %s | %.2f s | %.2f s | %s | %s |", n, how, med.Seconds(), lat[len(lat)-1].Seconds(), writes, events)
 }
 
-func runGangAgent(ctx context.Context, t *testing.T, client kubernetes.Interface, dyn dynamic.Interface, node, podsDir string) {
-	t.Helper()
-	actx, stop := context.WithCancel(ctx)
-	done, ready := make(chan error, 1), make(chan struct{})
-	go func() {
-		done <- nodeagent.Run(actx, nodeagent.Config{Client: client, Dynamic: dyn, Groups: true, NodeName: node, PodsDir: podsDir,
-			Interval: 2 * time.Second, Log: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
-			Ready: func(net.Addr) { close(ready) }})
-	}()
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("node agent %s: %v", node, err)
-	}
-	t.Cleanup(func() {
-		stop()
-		<-done
-	})
-}
 
 // waitMarks polls until ok holds for the marks of key.
 func (e *env) waitMarks(ctx context.Context, key string, timeout time.Duration, ok func(map[string][]event) bool) (map[string][]event, error) {

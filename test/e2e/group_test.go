@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/nodeagent"
@@ -45,7 +46,7 @@ func TestGroupRestartOnTwoKubelets(t *testing.T) {
 	}
 	roots := map[string]string{cluster.NodeName: c.KubeletRoot(), cluster.SecondNodeName: c.Second.KubeletRoot}
 	for node, root := range roots {
-		startE2EGroupAgent(ctx, t, c, dyn, node, filepath.Join(root, "pods"))
+		startE2EGroupAgent(ctx, t, c.Client, dyn, node, filepath.Join(root, "pods"), slog.LevelInfo)
 	}
 
 	e := &env{mode: supervised, c: c, ns: "default"}
@@ -190,14 +191,16 @@ func readHostFile(path string) string {
 }
 
 // startE2EGroupAgent runs a node agent with group restarts for node in
-// this process, on that kubelet's pods directory.
-func startE2EGroupAgent(ctx context.Context, t *testing.T, c *cluster.Cluster, dyn dynamic.Interface, node, podsDir string) {
+// this process, on that kubelet's pods directory, through client and dyn
+// (a benchmark passes clients that count its writes), logging from level
+// up.
+func startE2EGroupAgent(ctx context.Context, t *testing.T, client kubernetes.Interface, dyn dynamic.Interface, node, podsDir string, level slog.Level) {
 	t.Helper()
 	actx, stop := context.WithCancel(ctx)
 	done, ready := make(chan error, 1), make(chan struct{})
 	go func() {
-		done <- nodeagent.Run(actx, nodeagent.Config{Client: c.Client, Dynamic: dyn, Groups: true, NodeName: node, PodsDir: podsDir,
-			Interval: time.Second, Log: slog.New(slog.NewTextHandler(testWriter{t}, nil)).With("node", node),
+		done <- nodeagent.Run(actx, nodeagent.Config{Client: client, Dynamic: dyn, Groups: true, NodeName: node, PodsDir: podsDir,
+			Interval: time.Second, Log: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: level})).With("node", node),
 			Ready: func(net.Addr) { close(ready) }})
 	}()
 	select {
