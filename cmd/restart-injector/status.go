@@ -9,8 +9,14 @@ import (
 	"strings"
 
 	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/restart-supervisor/restart-supervisor/nodeagent"
@@ -20,7 +26,9 @@ const statusUsage = `usage: restart-injector status [POD] [-n NAMESPACE | -A] [-
        kubectl restarts ...   (the same, through a kubectl-restarts link)
 
 Print the in-place restarts of supervised containers from the node agent's
-Events, one line per container. Flags and the pod may come in any order, as
+Events, one line per container, then, where group restarts are on, one line
+per group (its GroupRestart object: restarts, limit, last cause, how far its
+round has come; table formats only, not watched). Flags and the pod may come in any order, as
 with kubectl get. Exit status: 0 ok (also when there is nothing to show, and
 when -w ends on an interrupt), 1 the API server or the kubeconfig failed,
 2 usage error.
@@ -34,7 +42,9 @@ flags:
 // kubectl's: -n NS and --namespace=NS, -A and --all-namespaces, -owide,
 // flags after the pod. It reads the structured values of the node agent's
 // Events, never execs into a pod, and needs list on events, list on pods
-// of the agent's namespace, and with -l list and get on pods.
+// of the agent's namespace, and with -l list and get on pods; list on
+// grouprestarts for the group lines (without it, they are left out with a
+// note).
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := statusFlags()
 	fs.SetOutput(stderr)
@@ -122,6 +132,21 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "restart-injector status: %v\n", err)
 		return exitFailure
 	}
+	if output == nodeagent.FormatTable || output == nodeagent.FormatWide {
+		groups, err := listGroups(ctx, cfg, client, namespace, pod, selector)
+		switch {
+		case apierrors.IsForbidden(err):
+			fmt.Fprintf(stderr, "restart-injector status: group restarts not shown: %v\n", err)
+		case err != nil:
+			fmt.Fprintf(stderr, "restart-injector status: group restarts: %v\n", err)
+			return exitFailure
+		case len(groups) > 0:
+			if err := p.PrintGroups(stdout, groups); err != nil {
+				fmt.Fprintf(stderr, "restart-injector status: %v\n", err)
+				return exitFailure
+			}
+		}
+	}
 	if !is("watch") {
 		return exitOK
 	}
@@ -149,4 +174,55 @@ func statusFlags() *pflag.FlagSet {
 	fs.String("context", "", "kubeconfig context to use")
 	fs.String("agent-namespace", nodeagent.AgentNamespace, "namespace of the node agent's pods: only Events from a node that runs one are shown")
 	return fs
+}
+
+// listGroups reads the GroupRestart objects of namespace ("" with -A),
+// only those of the pod's group, or of the selected pods' groups, when a
+// pod or a selector is given. A cluster without the CRD (group restarts
+// off) has none.
+func listGroups(ctx context.Context, cfg *rest.Config, client kubernetes.Interface, namespace, pod string, selector labels.Selector) ([]unstructured.Unstructured, error) {
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	list, err := dyn.Resource(nodeagent.GroupResource).Namespace(namespace).List(ctx, metav1.ListOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if pod == "" && selector == nil {
+		return list.Items, nil
+	}
+	var pods []corev1.Pod
+	if pod != "" {
+		p, err := client.CoreV1().Pods(namespace).Get(ctx, pod, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		pods = append(pods, *p)
+	} else {
+		l, err := client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: selector.String()})
+		if err != nil {
+			return nil, err
+		}
+		pods = l.Items
+	}
+	want := map[string]bool{}
+	for i := range pods {
+		if key, _, ok := nodeagent.GroupOf(&pods[i]); ok {
+			want[pods[i].Namespace+"/"+nodeagent.GroupObjectName(key)] = true
+		}
+	}
+	var out []unstructured.Unstructured
+	for _, g := range list.Items {
+		if want[g.GetNamespace()+"/"+g.GetName()] {
+			out = append(out, g)
+		}
+	}
+	return out, nil
 }

@@ -341,6 +341,45 @@ while :; do sleep 0.1; done`, m.log, i)
 	if gen, _, _ := unstructuredInt(obj.Object, "spec", "generation"); gen != 1 {
 		t.Errorf("default's group generation %d after a request in another namespace, want 1", gen)
 	}
+	// restart-injector status shows each namespace's group after the
+	// container rows: its restarts, limit, last cause and finished round;
+	// for a pod, its own group only.
+	admin := kubeconfigFor(t, env, dir, "admin", envtest.User{Name: "group-admin", Groups: []string{"system:masters"}})
+	injector := buildInjector(t, dir)
+	status := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(injector, append([]string{"status", "--kubeconfig=" + admin}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("status %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	groupLine := func(out, ns string) []string {
+		for _, l := range strings.Split(out, "\n") {
+			f := strings.Fields(l)
+			if len(f) > 1 && (f[0] == contract.LabelGroup+"="+group || ns != "" && f[0] == ns && f[1] == contract.LabelGroup+"="+group) {
+				return f
+			}
+		}
+		t.Fatalf("no line of group %s in:\n%s", group, out)
+		return nil
+	}
+	out := status("-n", "default")
+	if f := groupLine(out, ""); len(f) < 7 || f[1] != "1" || f[2] != "1" || f[3] != members[0].pod.Name+"/rank" || f[5] != "42" || f[len(f)-1] != "done" {
+		t.Errorf("status -n default: group line %q; want 1 restart, limit 1, cause %s/rank exit 42, round done", f, members[0].pod.Name)
+	}
+	all := status("-A")
+	// The intruder has no supervisor: its round stays at its stop.
+	if f := groupLine(all, "other"); len(f) < 8 || f[2] != "1" || f[3] != "1" || f[4] != "intruder/rank" || strings.Join(f[len(f)-2:], " ") != "stopping 0/1" {
+		t.Errorf("status -A: other's group line %q; want 1 restart, limit 1, cause intruder/rank, round stopping 0/1", f)
+	}
+	if !strings.Contains(status("-n", "default", members[1].pod.Name), contract.LabelGroup+"="+group) {
+		t.Errorf("status of member %s lacks its group's line", members[1].pod.Name)
+	}
+	if strings.Contains(status("-n", "other", "no-such-pod"), contract.LabelGroup) {
+		t.Errorf("status of a pod that does not exist shows a group")
+	}
+
 	var names []string
 	for _, m := range members[1:] {
 		must(t, m.cmd.Process.Signal(syscall.SIGTERM))

@@ -201,7 +201,6 @@ func gangRow(n int, how string, s []gangSample, withWrites bool) string {
 	return fmt.Sprintf("| %d | %s | %.2f s | %.2f s | %s | %s |", n, how, med.Seconds(), lat[len(lat)-1].Seconds(), writes, events)
 }
 
-
 // waitMarks polls until ok holds for the marks of key.
 func (e *env) waitMarks(ctx context.Context, key string, timeout time.Duration, ok func(map[string][]event) bool) (map[string][]event, error) {
 	deadline := time.Now().Add(timeout)

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,6 +29,7 @@ import (
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/test/e2e/cluster"
 )
 
@@ -53,6 +55,40 @@ type trainingPath struct {
 	jobSet func(e *env, name, ckpt string, port int, fault []string) (*unstructured.Unstructured, error)
 	// ranksPerPod is 2 for torchrun's path (both ranks in one pod), else 1.
 	ranksPerPod int
+	// groups: the path needs node agents with group restarts.
+	groups bool
+}
+
+// trainingGroupRules restart every rank's container together, on the
+// same exits as trainingRules.
+const trainingGroupRules = `{"trainer": {"restartPolicy": "Never", "restartPolicyRules": [` +
+	`{"action": "RestartGroup", "exitCodes": {"operator": "In", "values": [1, 42, 137]}}]}}`
+
+// selectedTrainingPaths are the paths TRAINING_PATHS names (path ids,
+// comma-separated), all of them when it is empty.
+func selectedTrainingPaths(t *testing.T) []trainingPath {
+	want := os.Getenv("TRAINING_PATHS")
+	if want == "" {
+		return trainingPaths()
+	}
+	var out []trainingPath
+	ids := map[string]bool{}
+	for _, id := range strings.Split(want, ",") {
+		ids[strings.TrimSpace(id)] = true
+	}
+	for _, p := range trainingPaths() {
+		if ids[p.id] {
+			out = append(out, p)
+			delete(ids, p.id)
+		}
+	}
+	if len(ids) > 0 {
+		t.Fatalf("TRAINING_PATHS names unknown paths %v", ids)
+	}
+	if *updateTraining {
+		t.Fatalf("TRAINING_PATHS with -update-training: docs/training-<release>.md holds every path")
+	}
+	return out
 }
 
 // trainingFault is one way a rank fails.
@@ -155,7 +191,13 @@ func TestTrainingOnKubelet(t *testing.T) {
 		{id: "exit42", name: "rank 1 exits 42 at step 25", args: []string{"--fault-kind", "exit", "--fault-code", "42"}},
 		{id: "kill", name: "rank 1 is SIGKILLed at step 25", args: []string{"--fault-kind", "kill"}},
 	}
-	paths := trainingPaths()
+	paths := selectedTrainingPaths(t)
+	for _, p := range paths {
+		if p.groups {
+			startTrainingGroupAgent(ctx, t, c, binDir, repo)
+			break
+		}
+	}
 	results := map[string]map[string][]trainingRun{}
 	for _, p := range paths {
 		results[p.name] = map[string][]trainingRun{}
@@ -245,6 +287,16 @@ func trainingPaths() []trainingPath {
 			if err := cluster.RulesToAnnotation(&job.Spec.Template.ObjectMeta, &job.Spec.Template.Spec); err != nil {
 				return nil, err
 			}
+			return e.mutateJob(context.Background(), job)
+		}},
+		{id: "group", name: "in place, every rank's container, restart-supervisor RestartGroup", ranksPerPod: 1, groups: true, job: func(e *env, name, ckpt string, port int, fault []string) (*batchv1.Job, error) {
+			job, err := trainingJob(e, name, ckpt, port, fault, false)
+			if err != nil {
+				return nil, err
+			}
+			// The group action exists only in the annotation carrier. The
+			// Job's pods form one group by their job-name label.
+			job.Spec.Template.Annotations = map[string]string{contract.AnnotationRules: trainingGroupRules}
 			return e.mutateJob(context.Background(), job)
 		}},
 		{id: "native", name: "in place, the kubelet's container rules (KEP-5307)", ranksPerPod: 1, job: func(e *env, name, ckpt string, port int, fault []string) (*batchv1.Job, error) {
@@ -771,5 +823,21 @@ const trainingRecipe = `## Reading the table
 - With a Job: keep ` + "`restartPolicy: Never`" + ` on the pod and the rules on the trainer; ` + "`podFailurePolicy`" + ` sees only the exits the
   rules hand to the kubelet. With a JobSet: the rules restart a rank in place before the JobSet's ` + "`failurePolicy`" + ` would
   recreate every Job; ` + "`failurePolicy.maxRestarts`" + ` then counts only what the rules did not handle.
-- ` + "`make training`" + ` runs this on the release in KUBE_BIN_DIR; TRAINING_RUNS sets the runs per row.
+- To restart every rank together rather than the one that failed (its peers then never see a broken collective):
+  ` + "`RestartGroup`" + ` in the annotation carrier, with the node agent's group restarts on (docs/gang.md). The Job's pods
+  form one group by their ` + "`batch.kubernetes.io/job-name`" + ` label; the row above ran it with one node agent.
+- ` + "`make training`" + ` runs this on the release in KUBE_BIN_DIR; TRAINING_RUNS sets the runs per row, TRAINING_PATHS
+  (path ids, without -update-training) a subset of the rows.
 `
+
+// startTrainingGroupAgent installs the GroupRestart CRD and runs a node
+// agent with group restarts for the node, as deploy/components/node-agent-groups
+// does on a cluster.
+func startTrainingGroupAgent(ctx context.Context, t *testing.T, c *cluster.Cluster, binDir, repo string) {
+	installGroupCRD(ctx, t, c, binDir, repo)
+	dyn, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	startE2EGroupAgent(ctx, t, c.Client, dyn, cluster.NodeName, filepath.Join(c.KubeletRoot(), "pods"), slog.LevelWarn)
+}
