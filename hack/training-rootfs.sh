@@ -43,9 +43,11 @@ log "building $out (python3-torch $version)"
 start=$(date +%s)
 tmp="$out.tmp.$$"
 trap 'rm -f "$tmp"' EXIT
-# essential: dpkg's essential set (a shell, coreutils) and what --include
-# needs; no apt, docs, man pages or locales in the image.
-mmdebstrap --quiet --variant=essential --include="python3-torch=$version" \
+# --format=tar: the temporary name has no .tar suffix, by which mmdebstrap
+# would otherwise choose a directory. essential: dpkg's essential set (a
+# shell, coreutils) and what --include needs; no apt, docs, man pages or
+# locales in the image.
+mmdebstrap --quiet --format=tar --variant=essential --include="python3-torch=$version" \
 	--dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
 	--dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-exclude=/usr/share/info/*' \
 	bookworm "$tmp" >&2
