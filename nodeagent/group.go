@@ -269,10 +269,24 @@ func (g *groups) step(ctx context.Context) {
 		}
 		g.carryOut(ctx, ms)
 	}
-	for id := range g.rounds {
-		if _, ok := byGroup[id]; !ok {
-			delete(g.rounds, id)
+	for id, r := range g.rounds {
+		if _, ok := byGroup[id]; ok {
+			continue
 		}
+		// Every member of the group on this node has left the round
+		// (its pod is being deleted or has finished): say so, or the
+		// other nodes' agents would wait for this node's stop until
+		// GroupStopWait.
+		if r.reported.Members > 0 {
+			ns, name, _ := strings.Cut(id, "/")
+			rep := nodeReport{Generation: r.generation}
+			patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"nodes": map[string]any{g.a.cfg.NodeName: rep}}})
+			if _, err := g.client.Resource(GroupResource).Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				g.a.log.Warn("report group members gone", "group", id, "err", err)
+				continue // again at the next step
+			}
+		}
+		delete(g.rounds, id)
 	}
 	var samples []groupSample
 	for id, ms := range byGroup {
@@ -538,11 +552,14 @@ func (g *groups) carryOut(ctx context.Context, ms []localMember) {
 }
 
 // allStopped reports whether every node with members of the group has
-// reported all of them stopped for the current generation.
+// reported all of them stopped for the current generation. A node's
+// report counts the members it has now: fewer than expected when some
+// left the round (a pod being deleted takes no pod-wide restart,
+// KEP-4438), none when all of them did.
 func allStopped(st groupState, expected map[string]int) bool {
 	for node, want := range expected {
 		rep, ok := st.nodes[node]
-		if !ok || rep.Generation != st.generation || rep.Stopped < min(want, rep.Members) || rep.Members == 0 && want > 0 {
+		if !ok || rep.Generation != st.generation || rep.Stopped < min(want, rep.Members) {
 			return false
 		}
 	}

@@ -424,11 +424,14 @@ func TestGroupRoundSurvivesAgentRestartAndDeletion(t *testing.T) {
 	nodeagent.GroupStopWait = 10 * time.Minute
 	t.Cleanup(func() { nodeagent.GroupStopWait = old })
 	env, client, dir, bin := startGroupTest(t)
-	podsDirs := map[string]string{"node-a": filepath.Join(dir, "node-a", "pods"), "node-b": filepath.Join(dir, "node-b", "pods")}
-	for _, d := range podsDirs {
-		must(t, os.MkdirAll(d, 0o750))
+	podsDirs := map[string]string{}
+	for _, n := range []string{"node-a", "node-b", "node-c"} {
+		podsDirs[n] = filepath.Join(dir, n, "pods")
+		must(t, os.MkdirAll(podsDirs[n], 0o750))
 	}
-	nodes := []string{"node-a", "node-a", "node-b", "node-b"}
+	// m-3 is alone on node-c: once it is deleted, that node has no member
+	// left, and its agent must say so for the round to go on.
+	nodes := []string{"node-a", "node-a", "node-b", "node-c"}
 	var pods []*corev1.Pod
 	var states, logs []string
 	for i, n := range nodes {
@@ -438,6 +441,7 @@ func TestGroupRoundSurvivesAgentRestartAndDeletion(t *testing.T) {
 		logs = append(logs, filepath.Join(dir, p.Name+".log"))
 	}
 	startGroupAgent(t, env.Config, "node-a", podsDirs["node-a"])
+	startGroupAgent(t, env.Config, "node-c", podsDirs["node-c"])
 	_, stopB := startStoppableGroupAgent(t, env.Config, "node-b", podsDirs["node-b"])
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
