@@ -15,6 +15,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
@@ -168,6 +169,109 @@ func TestGroupRestartOnTwoKubelets(t *testing.T) {
 	sort.Strings(nodesSeen)
 	if fmt.Sprint(spec["generation"]) != "1" || strings.Join(nodesSeen, ",") != cluster.NodeName+","+cluster.SecondNodeName {
 		t.Errorf("GroupRestart spec: generation %v, nodes %v; want 1 and both nodes", spec["generation"], nodesSeen)
+	}
+
+	groupMemberDeletedMidRound(ctx, t, e, dyn, rulesJSON)
+}
+
+// groupMemberDeletedMidRound: a group of three pods, two on the first
+// kubelet under the supervisor and one alone on the second whose container
+// never starts (its image is absent), so it never stops for a round. Rank
+// 0's exit 42 holds the other two stopped at the group's barrier until
+// that pod is deleted (KEP-4438: a pod being deleted takes no pod-wide
+// restart); its node, with no member left, says so, and the two start
+// again. GroupStopWait is far beyond the test, so only the deletion can
+// end the round.
+func groupMemberDeletedMidRound(ctx context.Context, t *testing.T, e *env, dyn dynamic.Interface, rulesJSON string) {
+	old := nodeagent.GroupStopWait
+	nodeagent.GroupStopWait = 10 * time.Minute
+	defer func() { nodeagent.GroupStopWait = old }()
+	c := e.c
+	var pods []*corev1.Pod
+	for i, node := range []string{cluster.NodeName, cluster.NodeName, cluster.SecondNodeName} {
+		name := fmt.Sprintf("hold-%d", i)
+		script := `trap 'mark STOP; exit 0' TERM; mark START; `
+		if i == 0 {
+			// The first run exits 42 once the test says so.
+			script += `if [ ! -e /data/failed ]; then until [ -e /data/go ]; do sleep 0.1; done; touch /data/failed; mark EXIT; exit 42; fi; `
+		}
+		script += `while :; do sleep 0.1; done`
+		rank := shell("rank", script, nil)
+		if i == 2 {
+			rank.Image = "restart-supervisor.dev/e2e/absent:1" // ErrImageNeverPull: never starts
+		}
+		spec := e.withVolumes(podSpec(corev1.RestartPolicyNever, 5, rank), "group-"+name)
+		spec.NodeName = node
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns,
+			Labels:      map[string]string{contract.LabelGroup: "hold"},
+			Annotations: map[string]string{contract.AnnotationRules: rulesJSON}}, Spec: spec}
+		pod, err := e.mutatePod(ctx, pod)
+		if err != nil {
+			t.Fatalf("inject %s: %v", name, err)
+		}
+		if pod, err = c.Client.CoreV1().Pods(e.ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pods = append(pods, pod)
+	}
+	starts := func(i int) int {
+		n := 0
+		for _, ev := range e.events("group-"+pods[i].Name, "rank") {
+			if ev.kind == markStart {
+				n++
+			}
+		}
+		return n
+	}
+	holdDir := filepath.Join(c.Second.KubeletRoot, "pods", string(pods[2].UID), "volumes", "kubernetes.io~empty-dir")
+	waitUntil(t, "hold-0 and hold-1 running and hold-2's volumes set up", 2*time.Minute, func() bool {
+		_, err := os.Stat(holdDir)
+		return starts(0) == 1 && starts(1) == 1 && err == nil
+	})
+	time.Sleep(2 * time.Second) // the agents see hold-2 as a member
+	root := filepath.Join(c.KubeletRoot(), "pods", string(pods[0].UID), "volumes", "kubernetes.io~empty-dir", "data")
+	if err := os.WriteFile(filepath.Join(root, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	name := nodeagent.GroupObjectName(contract.LabelGroup + "=hold")
+	report := func() map[string]any {
+		obj, err := dyn.Resource(nodeagent.GroupResource).Namespace(e.ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil
+		}
+		nodes, _, _ := unstructured.NestedMap(obj.Object, "spec", "nodes")
+		return nodes
+	}
+	waitUntil(t, "both members of the first node stopped for the round", time.Minute, func() bool {
+		n, _ := report()[cluster.NodeName].(map[string]any)
+		return fmt.Sprint(n["stopped"]) == "2"
+	})
+	time.Sleep(3 * time.Second)
+	if starts(0) != 1 || starts(1) != 1 {
+		t.Fatalf("hold-0 and hold-1 started %d and %d times while hold-2 had not stopped; want 1 each (the barrier holds)", starts(0), starts(1))
+	}
+	deleted := time.Now()
+	if err := c.Client.CoreV1().Pods(e.ns).Delete(ctx, pods[2].Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "hold-0 and hold-1 started again once hold-2 is being deleted", time.Minute, func() bool {
+		return starts(0) == 2 && starts(1) == 2
+	})
+	t.Logf("two kubelets: hold-2 deleted → hold-0 and hold-1 started again within %s", time.Since(deleted).Round(10*time.Millisecond))
+	if n, _ := report()[cluster.SecondNodeName].(map[string]any); fmt.Sprint(n["members"]) != "0" {
+		t.Errorf("the second node's report %v; want members 0 once hold-2 left", n)
+	}
+}
+
+// waitUntil polls cond every 100 ms until it holds, or fails the test.
+func waitUntil(t *testing.T, what string, limit time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, limit)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
