@@ -150,7 +150,9 @@ conformance:
 # under the real supervisor, one per rank, on loopback (test/training,
 # docs/training-process.md); then on a real kubelet, as an indexed Job of two
 # pods, every recovery path side by side (test/e2e TestTrainingOnKubelet,
-# docs/training.md). TRAINING_RUNS (default 5) runs each row; KUBE_BIN_DIR
+# docs/training.md). TRAINING_RUNS (default 5) runs each row (a subset of
+# rows without rewriting the docs: TRAINING_PATHS=group,supervised go test
+# -tags training -run TestTrainingOnKubelet ./test/e2e); KUBE_BIN_DIR
 # picks the release (setup.sh's by default). Root; the first run installs
 # python3-torch (about 150 MB) and builds the training image
 # (hack/training-rootfs.sh, about 4 min, 1.2 GB, cached); about 40 minutes.
