@@ -196,7 +196,10 @@ type groupRound struct {
 	podGen map[string]uint64
 	// released: per local pod UID.
 	released map[string]bool
-	reported nodeReport
+	// deliveryFailed: per local pod UID, the delivery failed and was
+	// logged in this round.
+	deliveryFailed map[string]bool
+	reported       nodeReport
 	// expected is the group's members per node, listed once when the
 	// round began.
 	expected map[string]int
@@ -487,7 +490,7 @@ func (g *groups) carryOut(ctx context.Context, ms []localMember) {
 	}
 	r := g.rounds[id]
 	if r == nil || r.generation != st.generation {
-		r = &groupRound{generation: st.generation, delivered: time.Now(), podGen: map[string]uint64{}, released: map[string]bool{}}
+		r = &groupRound{generation: st.generation, delivered: time.Now(), podGen: map[string]uint64{}, released: map[string]bool{}, deliveryFailed: map[string]bool{}}
 		r.expected = g.expectedMembers(ctx, ms[0])
 		g.rounds[id] = r
 	}
@@ -502,7 +505,13 @@ func (g *groups) carryOut(ctx context.Context, ms []localMember) {
 				var err error
 				n, _, err = podstate.DeliverGroup(m.dir, st.cause)
 				if err != nil {
-					g.a.log.Warn("deliver group restart", "pod", ns+"/"+m.pod.Name, "generation", st.generation, "err", err)
+					// Tried again at every step; said once a round, since a
+					// pod can keep its own volume failing (a flooded
+					// pod-restarts/, a full disk).
+					if !r.deliveryFailed[uid] {
+						r.deliveryFailed[uid] = true
+						g.a.log.Warn("deliver group restart; trying again at every step", "pod", ns+"/"+m.pod.Name, "generation", st.generation, "err", err)
+					}
 					continue
 				}
 				ok = true
