@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -46,8 +47,9 @@ func TestGroupRestartOnTwoKubelets(t *testing.T) {
 		t.Fatal(err)
 	}
 	roots := map[string]string{cluster.NodeName: c.KubeletRoot(), cluster.SecondNodeName: c.Second.KubeletRoot}
+	stopAgent := map[string]func(){}
 	for node, root := range roots {
-		startE2EGroupAgent(ctx, t, c.Client, dyn, node, filepath.Join(root, "pods"), slog.LevelInfo)
+		stopAgent[node] = startE2EGroupAgent(ctx, t, c.Client, dyn, node, filepath.Join(root, "pods"), slog.LevelInfo)
 	}
 
 	e := &env{mode: supervised, c: c, ns: "default"}
@@ -154,7 +156,7 @@ func TestGroupRestartOnTwoKubelets(t *testing.T) {
 		t.Errorf("a rank started again (uptime %s) before every rank had stopped (%s)", firstRestart, lastStop)
 	}
 	t.Logf("two kubelets: rank 0's exit → last rank's restart %s; last stop → first restart %s; first → last restart %s (uptime clock, 10 ms)",
-		lastRestart-failed, firstRestart-lastStop, lastRestart-firstRestart)
+		(lastRestart - failed).Round(10*time.Millisecond), (firstRestart - lastStop).Round(10*time.Millisecond), (lastRestart - firstRestart).Round(10*time.Millisecond))
 	obj, err := dyn.Resource(nodeagent.GroupResource).Namespace(e.ns).Get(ctx, nodeagent.GroupObjectName(contract.LabelGroup+"=train"), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -171,7 +173,13 @@ func TestGroupRestartOnTwoKubelets(t *testing.T) {
 		t.Errorf("GroupRestart spec: generation %v, nodes %v; want 1 and both nodes", spec["generation"], nodesSeen)
 	}
 
-	groupMemberDeletedMidRound(ctx, t, e, dyn, rulesJSON)
+	// The first node's agent, which holds two members at the barrier in
+	// the second part, is replaced mid-round there.
+	restartFirstAgent := func() {
+		stopAgent[cluster.NodeName]()
+		startE2EGroupAgent(ctx, t, c.Client, dyn, cluster.NodeName, filepath.Join(c.KubeletRoot(), "pods"), slog.LevelInfo)
+	}
+	groupMemberDeletedMidRound(ctx, t, e, dyn, rulesJSON, restartFirstAgent)
 }
 
 // groupMemberDeletedMidRound: a group of three pods, two on the first
@@ -180,9 +188,11 @@ func TestGroupRestartOnTwoKubelets(t *testing.T) {
 // 0's exit 42 holds the other two stopped at the group's barrier until
 // that pod is deleted (KEP-4438: a pod being deleted takes no pod-wide
 // restart); its node, with no member left, says so, and the two start
-// again. GroupStopWait is far beyond the test, so only the deletion can
-// end the round.
-func groupMemberDeletedMidRound(ctx context.Context, t *testing.T, e *env, dyn dynamic.Interface, rulesJSON string) {
+// again. The first node's agent is replaced while its members wait
+// (restartAgent): the new one finds the round in their files and releases
+// them. GroupStopWait is far beyond the test, so only the deletion can end
+// the round.
+func groupMemberDeletedMidRound(ctx context.Context, t *testing.T, e *env, dyn dynamic.Interface, rulesJSON string, restartAgent func()) {
 	old := nodeagent.GroupStopWait
 	nodeagent.GroupStopWait = 10 * time.Minute
 	defer func() { nodeagent.GroupStopWait = old }()
@@ -246,9 +256,10 @@ func groupMemberDeletedMidRound(ctx context.Context, t *testing.T, e *env, dyn d
 		n, _ := report()[cluster.NodeName].(map[string]any)
 		return fmt.Sprint(n["stopped"]) == "2"
 	})
+	restartAgent()
 	time.Sleep(3 * time.Second)
 	if starts(0) != 1 || starts(1) != 1 {
-		t.Fatalf("hold-0 and hold-1 started %d and %d times while hold-2 had not stopped; want 1 each (the barrier holds)", starts(0), starts(1))
+		t.Fatalf("hold-0 and hold-1 started %d and %d times while hold-2 had not stopped, across their agent's restart; want 1 each (the barrier holds)", starts(0), starts(1))
 	}
 	deleted := time.Now()
 	if err := c.Client.CoreV1().Pods(e.ns).Delete(ctx, pods[2].Name, metav1.DeleteOptions{}); err != nil {
@@ -297,10 +308,10 @@ func readHostFile(path string) string {
 // startE2EGroupAgent runs a node agent with group restarts for node in
 // this process, on that kubelet's pods directory, through client and dyn
 // (a benchmark passes clients that count its writes), logging from level
-// up.
-func startE2EGroupAgent(ctx context.Context, t *testing.T, client kubernetes.Interface, dyn dynamic.Interface, node, podsDir string, level slog.Level) {
+// up. stop ends it (as the test's end does, if it has not).
+func startE2EGroupAgent(ctx context.Context, t *testing.T, client kubernetes.Interface, dyn dynamic.Interface, node, podsDir string, level slog.Level) (stop func()) {
 	t.Helper()
-	actx, stop := context.WithCancel(ctx)
+	actx, cancel := context.WithCancel(ctx)
 	done, ready := make(chan error, 1), make(chan struct{})
 	go func() {
 		done <- nodeagent.Run(actx, nodeagent.Config{Client: client, Dynamic: dyn, Groups: true, NodeName: node, PodsDir: podsDir,
@@ -310,12 +321,19 @@ func startE2EGroupAgent(ctx context.Context, t *testing.T, client kubernetes.Int
 	select {
 	case <-ready:
 	case err := <-done:
+		cancel()
 		t.Fatalf("node agent %s: %v", node, err)
 	case <-time.After(time.Minute):
+		cancel()
 		t.Fatalf("node agent %s not ready", node)
 	}
-	t.Cleanup(func() {
-		stop()
-		<-done
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			<-done
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
