@@ -173,11 +173,13 @@ podstart:
 # Group restarts on two real kubelets (docs/gang.md): for each size of
 # GANG_SIZES, GANG_RUNS restarts of a supervised group (RestartGroup, a node
 # agent per node) and of the same pods as a JobSet its failurePolicy
-# recreates; writes docs/gang-<release>.md. KUBE_BIN_DIR picks the release.
+# recreates; writes docs/gang-<release>.md. Then the two delivery paths a
+# node agent could take to a supervisor, measured on the kubelet
+# (TestGroupDeliveryCandidates, logged). KUBE_BIN_DIR picks the release.
 GANG_SIZES ?= 2,8,64
 GANG_RUNS ?= 5
 gang:
-	GANG_SIZES=$(GANG_SIZES) GANG_RUNS=$(GANG_RUNS) go test -tags gang -count=1 -v -timeout 3h -run '^TestGangBenchmark$$' ./test/e2e
+	GANG_SIZES=$(GANG_SIZES) GANG_RUNS=$(GANG_RUNS) go test -tags gang -count=1 -v -timeout 3h -run '^(TestGangBenchmark|TestGroupDeliveryCandidates)$$' ./test/e2e
 
 # The Kubeflow training-operator and KubeRay, built from the Go module proxy
 # (hack/training-operator.sh, hack/kuberay.sh: about 5 min each cold, cached
