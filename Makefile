@@ -137,13 +137,27 @@ bench:
 # each writing docs/conformance-<version>.md and docs/conformance-auto-<version>.md even
 # where rows fail, and the matrix of all of them, docs/conformance.md. About 11 minutes a
 # release once built; root. Fails if any release had a failing row.
+# Then the auto runs on nodes unlike their control plane (CONFORMANCE_SKEW_KUBELETS:
+# the newest release's control plane over older kubelets; CONFORMANCE_KUBELET_GATES:
+# the newest release with each gate setting on its kubelet only), about 4 minutes each.
 CONFORMANCE_VERSIONS ?= v1.33.13 v1.35.4 v1.36.3 v1.37.2
 CONFORMANCE_MODES ?= native,supervised,auto
+CONFORMANCE_NEWEST ?= v1.37.2
+CONFORMANCE_SKEW_KUBELETS ?= v1.34.4 v1.35.4
+CONFORMANCE_KUBELET_GATES ?= RestartAllContainersOnContainerExits=false
 conformance:
 	rc=0; E2E_MODES=$(CONFORMANCE_MODES) E2E_WRITE_REPORT=1 go test -count=1 -run TestConformance -v -timeout 60m ./test/e2e/ || rc=1; \
 	for v in $(CONFORMANCE_VERSIONS); do \
 		dir=$$(KUBE_VERSION=$$v hack/kube-binaries.sh etcd kube-apiserver kubectl kubelet kube-controller-manager | tail -1) || exit 1; \
 		E2E_MODES=$(CONFORMANCE_MODES) E2E_WRITE_REPORT=1 KUBE_BIN_DIR=$$dir go test -count=1 -run TestConformance -v -timeout 60m ./test/e2e/ || rc=1; \
+	done; \
+	newest=$$(KUBE_VERSION=$(CONFORMANCE_NEWEST) hack/kube-binaries.sh etcd kube-apiserver kubectl kubelet kube-controller-manager | tail -1) || exit 1; \
+	for v in $(CONFORMANCE_SKEW_KUBELETS); do \
+		kdir=$$(KUBE_VERSION=$$v hack/kube-binaries.sh kubelet | tail -1) || exit 1; \
+		E2E_MODES=auto E2E_WRITE_REPORT=1 KUBE_BIN_DIR=$$newest E2E_KUBELET_BIN_DIR=$$kdir go test -count=1 -run 'TestConformance$$' -v -timeout 30m ./test/e2e/ || rc=1; \
+	done; \
+	for g in $(CONFORMANCE_KUBELET_GATES); do \
+		E2E_MODES=auto E2E_WRITE_REPORT=1 KUBE_BIN_DIR=$$newest E2E_KUBELET_GATES=$$g go test -count=1 -run 'TestConformance$$' -v -timeout 30m ./test/e2e/ || rc=1; \
 	done; exit $$rc
 
 # examples/training (PyTorch DDP over gloo, Debian's python3-torch): first

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -141,21 +142,31 @@ func anyWrapped(pods []admission) bool {
 // project reads it). Before 1.35 the gate is off by default, the API server
 // drops the fields and auto must wrap every pod with rules, which the
 // outcome shows: a pod left alone there would lose its rules.
-func autoChoiceError(s scenario, version string, pods []admission) error {
+//
+// kubeletGates are gates set on the kubelet only: with
+// RestartAllContainersOnContainerExits off there, the node declares no
+// RestartAllContainers in status.declaredFeatures (NodeDeclaredFeatures,
+// GA in 1.37; component-helpers nodedeclaredfeatures/features/
+// restartallcontainers, v0.37.2) and a pod using it must be wrapped,
+// whatever the release's defaults.
+func autoChoiceError(s scenario, version string, kubeletGates []cluster.FeatureGate, pods []admission) error {
 	if !cluster.RestartRulesDefault(version) {
 		return nil
 	}
 	if len(pods) == 0 {
 		return fmt.Errorf("no pod of the scenario was seen")
 	}
+	racOff := slices.Contains(kubeletGates, cluster.FeatureGate{Name: "RestartAllContainersOnContainerExits", On: false})
 	for _, p := range pods {
-		want := s.needsRestartAll && !cluster.RestartAllContainersDefault(version)
+		want := s.needsRestartAll && (!cluster.RestartAllContainersDefault(version) || racOff)
 		why := "the release honours the restart rules"
 		switch {
 		case s.offline:
 			want, why = true, "the manifest was injected offline"
 		case p.annotated:
 			want, why = true, "the pod carries the rules annotation"
+		case want && racOff:
+			why = "the kubelet runs with RestartAllContainersOnContainerExits=false and does not declare the feature"
 		case want:
 			why = "RestartAllContainers is off by default in " + version
 		case s.needsRestartAll:
@@ -198,9 +209,15 @@ func waitConclusion(ctx context.Context, logPath string, timeout time.Duration) 
 }
 
 // skewFile is the file of an auto run with a kubelet of an older release
-// than the API server's (E2E_KUBELET_BIN_DIR).
-func skewFile(docs, apiVersion, kubeletVersion string) string {
-	return filepath.Join(docs, "conformance-auto-"+apiVersion+"-kubelet-"+kubeletVersion+".md")
+// than the API server's (E2E_KUBELET_BIN_DIR), or with gates of its own
+// (E2E_KUBELET_GATES): conformance-auto-<API server>-kubelet-<kubelet>.md,
+// each such gate adding -<Name>-<true|false>.
+func skewFile(docs, apiVersion, kubeletVersion string, kubeletGates []cluster.FeatureGate) string {
+	name := "conformance-auto-" + apiVersion + "-kubelet-" + kubeletVersion
+	for _, g := range kubeletGates {
+		name += fmt.Sprintf("-%s-%v", g.Name, g.On)
+	}
+	return filepath.Join(docs, name+".md")
 }
 
 // older is the older of two releases "v1.N.M" by minor release: what a
@@ -227,11 +244,21 @@ func (r *report) writeAuto(path string, list []scenario) error {
 		"The native and supervised runs of the release: [conformance-" + r.version + ".md](conformance-" + r.version + ".md); " +
 		"the matrix of every release: [conformance.md](conformance.md).\n\n")
 	release := r.version
+	if len(r.kubeletGates) > 0 {
+		release += fmt.Sprintf(" (kubelet with %s)", cluster.GateFlag(r.kubeletGates))
+	}
 	if r.apiVersion != r.version {
 		release = fmt.Sprintf("%s control plane (etcd, kube-apiserver, kube-controller-manager) with a Kubernetes %s kubelet", r.apiVersion, r.version)
 	}
 	fmt.Fprintf(&b, "Last run: %s UTC, commit %s, %s/%s, Kubernetes %s (built from source), "+
 		"Debian containerd and runc, cgroupfs.\n\n", r.started.UTC().Format("2006-01-02 15:04"), runCommit(), runtime.GOOS, runtime.GOARCH, release)
+	if len(r.kubeletGates) > 0 {
+		fmt.Fprintf(&b, "The kubelet runs with `--feature-gates=%s` of its own, the rest of the cluster at the release's defaults: a node "+
+			"whose operator turned a feature off while the control plane keeps it. A kubelet with RestartAllContainersOnContainerExits "+
+			"off does not list it in `status.declaredFeatures` (NodeDeclaredFeatures, GA in 1.37), and the scheduler would keep a "+
+			"native pod using the action Pending; `--native=auto` must judge by the declared features, not the version. The "+
+			"choice is checked against that: every pod using `RestartAllContainers` wrapped.\n\n", cluster.GateFlag(r.kubeletGates))
+	}
 	if r.apiVersion != r.version {
 		fmt.Fprintf(&b, "A node not yet upgraded: the API server is %s, the kubelet %s, as in the middle of an upgrade (a kubelet may be "+
 			"up to three minor releases older than the API server). `--native=auto` must judge by the kubelet: the API server's "+

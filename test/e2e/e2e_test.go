@@ -144,7 +144,14 @@ func TestConformance(t *testing.T) {
 	if os.Getenv("E2E_KUBELET_BIN_DIR") != "" && (len(modes) != 1 || modes[0] != auto) {
 		t.Fatal("E2E_KUBELET_BIN_DIR (a kubelet of another release) runs with E2E_MODES=auto only")
 	}
-	rep := &report{results: map[string]map[mode]result{}, started: time.Now()}
+	kubeletGates, err := cluster.ParseGates(os.Getenv("E2E_KUBELET_GATES"))
+	if err != nil {
+		t.Fatalf("E2E_KUBELET_GATES: %v", err)
+	}
+	if len(kubeletGates) > 0 && (len(modes) != 1 || modes[0] != auto) {
+		t.Fatal("E2E_KUBELET_GATES (gates of the kubelet only) runs with E2E_MODES=auto only")
+	}
+	rep := &report{results: map[string]map[mode]result{}, started: time.Now(), kubeletGates: kubeletGates}
 	for _, m := range modes {
 		t.Run(string(m), func(t *testing.T) { runMode(t, m, repo, binDir, rep) })
 	}
@@ -158,8 +165,8 @@ func TestConformance(t *testing.T) {
 	}
 	if write && ran[auto] {
 		path := autoFile(filepath.Join(repo, "docs"), rep.version)
-		if rep.apiVersion != rep.version {
-			path = skewFile(filepath.Join(repo, "docs"), rep.apiVersion, rep.version)
+		if rep.apiVersion != rep.version || len(kubeletGates) > 0 {
+			path = skewFile(filepath.Join(repo, "docs"), rep.apiVersion, rep.version, kubeletGates)
 		}
 		if err := rep.writeAuto(path, scenarios()); err != nil {
 			t.Fatal(err)
@@ -212,6 +219,7 @@ func runMode(t *testing.T, m mode, repo, binDir string, rep *report) {
 	c, err := cluster.Up(ctx, cluster.Options{
 		BinDir:            binDir,
 		KubeletBinDir:     os.Getenv("E2E_KUBELET_BIN_DIR"),
+		KubeletGates:      rep.kubeletGates,
 		Repo:              repo,
 		RestartRules:      m == native,
 		DefaultGates:      m == auto,
@@ -309,7 +317,7 @@ func runMode(t *testing.T, m mode, repo, binDir string, rep *report) {
 			if m == auto {
 				want = autoWant(s, r.admitted)
 				t.Logf("%s (auto): %s", s.name, r.choice)
-				if err := autoChoiceError(s, older(c.APIServerVersion, c.KubeVersion), r.admitted); err != nil {
+				if err := autoChoiceError(s, older(c.APIServerVersion, c.KubeVersion), rep.kubeletGates, r.admitted); err != nil {
 					t.Errorf("%s (auto): --native=auto chose wrongly: %v", s.name, err)
 				}
 			}
@@ -435,6 +443,8 @@ type report struct {
 	auto       string // what the webhook's --native=auto concluded (webhookConclusion)
 	// autoDefaults is the same in the auto run, at the release's default gates.
 	autoDefaults string
+	// kubeletGates are set on the kubelet only (E2E_KUBELET_GATES).
+	kubeletGates []cluster.FeatureGate
 }
 
 func (r *report) setAutoDefaults(s string) {

@@ -39,10 +39,13 @@ type autoRun struct {
 	// apiVersion and kubeletVersion are set for a version-skew run
 	// (skewFile), whose API server is newer than its kubelet.
 	apiVersion, kubeletVersion string
-	file                       string
-	lastRun                    string
-	concluded                  string
-	rows                       map[string]autoRow
+	// kubeletGates are the kubelet's own gates ("Name=false"), from the
+	// file's name.
+	kubeletGates []string
+	file         string
+	lastRun      string
+	concluded    string
+	rows         map[string]autoRow
 }
 
 type autoRow struct{ outcome, choice string }
@@ -144,7 +147,10 @@ func readRelease(path string) (*releaseRun, error) {
 	return run, nil
 }
 
-var skewFileRe = regexp.MustCompile(`^conformance-auto-(v\d+\.\d+\.\d+)-kubelet-(v\d+\.\d+\.\d+)\.md$`)
+var (
+	skewFileRe = regexp.MustCompile(`^conformance-auto-(v\d+\.\d+\.\d+)-kubelet-(v\d+\.\d+\.\d+)((?:-[A-Za-z0-9]+-(?:true|false))*)\.md$`)
+	skewGateRe = regexp.MustCompile(`-([A-Za-z0-9]+)-(true|false)`)
+)
 
 // readSkews reads every version-skew auto run in docs, by API server and
 // then kubelet release.
@@ -164,6 +170,9 @@ func readSkews(docs string) ([]*autoRun, error) {
 			return nil, err
 		}
 		r.apiVersion, r.kubeletVersion = m[1], m[2]
+		for _, g := range skewGateRe.FindAllStringSubmatch(m[3], -1) {
+			r.kubeletGates = append(r.kubeletGates, g[1]+"="+g[2])
+		}
 		runs = append(runs, r)
 	}
 	sort.Slice(runs, func(i, j int) bool {
@@ -171,7 +180,10 @@ func readSkews(docs string) ([]*autoRun, error) {
 		if a.apiVersion != b.apiVersion {
 			return version.MustParseGeneric(a.apiVersion).LessThan(version.MustParseGeneric(b.apiVersion))
 		}
-		return version.MustParseGeneric(a.kubeletVersion).LessThan(version.MustParseGeneric(b.kubeletVersion))
+		if a.kubeletVersion != b.kubeletVersion {
+			return version.MustParseGeneric(a.kubeletVersion).LessThan(version.MustParseGeneric(b.kubeletVersion))
+		}
+		return a.file < b.file
 	})
 	return runs, nil
 }
@@ -342,10 +354,11 @@ func renderMatrix(runs []*releaseRun, skews []*autoRun) string {
 		}
 	}
 	if len(skews) > 0 {
-		b.WriteString("\n## Version skew: an upgraded control plane over an older kubelet\n\n")
+		b.WriteString("\n## Version skew: an upgraded control plane over an older kubelet, or a kubelet with a gate off\n\n")
 		b.WriteString("The auto run on a node not yet upgraded: the API server and controller manager of one release, the kubelet of an " +
 			"older one, all at their default gates, every pod through the webhook in `--native=auto`, which must judge by the " +
-			"kubelet. Each row's outcome against the reference column above, and what auto chose for its pods:\n\n")
+			"kubelet; and on a node whose kubelet turns a feature off that the control plane keeps, which `--native=auto` must judge " +
+			"by the features the node declares. Each row's outcome against the reference column above, and what auto chose for its pods:\n\n")
 		b.WriteString("| Control plane | Kubelet | File | Run | `--native=auto` concluded | Outcomes | Choices |\n|---|---|---|---|---|---|---|\n")
 		for _, r := range skews {
 			kinds, choices := map[string]int{}, map[string]int{}
@@ -374,7 +387,11 @@ func renderMatrix(runs []*releaseRun, skews []*autoRun) string {
 			for _, k := range names {
 				chose = append(chose, fmt.Sprintf("%s %d", k, choices[k]))
 			}
-			fmt.Fprintf(&b, "| %s | %s | [%s](%s) | %s | %s | %s | %s |\n", r.apiVersion, r.kubeletVersion, r.file, r.file,
+			kubelet := r.kubeletVersion
+			if len(r.kubeletGates) > 0 {
+				kubelet += ", " + strings.Join(r.kubeletGates, ", ")
+			}
+			fmt.Fprintf(&b, "| %s | %s | [%s](%s) | %s | %s | %s | %s |\n", r.apiVersion, kubelet, r.file, r.file,
 				r.lastRun, r.concluded, strings.Join(outcomes, ", "), strings.Join(chose, ", "))
 		}
 	}

@@ -31,6 +31,8 @@ import (
 const (
 	markStart = "START"
 	markExit  = "EXIT"
+	// markStop is a stop signal's arrival, recorded by a trap.
+	markStop = "STOP"
 )
 
 // markFn defines mark(), which records an event for container $C.

@@ -188,6 +188,10 @@ func scenarios() []scenario {
 		want: same("Complete, pod Succeeded, restarted"),
 		run:  jobScenario,
 	}, {
+		name: "UpstreamJob", desc: "upstream's Job e2e as written (test/e2e/apps/job.go, v1.37.2): pod Never, container OnFailure without rules, exit 1 once then 0, podFailurePolicy FailJob on exit 1, backoffLimit 1",
+		want: same("Complete, pod Succeeded, restarted"),
+		run:  upstreamJobScenario,
+	}, {
 		name: "JobSet", desc: "JobSet (controller v0.12.0), 2 workers, failurePolicy maxRestarts 0; the trainer (container Never + Restart In [42]) exits 42 once, then 0",
 		needsJobSet: true,
 		want:        same("JobSet Completed, restarts 0, 2 pods Succeeded, each restarted once in place"),
@@ -223,9 +227,17 @@ func scenarios() []scenario {
 		want: same("exit 42, no restart after delete"),
 		run:  preStopScenario,
 	}, {
+		name: "TerminationMessage", desc: "pod Never, two containers Never + Restart In [42]; each writes first-<name> to its termination-message file and exits 42; then a writes last-a and exits 1, b (FallbackToLogsOnError) writes nothing, logs logged-b and exits 1",
+		want: same("Failed, a restarted, b restarted; message of a: the last run's file; of b: the log"),
+		run:  terminationMessageScenario,
+	}, {
 		name: "BackoffHandOver", desc: "pod Always, container Always + Restart In [42]; exits 42, 42, 1, 42, 42, then stays up (supervised: the 1 goes to the kubelet, the next supervisor keeps the count)",
 		want: same("Running, restarted, first restart within 15 s, then each delay at least 10, 20, 40, 80 s and short of the next step"),
 		run:  backoffScenario,
+	}, {
+		name: "Resize", desc: "pod Always, container Never + Restart In [42], memory resizePolicy RestartContainer; exits 42 once (a restart, then a back-off step), then runs; its memory limit is resized 64Mi → 80Mi (the kubelet restarts the container)",
+		want: same("Running, restarted by the resize at once, limit 80Mi"),
+		run:  resizeScenario,
 	}, {
 		name: "P1", desc: "probes: pod Never, container Always; the liveness probe (exec, period 1 s × 2) fails 5 s after the first start (the probe kill takes the container's policy)",
 		want: same("Running, restarted"),
@@ -289,6 +301,20 @@ func scenarios() []scenario {
 		want:            same("Running, a ran 3×, b started 2×"),
 		run:             restartAllAfterRestartScenario,
 	}, {
+		name: "RepeatedPodRestarts", desc: "pod Never; a has Restart In [1] and RestartAllContainers In [42]: three pod restarts (exit 42 once b runs again), a restarted alone (exit 1) between each two; b has no rules",
+		needsRestartAll: true,
+		want:            same("Running, a ran 7×, b started 4×, a and b started together in each round"),
+		run:             repeatedPodRestartsScenario,
+	}, {
+		name: "StopOrder", desc: "pod Never; source exits 42 under RestartAllContainers In [42] once 3 containers without rules run; each records the stop signal and takes 1 s to exit",
+		needsRestartAll: true,
+		want: map[mode]string{
+			native:     "Running, stopped one after another, each started twice",
+			supervised: "Running, stopped at once, each started twice",
+		},
+		limitation: "Upstream the kubelet stops the running containers of a pod restart one after another, waiting for each (the ContainersToReset loop of kuberuntime_manager.go, v1.37.2); the supervisors stop every member as soon as they see the round, so the round takes the slowest member's stop instead of the sum (docs/pod-level.md, Stop order).",
+		run:        stopOrderScenario,
+	}, {
 		name: "RestartAllContainersKubeletRestartCleanup", desc: "pod Never; source exits 42 under RestartAllContainers In [42] once 3 containers without rules run (each takes 1 s to stop on SIGTERM); the kubelet is restarted as soon as source has exited",
 		needsRestartAll: true,
 		want:            same("Running, every container started twice and running"),
@@ -304,9 +330,21 @@ func scenarios() []scenario {
 }
 
 func jobScenario(ctx context.Context, e *env, name string) result {
+	// An API server with the gate off drops the fields from stored
+	// templates (docs/webhook.md); the annotation carrier survives.
+	// Both modes run the same manifest.
+	return runJob(ctx, e, name,
+		shell("c", onceScript("exit 42", "exit 0"), policy(corev1.ContainerRestartPolicyNever), restartIn(42)),
+		map[string]string{
+			"restart-supervisor.dev/rules": `{"c":{"restartPolicy":"Never","restartPolicyRules":[{"action":"Restart","exitCodes":{"operator":"In","values":[42]}}]}}`,
+		})
+}
+
+// runJob runs a Job of one pod of container c (pod Never, backoffLimit 1,
+// podFailurePolicy FailJob on c's exit 1) until it is Complete or Failed.
+func runJob(ctx context.Context, e *env, name string, c corev1.Container, annotations map[string]string) result {
 	one := int32(1)
-	spec := e.withVolumes(podSpec(corev1.RestartPolicyNever, 5,
-		shell("c", onceScript("exit 42", "exit 0"), policy(corev1.ContainerRestartPolicyNever), restartIn(42))), name)
+	spec := e.withVolumes(podSpec(corev1.RestartPolicyNever, 5, c), name)
 	job := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
 		Spec: batchv1.JobSpec{
@@ -317,14 +355,9 @@ func jobScenario(ctx context.Context, e *env, name string) result {
 					ContainerName: ptr("c"), Operator: batchv1.PodFailurePolicyOnExitCodesOpIn, Values: []int32{1},
 				},
 			}}},
-			// An API server with the gate off drops the fields from stored
-			// templates (docs/webhook.md); the annotation carrier survives.
-			// Both modes run the same manifest.
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
-					"restart-supervisor.dev/rules": `{"c":{"restartPolicy":"Never","restartPolicyRules":[{"action":"Restart","exitCodes":{"operator":"In","values":[42]}}]}}`,
-				}},
-				Spec: spec,
+				ObjectMeta: metav1.ObjectMeta{Annotations: annotations},
+				Spec:       spec,
 			},
 		},
 	}

@@ -24,6 +24,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -62,7 +64,13 @@ type Options struct {
 	// server). Use it with DefaultGates: the gates are the kubelet's
 	// release's otherwise.
 	KubeletBinDir string
-	Repo          string // repository root, for building the local images
+	// KubeletGates are set on the kubelet only, after (and over) the
+	// cluster's: a node whose operator turned a feature off while the
+	// control plane keeps it, as RestartAllContainersOnContainerExits=false
+	// on a 1.37 kubelet, which then does not declare the feature in
+	// status.declaredFeatures.
+	KubeletGates []FeatureGate
+	Repo         string // repository root, for building the local images
 	// RestartRules turns the restart-rules feature gates of the release
 	// on in the API server and the kubelet (native KEP-5307, and KEP-5532
 	// from 1.35); false turns them off (see FeatureGates).
@@ -356,6 +364,38 @@ func (opts Options) gates(version string) []FeatureGate {
 		return nil
 	}
 	return FeatureGates(version, opts.RestartRules)
+}
+
+// kubeletGates are the gates the kubelet sets: the cluster's, with
+// KubeletGates over them.
+func (opts Options) kubeletGates(version string) []FeatureGate {
+	gates := slices.Clone(opts.gates(version))
+	for _, g := range opts.KubeletGates {
+		if i := slices.IndexFunc(gates, func(h FeatureGate) bool { return h.Name == g.Name }); i >= 0 {
+			gates[i] = g
+		} else {
+			gates = append(gates, g)
+		}
+	}
+	return gates
+}
+
+// ParseGates reads "Name=false,Other=true" (the --feature-gates form).
+func ParseGates(s string) ([]FeatureGate, error) {
+	var gates []FeatureGate
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		name, val, ok := strings.Cut(part, "=")
+		on, err := strconv.ParseBool(val)
+		if !ok || name == "" || err != nil {
+			return nil, fmt.Errorf("feature gate %q: want Name=true or Name=false", part)
+		}
+		gates = append(gates, FeatureGate{name, on})
+	}
+	return gates, nil
 }
 
 // RestartRulesDefault reports whether a release honours restartPolicyRules
@@ -822,7 +862,7 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
 podLogsDir: %[3]s
-%[7]s%[4]s`, sock, c.NodeIP, c.nodePath(n, "pod-logs"), gateYAML(opts.gates(c.KubeVersion)), n.healthzPort, n.port, cgroupRoot)
+%[7]s%[4]s`, sock, c.NodeIP, c.nodePath(n, "pod-logs"), gateYAML(opts.kubeletGates(c.KubeVersion)), n.healthzPort, n.port, cgroupRoot)
 	if err := os.WriteFile(c.nodePath(n, "kubelet", "config.yaml"), []byte(cfg), 0o644); err != nil {
 		return nil, err
 	}

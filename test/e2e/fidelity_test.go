@@ -1,0 +1,304 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// The rows of this file are the cases a line-by-line read of the kubelet
+// (k8s.io/kubernetes v1.37.2) found the table never exercised: the upstream
+// Job e2e as written, termination messages, repeated pod restarts, the
+// stop order of a pod restart, and a restart the kubelet makes itself (an
+// in-place resize). docs/pod-level.md and docs/supervisor.md say what each
+// shows.
+
+// upstreamJobScenario is test/e2e/apps/job.go's "containers restarted by
+// container restart policy should not trigger PodFailurePolicy" (v1.34.4
+// and v1.37.2, the same test) as written: an indexed-less Job of one pod,
+// pod Never, its container OnFailure without rules, the "failOnce" command
+// (exit 1 on the first run, 0 after), podFailurePolicy FailJob on exit 1,
+// backoffLimit 1. The container's own restart must keep the pod from
+// failing, so the Job completes with one pod. Through the webhook the
+// fields travel in the rules annotation (createJob), as a user of a gate-off
+// cluster writes them.
+func upstreamJobScenario(ctx context.Context, e *env, name string) result {
+	c := shell("c", onceScript("exit 1", "exit 0"), policy(corev1.ContainerRestartPolicyOnFailure))
+	return runJob(ctx, e, name, c, nil)
+}
+
+// termMessage classifies a container's final termination message by the
+// words each run left: the first run's file, the last run's file, the last
+// run's log (what FallbackToLogsOnError shows).
+func termMessage(msg string, first, last, logged string) string {
+	var parts []string
+	if strings.Contains(msg, first) {
+		parts = append(parts, "the first run's file")
+	}
+	if strings.Contains(msg, last) {
+		parts = append(parts, "the last run's file")
+	}
+	if strings.Contains(msg, logged) {
+		parts = append(parts, "the log")
+	}
+	if len(parts) == 0 {
+		return "empty"
+	}
+	return strings.Join(parts, " and ")
+}
+
+// terminationMessageScenario: the kubelet gives every container instance
+// an empty termination-message file (kuberuntime_container.go makeMounts,
+// v1.37.2) and, under FallbackToLogsOnError, shows the log's tail only when
+// the file is empty and the exit is not 0 (convertToKubeContainerStatus). So
+// a message an earlier in-place run wrote must not become the final one,
+// and a last run that wrote none must fall back to the log. Container a
+// (File) writes first-a and exits 42, then writes last-a and exits 1;
+// container b (FallbackToLogsOnError) writes first-b and exits 42, then
+// only prints last-b to its log and exits 1.
+func terminationMessageScenario(ctx context.Context, e *env, name string) result {
+	script := func(n string) string {
+		return fmt.Sprintf("mark %s; if [ -e /data/%s.ran ]; then %s; sleep 0.2; mark %s; exit 1; fi; touch /data/%s.ran; "+
+			"echo first-%s > /dev/termination-log; sleep 0.2; mark %s; exit 42",
+			markStart, n, map[string]string{"a": "echo last-a > /dev/termination-log", "b": "echo logged-b"}[n], markExit, n, n, markExit)
+	}
+	a := shell("a", script("a"), policy(corev1.ContainerRestartPolicyNever), restartIn(42))
+	b := shell("b", script("b"), policy(corev1.ContainerRestartPolicyNever), restartIn(42))
+	b.TerminationMessagePolicy = corev1.TerminationMessageFallbackToLogsOnError
+	if err := e.createPod(ctx, name, e.withVolumes(podSpec(corev1.RestartPolicyNever, 5, a, b), name)); err != nil {
+		return result{err: err}
+	}
+	pod, o, err := e.waitPod(ctx, name, "a", scenarioTimeout, func(p *corev1.Pod, _ observation) bool {
+		for _, n := range []string{"a", "b"} {
+			if cs := containerStatus(p, n); cs == nil || cs.State.Terminated == nil {
+				return false
+			}
+		}
+		return terminal(p.Status.Phase)
+	})
+	if err != nil {
+		return result{err: err}
+	}
+	r := fromObservation(pod, o)
+	ob := observe(pod, "b", e.containerLogs(ctx, pod, "b"), e.events(name, "b"))
+	msgA := containerStatus(pod, "a").State.Terminated.Message
+	msgB := containerStatus(pod, "b").State.Terminated.Message
+	r.outcome = fmt.Sprintf("%s, a %s, b %s; message of a: %s; of b: %s", pod.Status.Phase, restartWord(o.restarted), restartWord(ob.restarted),
+		termMessage(msgA, "first-a", "last-a", "logged-a"), termMessage(msgB, "first-b", "last-b", "logged-b"))
+	r.notes = append(r.notes, fmt.Sprintf("a: %q", oneLine(msgA)), fmt.Sprintf("b: %d lines, last %q", strings.Count(strings.TrimSpace(msgB), "\n")+1, lastLine(msgB)))
+	return r
+}
+
+// oneLine joins a message's lines for a table cell, shortened.
+func oneLine(s string) string {
+	s = strings.Join(strings.Fields(strings.ReplaceAll(strings.TrimSpace(s), "\n", " / ")), " ")
+	if len(s) > 120 {
+		s = s[:117] + "..."
+	}
+	return s
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return oneLine(lines[len(lines)-1])
+}
+
+// repeatedRounds is how many pod restarts repeatedPodRestartsScenario makes.
+const repeatedRounds = 3
+
+// repeatedPodRestartsScenario: three pod restarts, with a solo restart of
+// the source between each two (upstream's e2e "RestartAllContainers after a
+// container restart", repeated). Container a has Restart In [1] and
+// RestartAllContainers In [42]; its runs alternate: once b has started
+// again, exit 42 (a pod restart), then exit 1 (a restarted alone), then
+// exit 42, ...; b has no rules. Upstream every member of a pod restart is
+// started in the same sync, with no back-off between pod restarts
+// (kuberuntime_manager.go getContainersToReset and doBackOff, v1.37.2): a
+// must start each round within a second of b, not a back-off later.
+func repeatedPodRestartsScenario(ctx context.Context, e *env, name string) result {
+	// Run n (0-based) waits for b's start number n/2+1 (b has started once
+	// more after each round), then: even n below 2*rounds exits 42, odd
+	// exits 1, the last runs on.
+	a := shell("a", fmt.Sprintf(`mark %s; n=$(cat /data/a.runs 2>/dev/null || echo 0); echo $((n+1)) > /data/a.runs; `+
+		`if [ "$n" -ge %d ]; then sleep 3600; fi; want=$((n/2+1)); `+
+		`until [ "$(grep -c '^%s ' /events/b 2>/dev/null)" -ge "$want" ]; do sleep 0.1; done; sleep 1; mark %s; `+
+		`if [ $((n%%2)) -eq 0 ]; then exit 42; fi; exit 1`, markStart, 2*repeatedRounds, markStart, markExit),
+		policy(corev1.ContainerRestartPolicyNever),
+		rule(corev1.ContainerRestartRuleActionRestart, corev1.ContainerRestartRuleOnExitCodesOpIn, 1),
+		rule(corev1.ContainerRestartRuleActionRestartAllContainers, corev1.ContainerRestartRuleOnExitCodesOpIn, 42))
+	b := shell("b", "mark "+markStart+"; sleep 3600", nil)
+	if err := e.createPod(ctx, name, e.withVolumes(podSpec(corev1.RestartPolicyNever, 5, a, b), name)); err != nil {
+		return result{err: err}
+	}
+	// Three solo restarts wait the crash back-off natively (10 s, 20 s, …).
+	if _, _, err := e.waitPod(ctx, name, "a", 2*scenarioTimeout, func(_ *corev1.Pod, o observation) bool {
+		return o.starts >= 2*repeatedRounds+1
+	}); err != nil {
+		return result{err: err}
+	}
+	pod, ob, err := e.secondRun(ctx, name, "b", 3*time.Second)
+	if err != nil {
+		return result{err: err}
+	}
+	oa := observe(pod, "a", e.containerLogs(ctx, pod, "a"), e.events(name, "a"))
+	r := fromObservation(pod, oa)
+	starts := func(c string) []time.Duration {
+		var out []time.Duration
+		for _, ev := range e.events(name, c) {
+			if ev.kind == markStart {
+				out = append(out, ev.at)
+			}
+		}
+		return out
+	}
+	sa, sb := starts("a"), starts("b")
+	// Round k (1-based) starts a's run 2k-1 (0-based) and b's start k.
+	together := true
+	for k := 1; k <= repeatedRounds && 2*k-1 < len(sa) && k < len(sb); k++ {
+		d := sa[2*k-1] - sb[k]
+		r.notes = append(r.notes, fmt.Sprintf("round %d: a started %+.2fs after b", k, d.Seconds()))
+		if d < -time.Second || d > time.Second {
+			together = false
+		}
+	}
+	word := "a and b started together in each round"
+	if !together {
+		word = "a and b started apart in a round"
+	}
+	r.outcome = fmt.Sprintf("%s, a ran %d×, b started %d×, %s", pod.Status.Phase, oa.starts, ob.starts, word)
+	return r
+}
+
+// stopOrderContainers is how many containers without rules stopOrderScenario
+// runs beside the source; each takes 1 s to stop.
+const stopOrderContainers = 3
+
+// stopOrderScenario: upstream a pod restart stops the running containers
+// one after another, each waited for (kuberuntime_manager.go, the
+// ContainersToReset loop, v1.37.2); the supervisors stop every member at
+// once (docs/pod-level.md "Stop order"). The source exits 42 under
+// RestartAllContainers once the three others run; each of them records the
+// stop signal when it comes and takes 1 s to exit.
+func stopOrderScenario(ctx context.Context, e *env, name string) result {
+	last := fmt.Sprintf("c%d", stopOrderContainers-1)
+	src := shell("source", fmt.Sprintf("mark %s; if [ -e /data/source.ran ]; then sleep 3600; fi; touch /data/source.ran; "+
+		"until [ -e /events/%s ]; do sleep 0.1; done; sleep 1; mark %s; exit 42", markStart, last, markExit),
+		policy(corev1.ContainerRestartPolicyNever),
+		rule(corev1.ContainerRestartRuleActionRestartAllContainers, corev1.ContainerRestartRuleOnExitCodesOpIn, 42))
+	containers := []corev1.Container{src}
+	for i := range stopOrderContainers {
+		containers = append(containers, shell(fmt.Sprintf("c%d", i),
+			"mark "+markStart+"; trap 'mark "+markStop+"; sleep 1; mark "+markExit+"; exit 0' TERM; sleep 3600 & wait", nil))
+	}
+	if err := e.createPod(ctx, name, e.withVolumes(podSpec(corev1.RestartPolicyNever, 5, containers...), name)); err != nil {
+		return result{err: err}
+	}
+	pod, _, err := e.secondRun(ctx, name, last, 3*time.Second)
+	if err != nil {
+		return result{err: err}
+	}
+	osrc := observe(pod, "source", e.containerLogs(ctx, pod, "source"), e.events(name, "source"))
+	r := fromObservation(pod, osrc)
+	var stops []time.Duration
+	twice := true
+	for i := range stopOrderContainers {
+		n, seen := fmt.Sprintf("c%d", i), 0
+		for _, ev := range e.events(name, n) {
+			switch ev.kind {
+			case markStop:
+				stops = append(stops, ev.at)
+			case markStart:
+				seen++
+			}
+		}
+		twice = twice && seen == 2
+	}
+	sort.Slice(stops, func(i, j int) bool { return stops[i] < stops[j] })
+	order := "stop signals not all seen"
+	if len(stops) == stopOrderContainers {
+		spread := stops[len(stops)-1] - stops[0]
+		order = "stopped at once"
+		// One after another, each waited for: the last signal comes at
+		// least (n-1) × 1 s after the first.
+		if spread >= time.Duration(stopOrderContainers-1)*900*time.Millisecond {
+			order = "stopped one after another"
+		}
+		r.notes = append(r.notes, fmt.Sprintf("stop signals over %.2fs", spread.Seconds()))
+	}
+	started := "each started twice"
+	if !twice {
+		started = "not each started twice"
+	}
+	r.outcome = fmt.Sprintf("%s, %s, %s", pod.Status.Phase, order, started)
+	return r
+}
+
+// resizeScenario: a restart the kubelet makes itself, an in-place resize of
+// the memory limit under resizePolicy RestartContainer, must start the next
+// run at once: the kubelet measures the crash back-off from the last crash
+// only (kuberuntime_manager.go doBackOff: a container that was running
+// when the sync began has no back-off, v1.37.2). The workload exits 42 once
+// (an in-place restart, which a back-off step follows), then runs; its
+// memory limit is raised from 64Mi to 80Mi. Pod Always: a pod Never takes
+// only resizePolicy NotRequired (validation.go validateResizePolicy).
+func resizeScenario(ctx context.Context, e *env, name string) result {
+	c := shell("c", fmt.Sprintf("mark %s; if [ -e /data/c.ran ]; then trap 'mark %s; exit 143' TERM; sleep 3600 & wait; fi; "+
+		"touch /data/c.ran; sleep 0.2; mark %s; exit 42", markStart, markExit, markExit),
+		policy(corev1.ContainerRestartPolicyNever), restartIn(42))
+	c.Resources = corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("32Mi")},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
+	}
+	c.ResizePolicy = []corev1.ContainerResizePolicy{{ResourceName: corev1.ResourceMemory, RestartPolicy: corev1.RestartContainer}}
+	if err := e.createPod(ctx, name, e.withVolumes(podSpec(corev1.RestartPolicyAlways, 5, c), name)); err != nil {
+		return result{err: err}
+	}
+	if _, _, err := e.waitPod(ctx, name, "c", scenarioTimeout, func(_ *corev1.Pod, o observation) bool { return o.starts >= 2 }); err != nil {
+		return result{err: err}
+	}
+	time.Sleep(time.Second)
+	pod, err := e.c.Client.CoreV1().Pods(e.ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return result{err: err}
+	}
+	before := int32(0)
+	if cs := containerStatus(pod, "c"); cs != nil {
+		before = cs.RestartCount
+	}
+	for i := range pod.Spec.Containers {
+		if pod.Spec.Containers[i].Name == "c" {
+			pod.Spec.Containers[i].Resources.Limits[corev1.ResourceMemory] = resource.MustParse("80Mi")
+		}
+	}
+	if _, err := e.c.Client.CoreV1().Pods(e.ns).UpdateResize(ctx, name, pod, metav1.UpdateOptions{}); err != nil {
+		return result{err: fmt.Errorf("resize: %w", err)}
+	}
+	pod, o, err := e.waitPod(ctx, name, "c", scenarioTimeout, func(p *corev1.Pod, o observation) bool {
+		cs := containerStatus(p, "c")
+		return o.starts >= 3 && cs != nil && cs.RestartCount > before && cs.State.Running != nil
+	})
+	if err != nil {
+		return result{err: err}
+	}
+	r := fromObservation(pod, o)
+	r.restarted, r.latency = true, o.latencies[len(o.latencies)-1]
+	when := "at once"
+	if r.latency > 5*time.Second {
+		when = fmt.Sprintf("after a %.0fs back-off", r.latency.Seconds())
+	}
+	limit := "limit not applied"
+	if cs := containerStatus(pod, "c"); cs != nil && cs.Resources != nil {
+		if l, ok := cs.Resources.Limits[corev1.ResourceMemory]; ok && l.Cmp(resource.MustParse("80Mi")) == 0 {
+			limit = "limit 80Mi"
+		}
+	}
+	r.outcome = fmt.Sprintf("%s, restarted by the resize %s, %s", pod.Status.Phase, when, limit)
+	r.notes = append(r.notes, fmt.Sprintf("resize restart after %.2fs", r.latency.Seconds()))
+	return r
+}
