@@ -27,6 +27,9 @@ type ContainerPlan struct {
 	// rules would restart in place to the kubelet instead (rules.Limits);
 	// empty without limits or when the container is not wrapped.
 	Limits []string
+	// Backoff describes the container's own in-place back-off where its
+	// entry of the rules annotation sets one; "" for the kubelet's.
+	Backoff string
 }
 
 // Outcome groups the exit codes that are handled alike.
@@ -152,8 +155,30 @@ func plan(cr ContainerRules, cp ContainerPlan) ContainerPlan {
 		if cr.BudgetFrom != "" && len(cp.Limits) > 0 && cfg.Limits.RestartBudget != nil {
 			cp.Limits[0] += " (from the owner's " + cr.BudgetFrom + ")"
 		}
+		cp.Backoff = backoffLine(cr.Backoff)
 	}
 	return cp
+}
+
+// backoffLine describes a container's own back-off, "" when it sets none
+// and the kubelet's curve applies. The injector's --backoff-initial and
+// --backoff-max, which fill what the container leaves unset, are the
+// webhook's flags and not known here.
+func backoffLine(b rules.Backoff) string {
+	if b.Initial == nil && b.Max == nil && b.ResetAfter == nil {
+		return ""
+	}
+	var set []string
+	for _, f := range []struct {
+		name string
+		v    *rules.Duration
+	}{{"initial", b.Initial}, {"max", b.Max}, {"resetAfter", b.ResetAfter}} {
+		if f.v != nil {
+			set = append(set, f.name)
+		}
+	}
+	return fmt.Sprintf("back-off in place: %s doubling to %s, forgotten after %s of running (%s from the container's entry of %s, the rest the kubelet's)",
+		b.InitialDelay(), b.MaxDelay(), b.ResetAfterDuration(), strings.Join(set, ", "), contract.AnnotationRules)
 }
 
 // handOverCode stands for "in handOverExitCodes" in plan's grouping key,

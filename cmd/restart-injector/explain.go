@@ -105,6 +105,9 @@ func writeExplanation(w io.Writer, o injector.ObjectPlan) {
 	}
 	tw.Flush()
 	for _, c := range o.Containers {
+		if c.Backoff != "" {
+			fmt.Fprintf(w, "%s: %s\n", c.Name, c.Backoff)
+		}
 		for _, l := range c.Limits {
 			fmt.Fprintf(w, "%s: %s\n", c.Name, l)
 		}

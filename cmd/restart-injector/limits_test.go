@@ -101,3 +101,35 @@ func TestInjectCarriesTheLimitsIntoTheConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestExplainShowsTheContainersBackoff: a container's own back-off from
+// the rules annotation is listed under the table, the fields it leaves
+// unset at the kubelet's values; a container without one gets no line.
+func TestExplainShowsTheContainersBackoff(t *testing.T) {
+	manifest := strings.Replace(jobWithLimits, "            handOverExitCodes: [93]\n",
+		"            handOverExitCodes: [93]\n            backoff: {max: 1m}\n", 1)
+	if manifest == jobWithLimits {
+		t.Fatal("the fixture changed: no handOverExitCodes line to add the back-off after")
+	}
+	for _, tc := range []struct {
+		manifest, want string
+	}{
+		{manifest, "trainer: back-off in place: 10s doubling to 1m0s, forgotten after 10m0s of running (max from the container's entry of restart-supervisor.dev/rules, the rest the kubelet's)"},
+		{jobWithLimits, ""},
+	} {
+		f := writeFile(t, filepath.Join(t.TempDir(), "job.yaml"), tc.manifest)
+		code, out, errOut := runCmd(t, "", "explain", "-f", f)
+		if code != exitOK {
+			t.Fatalf("exit %d: %s", code, errOut)
+		}
+		if tc.want == "" {
+			if strings.Contains(out, "back-off in place") {
+				t.Errorf("explain of a container without a back-off of its own shows one:\n%s", out)
+			}
+			continue
+		}
+		if !strings.Contains(out, tc.want) {
+			t.Errorf("explain lacks %q:\n%s", tc.want, out)
+		}
+	}
+}
