@@ -267,10 +267,6 @@ func resizeScenario(ctx context.Context, e *env, name string) result {
 	if err != nil {
 		return result{err: err}
 	}
-	before := int32(0)
-	if cs := containerStatus(pod, "c"); cs != nil {
-		before = cs.RestartCount
-	}
 	for i := range pod.Spec.Containers {
 		if pod.Spec.Containers[i].Name == "c" {
 			pod.Spec.Containers[i].Resources.Limits[corev1.ResourceMemory] = resource.MustParse("80Mi")
@@ -279,11 +275,19 @@ func resizeScenario(ctx context.Context, e *env, name string) result {
 	if _, err := e.c.Client.CoreV1().Pods(e.ns).UpdateResize(ctx, name, pod, metav1.UpdateOptions{}); err != nil {
 		return result{err: fmt.Errorf("resize: %w", err)}
 	}
-	pod, o, err := e.waitPod(ctx, name, "c", scenarioTimeout, func(p *corev1.Pod, o observation) bool {
+	// The workload's own record says when it started again; the kubelet's
+	// status (restartCount, the resources it applied) follows at its next
+	// sync, which on a loaded v1.34.4 node came after the new run had
+	// started: wait for both, the status up to statusSlack.
+	if _, _, err := e.waitPod(ctx, name, "c", scenarioTimeout, func(_ *corev1.Pod, o observation) bool { return o.starts >= 3 }); err != nil {
+		return result{err: err}
+	}
+	pod, o, err := e.waitPod(ctx, name, "c", statusSlack, func(p *corev1.Pod, o observation) bool {
 		cs := containerStatus(p, "c")
-		return o.starts >= 3 && cs != nil && cs.RestartCount > before && cs.State.Running != nil
+		return cs != nil && cs.State.Running != nil && cs.Resources != nil &&
+			cs.Resources.Limits.Memory().Cmp(resource.MustParse("80Mi")) == 0
 	})
-	if err != nil {
+	if pod == nil {
 		return result{err: err}
 	}
 	r := fromObservation(pod, o)
