@@ -114,7 +114,8 @@ test:
 
 # promtool's checks and unit tests of the shipped alerts
 # (charts/restart-injector/files/prometheus-rules.yaml, the spec of
-# deploy/components/prometheus-rule too). Not in `make test`: promtool is built
+# deploy/components/prometheus-rule too), and every query of the Grafana
+# dashboard (files/grafana-dashboard.json) through promtool's parser. Not in `make test`: promtool is built
 # from the Go module proxy on first use (hack/promtool.sh), which takes longer
 # cold than the rest of a cached `make test`.
 # PROMTOOL=path uses a promtool at hand instead.
@@ -122,7 +123,8 @@ PROMTOOL ?=
 rules-test:
 	@p='$(PROMTOOL)'; [ -n "$$p" ] || p="$$(hack/promtool.sh | tail -1)/promtool"; \
 		"$$p" check rules charts/restart-injector/files/prometheus-rules.yaml && \
-		"$$p" test rules test/rules/prometheus-rules_test.yaml
+		"$$p" test rules test/rules/prometheus-rules_test.yaml && \
+		PROMTOOL="$$p" go test -count=1 -run 'TestDashboard' ./test/rules/
 
 # One run of every benchmark (supervisor, inject, webhook), each figure beside
 # its baseline from the same run; regenerates README's "Measured" table and

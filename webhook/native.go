@@ -83,6 +83,9 @@ type NativeDetector struct {
 	Interval  time.Duration
 	Log       *slog.Logger
 	Metrics   *Metrics
+	// OnConclusion, when set, is called after every check that succeeded
+	// (a SelfNarrower's Apply through NarrowOnConclusion).
+	OnConclusion func(ctx context.Context, rulesOK, allOK bool, why string)
 
 	honoured    atomic.Bool // FeatureRestartRules
 	honouredAll atomic.Bool // FeatureRestartAllContainers
@@ -184,6 +187,9 @@ func (d *NativeDetector) Run(ctx context.Context) {
 			if why != last {
 				d.log().Info("native restart rules", "honoured", ok, "reason", why)
 				last = why
+			}
+			if d.OnConclusion != nil {
+				d.OnConclusion(ctx, ok, okAll, why)
 			}
 		}
 		select {

@@ -85,6 +85,11 @@ type Config struct {
 	// NativeInterval is how often the cluster is checked again. If
 	// NativeInterval is zero, it is five minutes.
 	NativeInterval time.Duration
+	// NarrowSelf, with Native NativeAuto, names the webhook's own
+	// MutatingWebhookConfiguration, whose pods webhook it narrows to the
+	// annotation carrier while every node honours both features natively
+	// and widens back when one does not (SelfNarrower). Empty: never.
+	NarrowSelf string
 
 	// OnEntrypointError is what happens to a pod whose image entrypoint
 	// cannot be resolved: EntrypointDeny or EntrypointAllow. If it is
@@ -338,6 +343,10 @@ func Run(ctx context.Context, c Config) error {
 		if h.Native == NativeAuto {
 			d.Metrics = metrics
 			h.NativeState = d
+			if c.NarrowSelf != "" {
+				n := &SelfNarrower{Client: client, WebhookConfig: c.NarrowSelf, Log: log}
+				d.OnConclusion = n.NarrowOnConclusion
+			}
 		}
 		go d.Run(ctx)
 	}

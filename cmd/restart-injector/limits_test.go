@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -131,5 +133,19 @@ func TestExplainShowsTheContainersBackoff(t *testing.T) {
 		if !strings.Contains(out, tc.want) {
 			t.Errorf("explain lacks %q:\n%s", tc.want, out)
 		}
+	}
+}
+
+// TestNarrowSelfNeedsAuto: --narrow-self acts on --native=auto's
+// conclusions; with another mode serve refuses it in one line, exit 2.
+func TestNarrowSelfNeedsAuto(t *testing.T) {
+	cmd := exec.Command(injectorBinary(t), "serve", "--native=off", "--narrow-self=restart-injector", "--namespace=x")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	code, errOut := cmd.ProcessState.ExitCode(), stderr.String()
+	if err == nil || code != exitUsage || strings.Count(strings.TrimSpace(errOut), "\n") != 0 ||
+		!strings.Contains(errOut, "--narrow-self needs --native=auto") {
+		t.Errorf("exit %d, stderr %q", code, errOut)
 	}
 }

@@ -37,6 +37,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) int {
 	extraSANs := fs.String("extra-sans", "", "comma-separated extra DNS names and IP addresses for the self-managed certificate")
 	native := fs.String("native", "auto", "`MODE`: off (always inject), auto (leave pods alone once the cluster honours restartPolicyRules), on (never inject)")
 	fs.DurationVar(&c.NativeInterval, "native-interval", 5*time.Minute, "how often --native=auto re-checks the cluster")
+	fs.StringVar(&c.NarrowSelf, "narrow-self", "", "with --native=auto: `NAME` of the webhook's own MutatingWebhookConfiguration, whose pods webhook is narrowed to pods with the rules annotation while every node honours the features natively (needs get and patch on it)")
 	onEntrypointError := fs.String("on-entrypoint-error", "deny", "`POLICY` when an image entrypoint cannot be resolved: deny, or allow (admit without the supervisor, with a warning)")
 	fs.BoolVar(&c.RegistryLookup, "registry-lookup", true, "look up the entrypoint of images for containers without command")
 	fs.DurationVar(&c.LookupTimeout, "lookup-timeout", 5*time.Second, "bound of one registry lookup (keep it below the webhook's timeoutSeconds)")
@@ -83,6 +84,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) int {
 		oneOf("log-format", *logFormat, "json", "text"),
 		wrap("--log-level", level.UnmarshalText([]byte(*logLevel))),
 		needNamespace(c.Namespace, *certMode, *native),
+		narrowNeedsAuto(c.NarrowSelf, *native),
 	); err != nil {
 		fmt.Fprintf(stderr, "restart-injector serve: %v\n", err)
 		return exitUsage
@@ -139,4 +141,12 @@ func oneOf(flag, value string, accepted ...string) error {
 		}
 	}
 	return fmt.Errorf("--%s: %q is not one of %s", flag, value, strings.Join(quoted, ", "))
+}
+
+// narrowNeedsAuto: --narrow-self acts on --native=auto's conclusions.
+func narrowNeedsAuto(narrow, native string) error {
+	if narrow != "" && native != "auto" {
+		return fmt.Errorf("--narrow-self needs --native=auto (it acts on its conclusions), not --native=%s", native)
+	}
+	return nil
 }

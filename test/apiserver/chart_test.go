@@ -129,13 +129,15 @@ var installVariants = []installVariant{
 		set: []string{"nodeAgent.enabled=true", "nodeAgent.groups=true"}},
 	{name: "webhook-servicemonitor", components: []string{"webhook-servicemonitor"}, set: []string{"webhook.serviceMonitor.enabled=true"}},
 	{name: "prometheus-rule", components: []string{"prometheus-rule"}, set: []string{"prometheusRule.enabled=true"}},
+	{name: "grafana-dashboard", components: []string{"grafana-dashboard"}, set: []string{"grafanaDashboard.enabled=true"}},
+	{name: "narrow-self", components: []string{"narrow-self"}, set: []string{"webhook.narrowSelf=true"}},
 	{name: "everything", selfManaged: true,
 		components: []string{"namespace-opt-in", "custom-workloads", "webhook-ingress", "node-agent", "node-agent-servicemonitor", "node-agent-annotate",
-			"node-agent-groups", "webhook-servicemonitor", "prometheus-rule"},
+			"node-agent-groups", "webhook-servicemonitor", "prometheus-rule", "grafana-dashboard"},
 		patches: optInCustomPatch,
 		set: []string{"certificates.source=self", "namespaceSelector.optIn=true", "customWorkloads.enabled=true", "webhookIngress.enabled=true",
 			"nodeAgent.enabled=true", "nodeAgent.serviceMonitor.enabled=true", "nodeAgent.annotate=true", "nodeAgent.groups=true",
-			"webhook.serviceMonitor.enabled=true", "prometheusRule.enabled=true"}},
+			"webhook.serviceMonitor.enabled=true", "prometheusRule.enabled=true", "grafanaDashboard.enabled=true"}},
 }
 
 // kustomize renders the variant from deploy/ with the kustomize built into
