@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 )
 
 // The rows of this file are the cases a line-by-line read of the kubelet
@@ -263,16 +264,22 @@ func resizeScenario(ctx context.Context, e *env, name string) result {
 		return result{err: err}
 	}
 	time.Sleep(time.Second)
-	pod, err := e.c.Client.CoreV1().Pods(e.ns).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return result{err: err}
-	}
-	for i := range pod.Spec.Containers {
-		if pod.Spec.Containers[i].Name == "c" {
-			pod.Spec.Containers[i].Resources.Limits[corev1.ResourceMemory] = resource.MustParse("80Mi")
+	// The kubelet's status updates change the object between the read and
+	// the resize: read it again on a conflict.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pod, err := e.c.Client.CoreV1().Pods(e.ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
 		}
-	}
-	if _, err := e.c.Client.CoreV1().Pods(e.ns).UpdateResize(ctx, name, pod, metav1.UpdateOptions{}); err != nil {
+		for i := range pod.Spec.Containers {
+			if pod.Spec.Containers[i].Name == "c" {
+				pod.Spec.Containers[i].Resources.Limits[corev1.ResourceMemory] = resource.MustParse("80Mi")
+			}
+		}
+		_, err = e.c.Client.CoreV1().Pods(e.ns).UpdateResize(ctx, name, pod, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
 		return result{err: fmt.Errorf("resize: %w", err)}
 	}
 	// The workload's own record says when it started again; the kubelet's
