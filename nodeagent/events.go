@@ -45,6 +45,9 @@ type Restart struct {
 	// nil when the document names none.
 	ExitCode *int32 `json:"exitCode,omitempty"`
 	Signal   string `json:"signal,omitempty"`
+	// ExitReason is the exit's own reason where the supervisor could tell
+	// it (OOMKilled), as the kubelet gives it in lastState.terminated.
+	ExitReason string `json:"exitReason,omitempty"`
 	// Rule is the index of the rule that matched; nil for the container
 	// policy.
 	Rule   *int   `json:"rule,omitempty"`
@@ -60,6 +63,7 @@ func restartOf(s podstate.Status, total int) Restart {
 		code := e.Code
 		r.ExitCode = &code
 		r.Signal = clean(e.Signal)
+		r.ExitReason = clean(e.Reason)
 		if e.Rule != nil {
 			rule := *e.Rule
 			r.Rule = &rule
@@ -72,14 +76,21 @@ func restartOf(s podstate.Status, total int) Restart {
 	return r
 }
 
-// ExitText is "exit code 1", "exit code 137 (SIGKILL)" or "exit unknown".
+// ExitText is "exit code 1", "exit code 137 (SIGKILL)", "exit code 137
+// (SIGKILL, OOMKilled)" or "exit unknown".
 func (r Restart) ExitText() string {
 	if r.ExitCode == nil {
 		return "exit unknown"
 	}
 	s := fmt.Sprintf("exit code %d", *r.ExitCode)
-	if r.Signal != "" {
-		s += " (" + clean(r.Signal) + ")"
+	var why []string
+	for _, w := range []string{r.Signal, r.ExitReason} {
+		if w = clean(w); w != "" {
+			why = append(why, w)
+		}
+	}
+	if len(why) > 0 {
+		s += " (" + strings.Join(why, ", ") + ")"
 	}
 	return s
 }

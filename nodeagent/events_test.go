@@ -46,6 +46,26 @@ func TestHostileDocumentMakesABoundedPlainEvent(t *testing.T) {
 	}
 }
 
+// TestRestartEventNamesAnOOMKill: an in-place restart after an
+// out-of-memory kill says OOMKilled in its message and annotation, as the
+// kubelet's lastState.terminated.reason does for a native restart.
+func TestRestartEventNamesAnOOMKill(t *testing.T) {
+	s := podstate.Status{Container: "trainer", Restarts: 2,
+		LastRestart: &podstate.Exit{Code: 137, Signal: "SIGKILL", Reason: "OOMKilled", At: agentStart}}
+	r := restartOf(s, 2)
+	if want := "Container trainer restarted in place (restart 2): exit code 137 (SIGKILL, OOMKilled), no rule (container policy), back-off 0s"; r.String() != want {
+		t.Errorf("message %q, want %q", r.String(), want)
+	}
+	var back Restart
+	if err := json.Unmarshal([]byte(r.annotations()[contract.EventAnnotationRestart]), &back); err != nil || back.ExitReason != "OOMKilled" {
+		t.Errorf("annotation: %v %+v", err, back)
+	}
+	s.LastRestart.Reason = ""
+	if got := restartOf(s, 2).ExitText(); got != "exit code 137 (SIGKILL)" {
+		t.Errorf("without a reason: %q", got)
+	}
+}
+
 func agentEvent(host, controller string, r Restart) corev1.Event {
 	b, _ := json.Marshal(r)
 	return corev1.Event{

@@ -11,8 +11,9 @@ import (
 )
 
 // Telling an out-of-memory kill from any other SIGKILL, as the kubelet
-// shows it (reason OOMKilled): the container's cgroup v2 memory.events
-// counts the processes the kernel's OOM killer killed in it (oom_kill).
+// shows it (reason OOMKilled): the container's cgroup v2 memory.events, or
+// on cgroup v1 its memory.oom_control (Linux 4.13 and later), counts the
+// processes the kernel's OOM killer killed in it (oom_kill).
 // The supervisor reads the counter at every start of the workload and,
 // when a run dies of SIGKILL that nothing of the supervisor's sent, again:
 // a higher count means the kernel killed it (or another process of the
@@ -26,16 +27,18 @@ import (
 // ReasonOOMKilled is Exit.Reason for an out-of-memory kill.
 const ReasonOOMKilled = "OOMKilled"
 
-// maxMemoryEvents bounds the read of memory.events: six short lines.
+// maxMemoryEvents bounds the read of memory.events or memory.oom_control:
+// a few short lines.
 const maxMemoryEvents = 4 << 10
 
-// oomKills returns the oom_kill counter of the memory.events file at path,
+// oomKills returns the oom_kill counter of the memory.events (v2) or
+// memory.oom_control (v1) file at path, both "key value" lines,
 // and false when there is no path or the file cannot be read or parsed.
 func oomKills(path string) (uint64, bool) {
 	if path == "" {
 		return 0, false
 	}
-	data, err := boundedfile.Read(path, "memory.events", maxMemoryEvents, false)
+	data, err := boundedfile.Read(path, "the cgroup's OOM counter", maxMemoryEvents, false)
 	if err != nil {
 		return 0, false
 	}
@@ -61,11 +64,21 @@ func (s *supervisor) oomReason(st ExitStatus) string {
 	return ""
 }
 
-// ContainerMemoryEvents returns the memory.events file of the cgroup v2
-// this process is in, as /proc/self/cgroup names it ("0::/path", relative
-// to the cgroup2 mount at /sys/fs/cgroup, which a container's cgroup
-// namespace roots at its own cgroup), or "" when there is none (cgroup v1,
-// or no memory controller).
+// ContainerMemoryEvents returns the file that counts the OOM killer's kills
+// in the cgroup this process is in, or "" when there is none (no memory
+// controller, or a kernel older than 4.13 on cgroup v1).
+//
+// cgroup v2: memory.events of the path /proc/self/cgroup names ("0::/path",
+// relative to the cgroup2 mount at /sys/fs/cgroup, which a container's
+// cgroup namespace roots at its own cgroup).
+//
+// cgroup v1: memory.oom_control of the memory hierarchy's line
+// ("N:memory:/path"). A container on v1 usually shares the host's cgroup
+// namespace, so the path is the host's, while the runtime mounts only the
+// container's own cgroup at /sys/fs/cgroup/memory (runc's v1 mounts): the
+// file at the mount's top is then the container's. The named path is tried
+// first, so a process outside a container (a test, a docker run with a
+// private cgroup namespace) reads its own cgroup's.
 func ContainerMemoryEvents() string {
 	return memoryEventsOf("/proc/self/cgroup", "/sys/fs/cgroup")
 }
@@ -75,15 +88,43 @@ func memoryEventsOf(procCgroup, root string) string {
 	if err != nil {
 		return ""
 	}
+	var v1 []string
 	for _, line := range bytes.Split(data, []byte("\n")) {
-		rel, ok := bytes.CutPrefix(line, []byte("0::"))
-		if !ok || !bytes.HasPrefix(rel, []byte("/")) || bytes.Contains(rel, []byte("/..")) {
+		// hierarchy-ID:controller-list:path (cgroups(7)).
+		fields := bytes.SplitN(line, []byte(":"), 3)
+		if len(fields) != 3 {
 			continue
 		}
-		p := root + strings.TrimSuffix(string(rel), "/") + "/memory.events"
+		rel := fields[2]
+		if !bytes.HasPrefix(rel, []byte("/")) || bytes.Contains(rel, []byte("/..")) {
+			continue
+		}
+		dir := strings.TrimSuffix(string(rel), "/")
+		switch {
+		case string(fields[0]) == "0" && len(fields[1]) == 0:
+			p := root + dir + "/memory.events"
+			if _, ok := oomKills(p); ok {
+				return p
+			}
+		case hasController(fields[1], "memory"):
+			v1 = append(v1, root+"/memory"+dir+"/memory.oom_control", root+"/memory/memory.oom_control")
+		}
+	}
+	for _, p := range v1 {
 		if _, ok := oomKills(p); ok {
 			return p
 		}
 	}
 	return ""
+}
+
+// hasController reports whether a /proc/self/cgroup controller list
+// ("cpu,cpuacct") names c.
+func hasController(list []byte, c string) bool {
+	for _, name := range bytes.Split(list, []byte(",")) {
+		if string(name) == c {
+			return true
+		}
+	}
+	return false
 }

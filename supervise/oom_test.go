@@ -1,9 +1,14 @@
 package supervise
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestOOMKilledReason runs workloads that die of SIGKILL or exit, with a
@@ -38,20 +43,34 @@ func TestOOMKilledReason(t *testing.T) {
 	}
 }
 
-// TestMemoryEventsOf finds the memory.events of the cgroup
-// /proc/self/cgroup names, and none for a cgroup v1 line, a path that
-// climbs out or a file that is not there.
+// TestMemoryEventsOf finds the OOM counter of the cgroup
+// /proc/self/cgroup names: memory.events on cgroup v2; on v1 the named
+// cgroup's memory.oom_control, else the one at the top of the memory
+// mount (a container's own, its path being the host's); none for a path
+// that climbs out or a file that is not there.
 func TestMemoryEventsOf(t *testing.T) {
 	root := t.TempDir()
 	os.MkdirAll(filepath.Join(root, "kubepods", "pod1", "c1"), 0o755)
 	os.WriteFile(filepath.Join(root, "kubepods", "pod1", "c1", "memory.events"), []byte("oom_kill 0\n"), 0o644)
 	os.WriteFile(filepath.Join(root, "memory.events"), []byte("oom_kill 0\n"), 0o644)
-	for content, want := range map[string]string{
-		"0::/kubepods/pod1/c1\n": filepath.Join(root, "kubepods", "pod1", "c1", "memory.events"),
-		"0::/\n":                 filepath.Join(root, "memory.events"),
-		"4:memory:/kubepods/pod1/c1\n0::/nowhere\n": "",
-		"0::/kubepods/../../etc\n":                  "",
+	v1 := t.TempDir()
+	os.MkdirAll(filepath.Join(v1, "memory", "host", "c2"), 0o755)
+	os.WriteFile(filepath.Join(v1, "memory", "memory.oom_control"), []byte("oom_kill_disable 0\nunder_oom 0\noom_kill 0\n"), 0o644)
+	os.WriteFile(filepath.Join(v1, "memory", "host", "c2", "memory.oom_control"), []byte("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n"), 0o644)
+	for _, c := range []struct{ root, content, want string }{
+		{root, "0::/kubepods/pod1/c1\n", filepath.Join(root, "kubepods", "pod1", "c1", "memory.events")},
+		{root, "0::/\n", filepath.Join(root, "memory.events")},
+		{root, "4:memory:/kubepods/pod1/c1\n0::/nowhere\n", ""},
+		{root, "0::/kubepods/../../etc\n", ""},
+		// cgroup v1, a container sharing the host's cgroup namespace: its
+		// path is not under the mount, whose top is its own cgroup.
+		{v1, "5:cpu,cpuacct:/kubepods/pod1/c1\n4:memory:/kubepods/pod1/c1\n0::/\n", filepath.Join(v1, "memory", "memory.oom_control")},
+		// cgroup v1, the whole hierarchy mounted (a host process).
+		{v1, "4:memory:/host/c2\n", filepath.Join(v1, "memory", "host", "c2", "memory.oom_control")},
+		{v1, "4:memory:/host/../../etc\n", ""},
+		{v1, "4:memoryx:/host/c2\n", ""},
 	} {
+		root, content, want := c.root, c.content, c.want
 		pc := filepath.Join(t.TempDir(), "cgroup")
 		os.WriteFile(pc, []byte(content), 0o644)
 		if got := memoryEventsOf(pc, root); got != want {
@@ -60,4 +79,78 @@ func TestMemoryEventsOf(t *testing.T) {
 	}
 	// The test machine's own: whatever it is, no panic and no hang.
 	_ = ContainerMemoryEvents()
+}
+
+// TestOOMKilledByTheKernel lets the kernel's OOM killer pick the workload:
+// the workload moves itself into a memory cgroup of 32 MiB this test
+// creates (cgroup v1 or v2, whichever holds the memory controller here)
+// and then reads /dev/zero into memory. The supervisor must call the
+// SIGKILL OOMKilled from the cgroup's own counter. It needs root and a
+// memory controller it can create a cgroup in; without them it is skipped.
+func TestOOMKilledByTheKernel(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create a memory cgroup")
+	}
+	dir, counter, limit := newMemoryCgroup(t, 32<<20)
+	o := shell(fmt.Sprintf(`echo $$ > %s/cgroup.procs && exec tail /dev/zero`, dir))
+	o.MemoryEvents = counter
+	var last State
+	o.OnChange = func(st State) { last = st }
+	res := waitResult(t, runAsync(o))
+	if last.LastExit == nil || last.LastExit.Signal != syscall.SIGKILL || last.LastExit.Reason != ReasonOOMKilled {
+		t.Fatalf("last exit %+v (result %+v), want SIGKILL with reason %s; %s", last.LastExit, res, ReasonOOMKilled, limit)
+	}
+}
+
+// newMemoryCgroup creates a memory cgroup limited to limit bytes and
+// removes it at the end of the test; it returns its directory, its OOM
+// counter file and a description for messages.
+func newMemoryCgroup(t *testing.T, limit int) (dir, counter, desc string) {
+	t.Helper()
+	name := fmt.Sprintf("restart-supervisor-oom-test-%d", os.Getpid())
+	cleanup := func(d string) {
+		t.Cleanup(func() {
+			// The killed workload may take a moment to leave the cgroup.
+			for i := 0; i < 50 && os.Remove(d) != nil; i++ {
+				time.Sleep(100 * time.Millisecond)
+			}
+		})
+	}
+	if v1 := "/sys/fs/cgroup/memory"; exists(v1 + "/memory.limit_in_bytes") {
+		d := filepath.Join(v1, name)
+		if err := os.Mkdir(d, 0o755); err == nil {
+			cleanup(d)
+			for _, f := range []string{"memory.limit_in_bytes", "memory.memsw.limit_in_bytes"} {
+				if err := os.WriteFile(filepath.Join(d, f), []byte(strconv.Itoa(limit)), 0o644); err != nil && f == "memory.limit_in_bytes" {
+					t.Fatalf("cgroup v1 limit: %v", err)
+				}
+			}
+			return d, filepath.Join(d, "memory.oom_control"), "cgroup v1 " + d
+		}
+	}
+	if controllers, err := os.ReadFile("/sys/fs/cgroup/cgroup.controllers"); err == nil && bytesHasWord(controllers, "memory") {
+		d := filepath.Join("/sys/fs/cgroup", name)
+		if err := os.Mkdir(d, 0o755); err == nil {
+			cleanup(d)
+			for f, v := range map[string]string{"memory.max": strconv.Itoa(limit), "memory.swap.max": "0"} {
+				if err := os.WriteFile(filepath.Join(d, f), []byte(v), 0o644); err != nil && f == "memory.max" {
+					t.Fatalf("cgroup v2 limit: %v", err)
+				}
+			}
+			return d, filepath.Join(d, "memory.events"), "cgroup v2 " + d
+		}
+	}
+	t.Skip("no memory cgroup this test can create (neither /sys/fs/cgroup/memory nor a cgroup2 root with the memory controller)")
+	return "", "", ""
+}
+
+func exists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+func bytesHasWord(b []byte, w string) bool {
+	for _, f := range strings.Fields(string(b)) {
+		if f == w {
+			return true
+		}
+	}
+	return false
 }
