@@ -192,6 +192,14 @@ func scenarios() []scenario {
 		want: same("Complete, pod Succeeded, restarted"),
 		run:  upstreamJobScenario,
 	}, {
+		name: "RestartBudgetJob", desc: "Job, pod OnFailure, backoffLimit 1; container Never + Restart In [42] and restartBudget 3 (rules annotation; no field holds a budget); exits 42 four times, then stays up",
+		want: same("Failed (BackoffLimitExceeded), restartCount 1"),
+		run:  budgetJobScenario,
+	}, {
+		name: "OOMKilled", desc: "pod Never, container Never + Restart In [137], memory limit 48Mi; the first run reads /dev/zero into memory until the kernel's OOM killer kills it, the second exits 0",
+		want: same("Succeeded, restarted, the kill reported OOMKilled"),
+		run:  oomScenario,
+	}, {
 		name: "JobSet", desc: "JobSet (controller v0.12.0), 2 workers, failurePolicy maxRestarts 0; the trainer (container Never + Restart In [42]) exits 42 once, then 0",
 		needsJobSet: true,
 		want:        same("JobSet Completed, restarts 0, 2 pods Succeeded, each restarted once in place"),

@@ -10,8 +10,10 @@ import (
 	"github.com/restart-supervisor/restart-supervisor/contract"
 )
 
-// annotatedRules is one container's entry of the restart-supervisor.dev/rules
-// annotation (docs/injector.md).
+// annotatedRules is the part of one container's entry of the
+// restart-supervisor.dev/rules annotation (docs/injector.md) that the
+// container's fields can say; the entry's other keys (restartBudget and the
+// other limits, which no field holds) are kept as they are.
 type annotatedRules struct {
 	RestartPolicy      *corev1.ContainerRestartPolicy `json:"restartPolicy,omitempty"`
 	RestartPolicyRules []corev1.ContainerRestartRule  `json:"restartPolicyRules,omitempty"`
@@ -25,9 +27,9 @@ type annotatedRules struct {
 // on anything but a sidecar. A sidecar's restartPolicy Always stays on the
 // init container, where every release from 1.29 knows it; its rules move.
 // An entry the annotation already has for a container must say the same as
-// the container's fields.
+// the container's fields; its other keys stay.
 func RulesToAnnotation(meta *metav1.ObjectMeta, spec *corev1.PodSpec) error {
-	ann := map[string]annotatedRules{}
+	ann := map[string]map[string]json.RawMessage{}
 	if v, ok := meta.Annotations[contract.AnnotationRules]; ok {
 		if err := json.Unmarshal([]byte(v), &ann); err != nil {
 			return fmt.Errorf("annotation %s: %w", contract.AnnotationRules, err)
@@ -44,14 +46,31 @@ func RulesToAnnotation(meta *metav1.ObjectMeta, spec *corev1.PodSpec) error {
 			return nil
 		}
 		changed = true
-		if old, ok := ann[c.Name]; ok {
+		entry := ann[c.Name]
+		if entry == nil {
+			entry = map[string]json.RawMessage{}
+		}
+		_, hasPolicy := entry["restartPolicy"]
+		_, hasRules := entry["restartPolicyRules"]
+		if hasPolicy || hasRules {
+			var old annotatedRules
+			b, _ := json.Marshal(map[string]json.RawMessage{"restartPolicy": entry["restartPolicy"], "restartPolicyRules": entry["restartPolicyRules"]})
+			if err := json.Unmarshal(b, &old); err != nil {
+				return fmt.Errorf("container %q: annotation %s: %w", c.Name, contract.AnnotationRules, err)
+			}
 			want, _ := json.Marshal(a)
 			have, _ := json.Marshal(old)
 			if string(want) != string(have) {
 				return fmt.Errorf("container %q: annotation %s says %s, the container's fields %s", c.Name, contract.AnnotationRules, have, want)
 			}
 		}
-		ann[c.Name] = a
+		if a.RestartPolicy != nil {
+			entry["restartPolicy"], _ = json.Marshal(a.RestartPolicy)
+		}
+		if len(a.RestartPolicyRules) > 0 {
+			entry["restartPolicyRules"], _ = json.Marshal(a.RestartPolicyRules)
+		}
+		ann[c.Name] = entry
 		return nil
 	}
 	for i := range spec.InitContainers {

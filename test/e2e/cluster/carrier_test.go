@@ -102,6 +102,20 @@ func TestRulesToAnnotationExisting(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// An entry's limits, which no field holds, stay beside the moved rules.
+	pod = carrierPod()
+	pod.Spec.InitContainers = nil
+	pod.Annotations = map[string]string{contract.AnnotationRules: `{"a":{"restartBudget":{"maxRestarts":3}}}`}
+	if err := RulesToAnnotation(&pod.ObjectMeta, &pod.Spec); err != nil {
+		t.Fatalf("limits only: %v", err)
+	}
+	if got := pod.Annotations[contract.AnnotationRules]; !strings.Contains(got, `"restartBudget":{"maxRestarts":3}`) || !strings.Contains(got, `"restartPolicyRules":[`) {
+		t.Fatalf("limits only: annotation %s, want the budget and the moved rules", got)
+	}
+	if _, err := injector.PodRules(pod, "spec", "pod p"); err != nil {
+		t.Fatal(err)
+	}
+
 	pod = carrierPod()
 	pod.Annotations = map[string]string{contract.AnnotationRules: `{"a":{"restartPolicy":"Never","restartPolicyRules":[{"action":"Restart","exitCodes":{"operator":"In","values":[1]}}]}}`}
 	err := RulesToAnnotation(&pod.ObjectMeta, &pod.Spec)
