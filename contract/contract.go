@@ -21,6 +21,9 @@ const (
 	// EnvConfig holds the restart rules as a compact JSON document
 	// (rules.Config).
 	EnvConfig = "RESTART_SUPERVISOR_CONFIG"
+	// EnvConfigWatch, set by a user (the injector passes rules inline in
+	// EnvConfig), names a rules file the supervisor reads and watches.
+	EnvConfigWatch = "RESTART_SUPERVISOR_CONFIG_WATCH"
 	// EnvStateDir is where the pod's state volume is mounted.
 	EnvStateDir = "RESTART_SUPERVISOR_STATE_DIR"
 	// EnvContainerName names the container in logs and in the state volume.

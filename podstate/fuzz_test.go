@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/restart-supervisor/restart-supervisor/contract"
 )
 
 // FuzzStateFiles feeds arbitrary documents, under arbitrary names, to the
@@ -21,14 +23,14 @@ func FuzzStateFiles(f *testing.F) {
 	// One directory for all runs: a fresh one each time costs more than
 	// the reading under test.
 	dir := f.TempDir()
-	for _, sub := range []string{statusDir, genDir} {
+	for _, sub := range []string{contract.StatusDir, contract.PodRestartsDir} {
 		os.Mkdir(filepath.Join(dir, sub), 0o777)
 	}
 	f.Fuzz(func(t *testing.T, name string, doc []byte) {
 		if name == "" || name == "." || name == ".." || len(name) > 255 || filepath.Base(name) != name {
 			return
 		}
-		for _, sub := range []string{statusDir, genDir} {
+		for _, sub := range []string{contract.StatusDir, contract.PodRestartsDir} {
 			p := filepath.Join(dir, sub, name)
 			if err := os.WriteFile(p, doc, 0o644); err != nil {
 				return // a name the filesystem refuses
@@ -37,7 +39,7 @@ func FuzzStateFiles(f *testing.F) {
 		}
 		statuses, _ := ReadAll(dir)
 		for _, s := range statuses {
-			if s.Container+statusExt != name {
+			if s.Container+contract.StatusExt != name {
 				t.Fatalf("document %q read as container %q", name, s.Container)
 			}
 		}

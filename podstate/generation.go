@@ -32,7 +32,6 @@ import (
 // announcement, one restart of each container, no loop.
 
 const (
-	genDir = contract.PodRestartsDir
 	// genKeep is how many older generation files an announcer leaves for
 	// inspection; only the newest is ever needed.
 	genKeep = 8
@@ -99,7 +98,7 @@ func ReadGeneration(dir string, n uint64) Generation {
 	g := Generation{N: n}
 	// Any container can put a FIFO, a huge file or a link to /dev/zero
 	// here: read it as an adversary's file.
-	if data, err := readBounded(filepath.Join(dir, genDir, genName(n)), maxGenerationSize); err == nil {
+	if data, err := readBounded(filepath.Join(dir, contract.PodRestartsDir, genName(n)), maxGenerationSize); err == nil {
 		_ = json.Unmarshal(data, &g)
 		g.N = n
 	}
@@ -120,7 +119,7 @@ func Announce(dir string, observed uint64, source string, exitCode int32) (g Gen
 // announce is Announce with a hook called with the generation number just
 // before its file is created, not called when the announcement is stale.
 func announce(dir string, observed uint64, source string, exitCode int32, before func(n uint64)) (g Generation, won bool, err error) {
-	gdir, err := sharedSubdir(dir, genDir)
+	gdir, err := sharedSubdir(dir, contract.PodRestartsDir)
 	if err != nil {
 		return Generation{}, false, err
 	}
@@ -145,7 +144,7 @@ func announce(dir string, observed uint64, source string, exitCode int32, before
 	// Relative to a descriptor of pod-restarts/ opened without following
 	// a link, so that a link swapped in by another container cannot send
 	// the files elsewhere.
-	dfd, err := openSubdir(dir, genDir, "announce")
+	dfd, err := openSubdir(dir, contract.PodRestartsDir, "announce")
 	if err != nil {
 		return Generation{}, false, err
 	}
@@ -241,7 +240,7 @@ type Watcher struct {
 // the caller has observed (Current at start-up), so that nothing older is
 // replayed and nothing announced since is missed.
 func Watch(dir string, from uint64, opts WatchOptions) (*Watcher, error) {
-	gdir, err := sharedSubdir(dir, genDir)
+	gdir, err := sharedSubdir(dir, contract.PodRestartsDir)
 	if err != nil {
 		return nil, err
 	}

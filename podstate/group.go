@@ -45,7 +45,6 @@ import (
 // through the shared volume.
 
 const (
-	groupDir = contract.GroupDir
 	// markGrouped: the pod's members have stopped for a group generation
 	// (written by each member past the pod's stop barrier).
 	markGrouped = "grouped"
@@ -123,10 +122,10 @@ func (p *Pod) RequestGroup(exitCode int32) (refused <-chan string, cancel func()
 	req := GroupRequest{ID: hex.EncodeToString(id), Container: m.name, ExitCode: exitCode,
 		Observed: LastGroup(m.dir), Time: time.Now().UTC()}
 	data, _ := json.Marshal(req)
-	if _, err := sharedSubdir(m.dir, groupDir); err != nil {
+	if _, err := sharedSubdir(m.dir, contract.GroupDir); err != nil {
 		return nil, nil, err
 	}
-	if err := writeAtomicBeneath(m.dir, groupDir, contract.GroupRequestPrefix+m.name, append(data, '\n')); err != nil {
+	if err := writeAtomicBeneath(m.dir, contract.GroupDir, contract.GroupRequestPrefix+m.name, append(data, '\n')); err != nil {
 		return nil, nil, err
 	}
 	c, done := make(chan string, 1), make(chan struct{})
@@ -134,7 +133,7 @@ func (p *Pod) RequestGroup(exitCode int32) (refused <-chan string, cancel func()
 	go func() {
 		tick := time.NewTicker(groupAnswerPoll)
 		defer tick.Stop()
-		path := filepath.Join(m.dir, groupDir, contract.GroupAnswerPrefix+m.name)
+		path := filepath.Join(m.dir, contract.GroupDir, contract.GroupAnswerPrefix+m.name)
 		for {
 			select {
 			case <-done:
@@ -185,7 +184,7 @@ func ownedByAgent(path string) error {
 // most MaxGroupRequests, each read as an adversary's file (regular, not
 // followed, capped); a file that cannot be read or parsed is one error.
 func GroupRequests(dir string) ([]GroupRequest, []error) {
-	gdir := filepath.Join(dir, groupDir)
+	gdir := filepath.Join(dir, contract.GroupDir)
 	dfd, err := unix.Open(gdir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if errors.Is(err, unix.ENOENT) {
 		return nil, nil
@@ -234,11 +233,11 @@ func AnswerGroup(dir string, r GroupRequest, refused string) error {
 	if err := CheckContainerName(r.Container); err != nil {
 		return err
 	}
-	if _, err := sharedSubdir(dir, groupDir); err != nil {
+	if _, err := sharedSubdir(dir, contract.GroupDir); err != nil {
 		return err
 	}
 	data, _ := json.Marshal(GroupAnswer{ID: r.ID, Refused: clipString(refused, 512)})
-	return writeAtomicBeneath(dir, groupDir, contract.GroupAnswerPrefix+r.Container, append(data, '\n'))
+	return writeAtomicBeneath(dir, contract.GroupDir, contract.GroupAnswerPrefix+r.Container, append(data, '\n'))
 }
 
 func clipString(s string, n int) string {
@@ -261,7 +260,7 @@ func groupGenerations(dir string) map[uint64]GroupCause {
 		if !ok {
 			continue
 		}
-		if ownedByAgent(filepath.Join(dir, genDir, name)) != nil {
+		if ownedByAgent(filepath.Join(dir, contract.PodRestartsDir, name)) != nil {
 			continue
 		}
 		if g := ReadGeneration(dir, n); g.Group != nil {
@@ -305,11 +304,11 @@ func DeliverGroup(dir string, cause GroupCause) (n uint64, delivered bool, err e
 			return k, false, nil
 		}
 	}
-	gdir, err := sharedSubdir(dir, genDir)
+	gdir, err := sharedSubdir(dir, contract.PodRestartsDir)
 	if err != nil {
 		return 0, false, err
 	}
-	dfd, err := openSubdir(dir, genDir, "deliver")
+	dfd, err := openSubdir(dir, contract.PodRestartsDir, "deliver")
 	if err != nil {
 		return 0, false, err
 	}
@@ -387,7 +386,7 @@ func GroupStarted(dir string, n uint64) bool {
 // ReleaseGroup lets the pod's members start in pod generation n: every pod
 // of the group has stopped (or the agent's bound is over).
 func ReleaseGroup(dir string, n uint64) error {
-	dfd, err := openSubdir(dir, genDir, "release")
+	dfd, err := openSubdir(dir, contract.PodRestartsDir, "release")
 	if err != nil {
 		return err
 	}
@@ -405,13 +404,13 @@ func ReleaseGroup(dir string, n uint64) error {
 
 // released reports whether the agent released pod generation n.
 func (m *Member) released(n uint64) bool {
-	return ownedByAgent(filepath.Join(m.dir, genDir, markerName(n, markReleased, releasedBy))) == nil
+	return ownedByAgent(filepath.Join(m.dir, contract.PodRestartsDir, markerName(n, markReleased, releasedBy))) == nil
 }
 
 // groupRound reports whether pod generation n is a group restart the
 // agent delivered.
 func (m *Member) groupRound(n uint64) bool {
-	if ownedByAgent(filepath.Join(m.dir, genDir, genName(n))) != nil {
+	if ownedByAgent(filepath.Join(m.dir, contract.PodRestartsDir, genName(n))) != nil {
 		return false
 	}
 	return ReadGeneration(m.dir, n).Group != nil
@@ -420,7 +419,7 @@ func (m *Member) groupRound(n uint64) bool {
 // verifyGroup is Verify for a generation that claims a group cause: its
 // file must be the agent's.
 func (m *Member) verifyGroup(g Generation) error {
-	if err := ownedByAgent(filepath.Join(m.dir, genDir, genName(g.N))); err != nil {
+	if err := ownedByAgent(filepath.Join(m.dir, contract.PodRestartsDir, genName(g.N))); err != nil {
 		return fmt.Errorf("generation %d claims a group restart: %w", g.N, err)
 	}
 	return nil

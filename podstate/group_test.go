@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/rules"
 	"github.com/restart-supervisor/restart-supervisor/supervise"
 )
@@ -63,7 +64,7 @@ func TestGroupDeliveryIsTheAgents(t *testing.T) {
 
 	// The same files, owned by nobody.
 	for _, name := range []string{genName(1), markerName(1, markReleased, releasedBy)} {
-		if err := os.Chown(filepath.Join(dir, genDir, name), 65534, 65534); err != nil {
+		if err := os.Chown(filepath.Join(dir, contract.PodRestartsDir, name), 65534, 65534); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -18,7 +18,7 @@ import (
 
 func genDirOf(t *testing.T, dir string) string {
 	t.Helper()
-	gdir, err := sharedSubdir(dir, genDir)
+	gdir, err := sharedSubdir(dir, contract.PodRestartsDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestHugeGenerationNamesAreIgnored(t *testing.T) {
 func TestWriteStatusDoesNotFollowALinkedStatusDir(t *testing.T) {
 	dir := t.TempDir()
 	elsewhere := t.TempDir()
-	if err := os.Symlink(elsewhere, filepath.Join(dir, statusDir)); err != nil {
+	if err := os.Symlink(elsewhere, filepath.Join(dir, contract.StatusDir)); err != nil {
 		t.Fatal(err)
 	}
 	err := WriteStatus(dir, Status{Container: "app"})
@@ -93,11 +93,11 @@ func TestWriteStatusDoesNotFollowALinkedStatusDir(t *testing.T) {
 		t.Fatalf("wrote %v through the link", entries[0].Name())
 	}
 	// The same when the link appears after the directory was checked.
-	os.Remove(filepath.Join(dir, statusDir))
-	os.Mkdir(filepath.Join(dir, statusDir), 0o777)
-	os.Rename(filepath.Join(dir, statusDir), filepath.Join(dir, "old"))
-	os.Symlink(elsewhere, filepath.Join(dir, statusDir))
-	if err := writeAtomicBeneath(dir, statusDir, "app.json", []byte("{}")); err == nil {
+	os.Remove(filepath.Join(dir, contract.StatusDir))
+	os.Mkdir(filepath.Join(dir, contract.StatusDir), 0o777)
+	os.Rename(filepath.Join(dir, contract.StatusDir), filepath.Join(dir, "old"))
+	os.Symlink(elsewhere, filepath.Join(dir, contract.StatusDir))
+	if err := writeAtomicBeneath(dir, contract.StatusDir, "app.json", []byte("{}")); err == nil {
 		t.Fatal("wrote beneath a link")
 	}
 	if entries, _ := os.ReadDir(elsewhere); len(entries) != 0 {
@@ -110,7 +110,7 @@ func TestWriteStatusReplacesALinkAtItsName(t *testing.T) {
 	dir := t.TempDir()
 	victim := filepath.Join(t.TempDir(), "victim")
 	os.WriteFile(victim, []byte("keep"), 0o644)
-	os.MkdirAll(filepath.Join(dir, statusDir), 0o777)
+	os.MkdirAll(filepath.Join(dir, contract.StatusDir), 0o777)
 	os.Symlink(victim, StatusPath(dir, "app"))
 	if err := WriteStatus(dir, Status{Container: "app", Restarts: 3}); err != nil {
 		t.Fatal(err)
@@ -129,7 +129,7 @@ func TestWriteStatusReplacesALinkAtItsName(t *testing.T) {
 func TestAnnounceDoesNotFollowALinkedGenerationDir(t *testing.T) {
 	dir := t.TempDir()
 	elsewhere := t.TempDir()
-	os.Symlink(elsewhere, filepath.Join(dir, genDir))
+	os.Symlink(elsewhere, filepath.Join(dir, contract.PodRestartsDir))
 	if _, _, err := Announce(dir, 0, "app", 1); err == nil {
 		t.Fatal("announced through a link")
 	}
@@ -147,20 +147,20 @@ func TestListingsRefuseLinksAndFloods(t *testing.T) {
 	elsewhere := t.TempDir()
 	os.WriteFile(filepath.Join(elsewhere, genName(7)), []byte("{}"), 0o644)
 	os.WriteFile(filepath.Join(elsewhere, "app.json"), []byte(`{"container":"app","state":"running"}`), 0o644)
-	if err := os.Symlink(elsewhere, filepath.Join(dir, genDir)); err != nil {
+	if err := os.Symlink(elsewhere, filepath.Join(dir, contract.PodRestartsDir)); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(elsewhere, filepath.Join(dir, statusDir)); err != nil {
+	if err := os.Symlink(elsewhere, filepath.Join(dir, contract.StatusDir)); err != nil {
 		t.Fatal(err)
 	}
 	if cur, err := Current(dir); err == nil || cur != 0 {
-		t.Errorf("Current through a linked %s/: %d, %v; want an error", genDir, cur, err)
+		t.Errorf("Current through a linked %s/: %d, %v; want an error", contract.PodRestartsDir, cur, err)
 	}
 	if st, err := ReadAll(dir); err == nil || len(st) != 0 {
-		t.Errorf("ReadAll through a linked %s/: %v, %v; want an error", statusDir, st, err)
+		t.Errorf("ReadAll through a linked %s/: %v, %v; want an error", contract.StatusDir, st, err)
 	}
 	if GroupStopped(dir, 7) || LastGroup(dir) != 0 {
-		t.Errorf("group readers listed a linked %s/", genDir)
+		t.Errorf("group readers listed a linked %s/", contract.PodRestartsDir)
 	}
 
 	flooded := t.TempDir()
@@ -182,7 +182,7 @@ func TestListingsRefuseLinksAndFloods(t *testing.T) {
 	}
 	// The names held are the bound's (about 40 bytes each), not more.
 	if a := after.TotalAlloc - before.TotalAlloc; a > 64<<20 {
-		t.Errorf("listing a flooded %s/ allocated %d MiB", genDir, a>>20)
+		t.Errorf("listing a flooded %s/ allocated %d MiB", contract.PodRestartsDir, a>>20)
 	}
 	// Within the bound, everything is seen.
 	for i := 0; i <= 10; i++ {

@@ -63,4 +63,6 @@ func listNames(dir, sub string, max int) ([]string, error) {
 }
 
 // genNames lists pod-restarts/ (listNames, maxGenEntries).
-func genNames(dir string) ([]string, error) { return listNames(dir, genDir, maxGenEntries) }
+func genNames(dir string) ([]string, error) {
+	return listNames(dir, contract.PodRestartsDir, maxGenEntries)
+}

@@ -192,10 +192,10 @@ func parseMarker(name string) (n uint64, what, container string, ok bool) {
 // mark creates the marker of generation n holding data; one that exists
 // already is fine.
 func (m *Member) mark(n uint64, what string, data []byte) error {
-	if _, err := sharedSubdir(m.dir, genDir); err != nil {
+	if _, err := sharedSubdir(m.dir, contract.PodRestartsDir); err != nil {
 		return err
 	}
-	dfd, err := openSubdir(m.dir, genDir, "mark")
+	dfd, err := openSubdir(m.dir, contract.PodRestartsDir, "mark")
 	if err != nil {
 		return err
 	}
@@ -326,7 +326,7 @@ const maxMarkerSize = 16
 // markedCode reads the exit code a failed marker of generation n holds:
 // 1 to 255, as a container's exit code is.
 func (m *Member) markedCode(n uint64, container string) (int, bool) {
-	data, err := readBounded(filepath.Join(m.dir, genDir, markerName(n, markFailed, container)), maxMarkerSize)
+	data, err := readBounded(filepath.Join(m.dir, contract.PodRestartsDir, markerName(n, markFailed, container)), maxMarkerSize)
 	if err != nil {
 		return 0, false
 	}

@@ -31,7 +31,7 @@ func TestRoundMarkersArePrunedWithTheirGeneration(t *testing.T) {
 			t.Fatalf("current generation %d after markers of %d", cur, g.N)
 		}
 	}
-	entries, _ := os.ReadDir(filepath.Join(dir, genDir))
+	entries, _ := os.ReadDir(filepath.Join(dir, contract.PodRestartsDir))
 	for _, e := range entries {
 		n, ok := parseGenName(e.Name())
 		if !ok {
@@ -47,7 +47,7 @@ func TestRoundMarkersArePrunedWithTheirGeneration(t *testing.T) {
 			t.Errorf("%s not pruned", e.Name())
 		}
 	}
-	if _, err := os.Stat(filepath.Join(dir, genDir, markerName(12, markStopped, "a"))); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, contract.PodRestartsDir, markerName(12, markStopped, "a"))); err != nil {
 		t.Errorf("newest stopped marker: %v", err)
 	}
 }

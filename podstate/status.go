@@ -38,9 +38,6 @@ import (
 	"github.com/restart-supervisor/restart-supervisor/supervise"
 )
 
-// DefaultDir is where the injector mounts the state volume.
-const DefaultDir = contract.StateDir
-
 // Exit describes one exit of the workload and the decision taken on it.
 type Exit struct {
 	// Code is the exit status as the container runtime reports it: the
@@ -155,8 +152,6 @@ type HandOver struct {
 }
 
 const (
-	statusDir = contract.StatusDir
-	statusExt = contract.StatusExt
 	// sharedDirMode: every container of the pod may run as a different
 	// UID and must be able to create and replace its own files, and the
 	// sticky bit keeps it from replacing or removing anyone else's: in a
@@ -169,7 +164,7 @@ const (
 
 // StatusPath returns where the status document of container lives.
 func StatusPath(dir, container string) string {
-	return filepath.Join(dir, statusDir, container+statusExt)
+	return filepath.Join(dir, contract.StatusDir, container+contract.StatusExt)
 }
 
 // CheckContainerName rejects names that cannot be a file name in the
@@ -198,10 +193,10 @@ func WriteStatus(dir string, s Status) error {
 	if err != nil {
 		return fmt.Errorf("status of %s: %w", s.Container, err)
 	}
-	if _, err := sharedSubdir(dir, statusDir); err != nil {
+	if _, err := sharedSubdir(dir, contract.StatusDir); err != nil {
 		return err
 	}
-	return writeAtomicBeneath(dir, statusDir, s.Container+statusExt, append(data, '\n'))
+	return writeAtomicBeneath(dir, contract.StatusDir, s.Container+contract.StatusExt, append(data, '\n'))
 }
 
 // writeAtomicBeneath writes data to dir/sub/name through a synced
@@ -285,8 +280,8 @@ func createTempAt(dfd int, name string, data []byte) (string, error) {
 // left out and reported in the error, which is nil when all were read. A
 // missing status directory yields no statuses and no error.
 func ReadAll(dir string) ([]Status, error) {
-	sdir := filepath.Join(dir, statusDir)
-	names, err := listNames(dir, statusDir, maxStatusEntries)
+	sdir := filepath.Join(dir, contract.StatusDir)
+	names, err := listNames(dir, contract.StatusDir, maxStatusEntries)
 	if errors.Is(err, os.ErrNotExist) {
 		if _, derr := os.Stat(dir); derr != nil {
 			return nil, fmt.Errorf("state directory: %w", derr)
@@ -299,7 +294,7 @@ func ReadAll(dir string) ([]Status, error) {
 	var out []Status
 	var errs []error
 	for _, name := range names {
-		if strings.HasPrefix(name, ".") || !strings.HasSuffix(name, statusExt) {
+		if strings.HasPrefix(name, ".") || !strings.HasSuffix(name, contract.StatusExt) {
 			continue // a directory of that name fails readBounded's check
 		}
 		data, err := readBounded(filepath.Join(sdir, name), maxStatusSize)
@@ -317,7 +312,7 @@ func ReadAll(dir string) ([]Status, error) {
 		}
 		// The file name is the authority: a document copied under another
 		// name must not show up twice under one container.
-		s.Container = strings.TrimSuffix(name, statusExt)
+		s.Container = strings.TrimSuffix(name, contract.StatusExt)
 		out = append(out, s)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Container < out[j].Container })

@@ -15,9 +15,6 @@ import (
 )
 
 const (
-	// DefaultTerminationMessagePath is the kubelet's default
-	// terminationMessagePath.
-	DefaultTerminationMessagePath = contract.DefaultTerminationMessagePath
 	// MaxTerminationMessageBytes is how much of the message the kubelet
 	// keeps per container.
 	MaxTerminationMessageBytes = 4096
@@ -76,7 +73,7 @@ func plural(n int, one, many string) string {
 }
 
 // WriteTerminationMessage adds msg as a line to the container's termination
-// message file (DefaultTerminationMessagePath when path is empty). What the
+// message file (contract.DefaultTerminationMessagePath when path is empty). What the
 // workload wrote there itself stays whole: the kubelet reads the last
 // MaxTerminationMessageBytes of the file (pkg/util/tail ReadAtMost, from
 // kuberuntime_container.go getTerminationMessage, v1.37.2), so msg is cut
@@ -95,7 +92,7 @@ func WriteTerminationMessage(path, msg string) error {
 // shows its log's tail, as it would natively.
 func WriteTerminationMessageUnlessEmpty(path, msg string, keepEmpty bool) error {
 	if path == "" {
-		path = DefaultTerminationMessagePath
+		path = contract.DefaultTerminationMessagePath
 	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, fileMode)
 	if err != nil {

@@ -79,7 +79,7 @@ func TestWriteUpgradeFixture(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, genDir, genName(1)), b, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, contract.PodRestartsDir, genName(1)), b, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	// The environment and command lines this release's injector gives a

@@ -43,9 +43,7 @@ import (
 )
 
 const (
-	exitFailed  = contract.ProbeExitFailed
-	exitUsage   = 2
-	exitErrored = contract.ProbeExitErrored
+	exitUsage = 2
 	// maxProbeArg bounds the probe document: a real one is a few hundred
 	// bytes, the supervisor's whole config at most rules.MaxConfigSize.
 	maxProbeArg = rules.MaxConfigSize
@@ -60,7 +58,7 @@ func run(args []string, stderr io.Writer) int {
 	if len(args) == 1 && args[0] == "started" {
 		if err := probe.Started(os.Getenv(contract.EnvStateDir), os.Getenv(contract.EnvContainerName)); err != nil {
 			fmt.Fprintf(stderr, "restart-probe: startup: %v\n", err)
-			return exitFailed
+			return contract.ProbeExitFailed
 		}
 		return 0
 	}
@@ -87,10 +85,10 @@ func run(args []string, stderr io.Writer) int {
 		var errored *probe.ErroredError
 		if errors.As(err, &errored) {
 			fmt.Fprintf(stderr, "restart-probe: %s probe errored, result discarded: %v\n", *name, err)
-			return exitErrored
+			return contract.ProbeExitErrored
 		}
 		fmt.Fprintf(stderr, "restart-probe: %s probe failed: %v\n", *name, err)
-		return exitFailed
+		return contract.ProbeExitFailed
 	}
 	return 0
 }
@@ -101,7 +99,7 @@ func ready(stderr io.Writer) int {
 		cfg, err := rules.Parse([]byte(doc))
 		if err != nil {
 			fmt.Fprintf(stderr, "restart-probe: %s: %v\n", contract.EnvConfig, err)
-			return exitFailed
+			return contract.ProbeExitFailed
 		}
 		if cfg.Probes != nil {
 			readiness = cfg.Probes.Readiness
@@ -110,7 +108,7 @@ func ready(stderr io.Writer) int {
 	err := probe.Ready(context.Background(), os.Getenv(contract.EnvStateDir), os.Getenv(contract.EnvContainerName), readiness, os.Environ())
 	if err != nil {
 		fmt.Fprintf(stderr, "restart-probe: readiness: %v\n", err)
-		return exitFailed
+		return contract.ProbeExitFailed
 	}
 	return 0
 }
@@ -166,13 +164,13 @@ func prestop(args []string, stderr io.Writer) int {
 			err = syscall.Exec(path, command, os.Environ())
 		}
 		fmt.Fprintf(stderr, "restart-probe: prestop: %s: %v\n", clipArg(command[0]), err)
-		return exitFailed
+		return contract.ProbeExitFailed
 	case sleep > 0:
 		time.Sleep(sleep)
 	case get != nil:
 		if err := probe.LifecycleGet(context.Background(), get.HTTPGet); err != nil {
 			fmt.Fprintf(stderr, "restart-probe: prestop: %v\n", err)
-			return exitFailed
+			return contract.ProbeExitFailed
 		}
 	}
 	return 0

@@ -5,6 +5,8 @@ import (
 	"net"
 	"strings"
 	"testing"
+
+	"github.com/restart-supervisor/restart-supervisor/contract"
 )
 
 // TestBadInputIsOneLine: every usage or document error is one line that
@@ -44,7 +46,7 @@ func TestCheckExitStatus(t *testing.T) {
 		t.Fatalf("open port: exit %d %q", code, stderr.String())
 	}
 	l.Close()
-	if code := run([]string{"check", "--name", "liveness", doc}, &stderr); code != exitFailed ||
+	if code := run([]string{"check", "--name", "liveness", doc}, &stderr); code != contract.ProbeExitFailed ||
 		!strings.HasPrefix(stderr.String(), "restart-probe: liveness probe failed: tcpSocket 127.0.0.1:"+port) {
 		t.Fatalf("closed port: exit %d %q", code, stderr.String())
 	}

@@ -37,22 +37,6 @@ import (
 const (
 	exitUsage = 2
 
-	// The injector sets these names, so they come from its contract with
-	// the supervisor.
-	envConfig           = contract.EnvConfig
-	envLogFormat        = contract.EnvLogFormat
-	envStateDir         = contract.EnvStateDir
-	envName             = contract.EnvContainerName
-	envPlatformCommands = contract.EnvPlatformCommands
-	envStopSignals      = contract.EnvStopSignals
-	envGracePeriod      = contract.EnvGracePeriod
-	envStartError       = contract.EnvStartError
-	envInitSignals      = contract.EnvInitSignals
-	envKubeVersion      = contract.EnvKubeVersion
-	// envConfigWatch is set by users only (the injector passes rules
-	// inline), so it is not part of the contract.
-	envConfigWatch = "RESTART_SUPERVISOR_CONFIG_WATCH"
-
 	// defaultGracePeriod is the pod default terminationGracePeriodSeconds.
 	defaultGracePeriod = 30 * time.Second
 	// containerdStartErrorCode is the exit code containerd's CRI reports
@@ -200,7 +184,7 @@ func supervisorCmd(args []string) int {
 	// path in a pod (a state directory means the injector wrapped it).
 	term := f.termPath
 	if term == "" && f.stateDir != "" {
-		term = podstate.DefaultTerminationMessagePath
+		term = contract.DefaultTerminationMessagePath
 	}
 	res := supervise.Run(supervise.Options{
 		Path:           path,
@@ -288,21 +272,21 @@ func terminatingSignal(stateDir string) syscall.Signal {
 func parseSupervisorFlags(args []string) (f cliFlags, argv []string, help bool, err error) {
 	fs := flag.NewFlagSet("restart-supervisor", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	fs.StringVar(&f.config, "config", "", "restart configuration file, YAML or JSON (default: $"+envConfig+")")
-	fs.StringVar(&f.configWatch, "config-watch", envOr(envConfigWatch, "poll"), "how a --config file's changes are noticed: \"poll\" (every second) or \"inotify\" (at once, but the kernel holds the supervisor's exit about 10 ms for it) ($"+envConfigWatch+")")
-	fs.StringVar(&f.grace, "grace-period", os.Getenv(envGracePeriod), "after a stop signal, SIGKILL the workload's process group if it is still running after this long; 0: never, the container runtime does it (default: 0 as PID 1, else 30s) ($"+envGracePeriod+")")
-	fs.BoolVar(&f.initSignals, "init-signals", os.Getenv(envInitSignals) == "true", "deliver signals to the workload as the kernel does to a container's PID 1: to its own process only, and only when it has a handler ($"+envInitSignals+"=true)")
-	fs.StringVar(&f.startError, "start-error", os.Getenv(envStartError), "a command that cannot be executed: \"kubelet\" judges exit code 128 by the rules as the kubelet does, \"shell\" exits 127/126 at once (default: kubelet inside a Kubernetes pod, else shell) ($"+envStartError+")")
-	fs.StringVar(&f.logFormat, "log-format", envOr(envLogFormat, "text"), "log format on stderr: text or json ($"+envLogFormat+")")
-	fs.StringVar(&f.stateDir, "state-dir", os.Getenv(envStateDir), "directory for the status file shared by the pod's containers ($"+envStateDir+")")
-	fs.StringVar(&f.name, "name", os.Getenv(envName), "container name used in logs and the status file ($"+envName+")")
-	fs.StringVar(&f.termPath, "termination-message-path", "", "file for the restart summary written on exit (default "+podstate.DefaultTerminationMessagePath+" when --state-dir is set)")
+	fs.StringVar(&f.config, "config", "", "restart configuration file, YAML or JSON (default: $"+contract.EnvConfig+")")
+	fs.StringVar(&f.configWatch, "config-watch", envOr(contract.EnvConfigWatch, "poll"), "how a --config file's changes are noticed: \"poll\" (every second) or \"inotify\" (at once, but the kernel holds the supervisor's exit about 10 ms for it) ($"+contract.EnvConfigWatch+")")
+	fs.StringVar(&f.grace, "grace-period", os.Getenv(contract.EnvGracePeriod), "after a stop signal, SIGKILL the workload's process group if it is still running after this long; 0: never, the container runtime does it (default: 0 as PID 1, else 30s) ($"+contract.EnvGracePeriod+")")
+	fs.BoolVar(&f.initSignals, "init-signals", os.Getenv(contract.EnvInitSignals) == "true", "deliver signals to the workload as the kernel does to a container's PID 1: to its own process only, and only when it has a handler ($"+contract.EnvInitSignals+"=true)")
+	fs.StringVar(&f.startError, "start-error", os.Getenv(contract.EnvStartError), "a command that cannot be executed: \"kubelet\" judges exit code 128 by the rules as the kubelet does, \"shell\" exits 127/126 at once (default: kubelet inside a Kubernetes pod, else shell) ($"+contract.EnvStartError+")")
+	fs.StringVar(&f.logFormat, "log-format", envOr(contract.EnvLogFormat, "text"), "log format on stderr: text or json ($"+contract.EnvLogFormat+")")
+	fs.StringVar(&f.stateDir, "state-dir", os.Getenv(contract.EnvStateDir), "directory for the status file shared by the pod's containers ($"+contract.EnvStateDir+")")
+	fs.StringVar(&f.name, "name", os.Getenv(contract.EnvContainerName), "container name used in logs and the status file ($"+contract.EnvContainerName+")")
+	fs.StringVar(&f.termPath, "termination-message-path", "", "file for the restart summary written on exit (default "+contract.DefaultTerminationMessagePath+" when --state-dir is set)")
 	fs.StringVar(&f.termPolicy, "termination-message-policy", "File", "the container's terminationMessagePolicy: with FallbackToLogsOnError a failed exit whose last run wrote no message gets no summary either, so the kubelet shows the log's tail")
-	fs.StringVar(&f.stopSignals, "stop-signals", envOr(envStopSignals, "SIGTERM,SIGINT"), "comma-separated signals that stop the container instead of being only forwarded ($"+envStopSignals+")")
-	fs.Var(&f.kubeVersion, "kubernetes-version", "validate the config with the API-server messages and rules of this Kubernetes release, 1.34 to "+rules.NewestKube.String()+" ($"+envKubeVersion+", default "+rules.NewestKube.String()+")")
-	if v, ok := os.LookupEnv(envKubeVersion); ok {
+	fs.StringVar(&f.stopSignals, "stop-signals", envOr(contract.EnvStopSignals, "SIGTERM,SIGINT"), "comma-separated signals that stop the container instead of being only forwarded ($"+contract.EnvStopSignals+")")
+	fs.Var(&f.kubeVersion, "kubernetes-version", "validate the config with the API-server messages and rules of this Kubernetes release, 1.34 to "+rules.NewestKube.String()+" ($"+contract.EnvKubeVersion+", default "+rules.NewestKube.String()+")")
+	if v, ok := os.LookupEnv(contract.EnvKubeVersion); ok {
 		if err := f.kubeVersion.Set(v); err != nil {
-			return f, nil, false, fmt.Errorf("%s: %v", envKubeVersion, err)
+			return f, nil, false, fmt.Errorf("%s: %v", contract.EnvKubeVersion, err)
 		}
 	}
 	if err := fs.Parse(args); err != nil {
@@ -359,10 +343,10 @@ func watchConfig(f cliFlags, logger *lineLogger) (current func() rules.Config, u
 // its --start-error convention. A command found relative to the working
 // directory (exec.ErrDot) is run, as the container runtime would.
 func workloadCommand(argv []string) (path string, _ []string, lookErr, err error) {
-	if pc, ok := os.LookupEnv(envPlatformCommands); ok {
+	if pc, ok := os.LookupEnv(contract.EnvPlatformCommands); ok {
 		cmd, err := platformCommand(pc, platformKeys())
 		if err != nil {
-			return "", nil, nil, fmt.Errorf("%s: %v", envPlatformCommands, err)
+			return "", nil, nil, fmt.Errorf("%s: %v", contract.EnvPlatformCommands, err)
 		}
 		argv = append(cmd, argv...)
 	}
@@ -445,10 +429,10 @@ func envOr(key, def string) string {
 // once is an error: silently preferring one would drop the other's rules.
 // It returns a description of the source for error messages.
 func loadConfig(file string, v rules.KubeVersion) (rules.Config, string, error) {
-	inline, hasInline := os.LookupEnv(envConfig)
+	inline, hasInline := os.LookupEnv(contract.EnvConfig)
 	switch {
 	case file != "" && hasInline:
-		return rules.Config{}, "", fmt.Errorf("both --config and %s are set; use one", envConfig)
+		return rules.Config{}, "", fmt.Errorf("both --config and %s are set; use one", contract.EnvConfig)
 	case file != "":
 		data, err := configreload.ReadFile(file)
 		if err != nil {
@@ -458,7 +442,7 @@ func loadConfig(file string, v rules.KubeVersion) (rules.Config, string, error) 
 		return cfg, "--config " + file, err
 	case hasInline:
 		cfg, err := rules.ParseFor([]byte(inline), v)
-		return cfg, envConfig, err
+		return cfg, contract.EnvConfig, err
 	}
 	return rules.Config{}, "", nil
 }

@@ -200,7 +200,7 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	def := os.Getenv(contract.EnvStateDir)
 	if def == "" {
-		def = podstate.DefaultDir
+		def = contract.StateDir
 	}
 	dir := fs.String("state-dir", def, "the pod's shared state directory")
 	fs.Usage = func() {

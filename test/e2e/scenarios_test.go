@@ -314,6 +314,11 @@ func scenarios() []scenario {
 		want:            same("Running, a ran 7×, b started 4×, a and b started together in each round"),
 		run:             repeatedPodRestartsScenario,
 	}, {
+		name: "DeadMember", desc: "pod Never; a (Never + RestartAllContainers In [42]) exits 0 once b runs; then the node SIGKILLs b's container PID 1, ending its whole PID namespace as a whole-container OOM kill does",
+		needsRestartAll: true,
+		want:            same("Failed, a exited 0, b exited 137"),
+		run:             deadMemberScenario,
+	}, {
 		name: "StopOrder", desc: "pod Never; source exits 42 under RestartAllContainers In [42] once 3 containers without rules run; each records the stop signal and takes 1 s to exit",
 		needsRestartAll: true,
 		want: map[mode]string{
