@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // The rows of this file are what one member of a pod can do to the
@@ -59,6 +60,14 @@ func deadMemberScenario(ctx context.Context, e *env, name string) result {
 		time.Sleep(200 * time.Millisecond)
 	}
 	time.Sleep(time.Second)
+	before, err := e.c.Client.CoreV1().Pods(e.ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return result{err: err}
+	}
+	aEndedBefore := false
+	if cs := containerStatus(before, "a"); cs != nil && cs.State.Terminated != nil {
+		aEndedBefore = true
+	}
 	pid, err := containerInit(envKillKey + "=" + key)
 	if err != nil {
 		return result{err: fmt.Errorf("pod %s: %w", name, err)}
@@ -86,7 +95,11 @@ func deadMemberScenario(ctx context.Context, e *env, name string) result {
 	}
 	r := fromObservation(pod, observe(pod, "a", nil, e.events(name, "a")))
 	r.outcome = fmt.Sprintf("%s, %s, %s", pod.Status.Phase, exit("a"), exit("b"))
-	r.notes = append(r.notes, fmt.Sprintf("a's container ended %.2fs after b's kill (grace period 5 s)", ended.Seconds()))
+	if aEndedBefore {
+		r.notes = append(r.notes, "a's container had ended before b's kill")
+	} else {
+		r.notes = append(r.notes, fmt.Sprintf("a's container waited for b and ended %.2fs after b's kill (grace period 5 s)", ended.Seconds()))
+	}
 	return r
 }
 
