@@ -272,18 +272,11 @@ func Process(ctx context.Context, r io.Reader, w io.Writer, f func(*Document) ([
 		seq int
 		d   *Document
 	}
-	type result struct {
-		seq     int
-		d       *Document
-		reports []ObjectReport
-		out     []byte
-		err     error // fatal
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	tokens := make(chan struct{}, window)
 	jobs := make(chan job, window)
-	results := make(chan result, window)
+	results := make(chan processed, window)
 	var readErr error
 	go func() {
 		defer close(jobs)
@@ -311,25 +304,7 @@ func Process(ctx context.Context, r io.Reader, w io.Writer, f func(*Document) ([
 		go func() {
 			defer wg.Done()
 			for j := range jobs {
-				res := result{seq: j.seq, d: j.d}
-				if err := j.d.Decode(); err != nil {
-					j.d.Err = err
-				} else if res.reports, err = f(j.d); err != nil {
-					j.d.Err, j.d.Ops, j.d.roots, j.d.out = err, nil, nil, nil
-					res.reports = nil
-				}
-				if j.d.Err == nil && j.d.Changed() {
-					if j.d.out != nil {
-						res.out = j.d.out
-					} else if out, err := encodeDoc(*j.d); err != nil {
-						res.err = fmt.Errorf("line %d: %v", j.d.Line, err)
-					} else {
-						res.out = out
-					}
-				}
-				// Only what is written is kept.
-				j.d.Object, j.d.node, j.d.Ops = nil, nil, nil
-				results <- res
+				results <- processDoc(j.seq, j.d, f)
 			}
 		}()
 	}
@@ -337,7 +312,7 @@ func Process(ctx context.Context, r io.Reader, w io.Writer, f func(*Document) ([
 		wg.Wait()
 		close(results)
 	}()
-	pending := map[int]result{}
+	pending := map[int]processed{}
 	next := 0
 	var err error
 	for res := range results {
@@ -359,17 +334,7 @@ func Process(ctx context.Context, r io.Reader, w io.Writer, f func(*Document) ([
 				continue
 			}
 			emit(p.d, p.reports)
-			if _, werr := w.Write(p.d.Sep); werr != nil {
-				err = werr
-				cancel()
-				continue
-			}
-			body := p.d.Raw
-			if p.out != nil {
-				body = p.out
-			}
-			if _, werr := w.Write(body); werr != nil {
-				err = werr
+			if err = p.write(w); err != nil {
 				cancel()
 			}
 		}
@@ -377,6 +342,54 @@ func Process(ctx context.Context, r io.Reader, w io.Writer, f func(*Document) ([
 	if err == nil && readErr != nil {
 		err = readErr
 	}
+	return err
+}
+
+// processed is one document after f: what it reported, its new text when
+// it changed, and an encoding error, which ends the stream.
+type processed struct {
+	seq     int
+	d       *Document
+	reports []ObjectReport
+	out     []byte
+	err     error
+}
+
+// processDoc decodes d, calls f on it and encodes it again when f changed
+// it. A document that cannot be decoded, or for which f fails, gets its Err
+// set and is written back unchanged; only what is written is kept of it.
+func processDoc(seq int, d *Document, f func(*Document) ([]ObjectReport, error)) processed {
+	res := processed{seq: seq, d: d}
+	if err := d.Decode(); err != nil {
+		d.Err = err
+	} else if res.reports, err = f(d); err != nil {
+		d.Err, d.Ops, d.roots, d.out = err, nil, nil, nil
+		res.reports = nil
+	}
+	if d.Err == nil && d.Changed() {
+		if d.out != nil {
+			res.out = d.out
+		} else if out, err := encodeDoc(*d); err != nil {
+			res.err = fmt.Errorf("line %d: %v", d.Line, err)
+		} else {
+			res.out = out
+		}
+	}
+	d.Object, d.node, d.Ops = nil, nil, nil
+	return res
+}
+
+// write writes the document's separator and its text: the new one when
+// it changed, else the one read.
+func (p processed) write(w io.Writer) error {
+	if _, err := w.Write(p.d.Sep); err != nil {
+		return err
+	}
+	body := p.d.Raw
+	if p.out != nil {
+		body = p.out
+	}
+	_, err := w.Write(body)
 	return err
 }
 

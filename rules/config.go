@@ -159,32 +159,47 @@ const (
 	kindHeaderList
 )
 
+// checkValue checks that n is a value of kind at path (schema is its path
+// in configSchema, without list indices), before anything is decoded.
 func checkValue(n *yaml.Node, kind valueKind, schema, path string, ck checks) error {
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
 		return nil
 	}
-	invalid := func(n *yaml.Node, path, want string) error {
-		if n.Kind != yaml.ScalarNode {
-			v := map[yaml.Kind]string{yaml.MappingNode: "a mapping", yaml.SequenceNode: "a list", yaml.AliasNode: "an alias"}[n.Kind]
-			return fmt.Errorf("config: %s: Invalid value: %s (line %d): %s", path, v, n.Line, want)
-		}
-		return fmt.Errorf("config: %s: Invalid value: %q (line %d): %s", path, clip(n.Value), n.Line, want)
+	switch kind {
+	case kindStringList, kindHeaderList, kindInt32List, kindList:
+		return checkList(n, kind, schema, path, ck)
+	case kindMap:
+		return checkMapping(n, schema, path, ck)
 	}
+	return checkScalar(n, kind, path)
+}
+
+// invalidValue is the error for a value of the wrong kind at path.
+func invalidValue(n *yaml.Node, path, want string) error {
+	if n.Kind != yaml.ScalarNode {
+		v := map[yaml.Kind]string{yaml.MappingNode: "a mapping", yaml.SequenceNode: "a list", yaml.AliasNode: "an alias"}[n.Kind]
+		return fmt.Errorf("config: %s: Invalid value: %s (line %d): %s", path, v, n.Line, want)
+	}
+	return fmt.Errorf("config: %s: Invalid value: %q (line %d): %s", path, clip(n.Value), n.Line, want)
+}
+
+// checkScalar checks a string, duration, bool or integer.
+func checkScalar(n *yaml.Node, kind valueKind, path string) error {
 	switch kind {
 	case kindString:
 		if n.Kind != yaml.ScalarNode {
-			return invalid(n, path, "must be a string")
+			return invalidValue(n, path, "must be a string")
 		}
 	case kindDuration:
 		if n.Kind != yaml.ScalarNode {
-			return invalid(n, path, "must be a Go duration such as \"10s\"")
+			return invalidValue(n, path, "must be a Go duration such as \"10s\"")
 		}
 		if _, err := time.ParseDuration(n.Value); err != nil {
-			return invalid(n, path, "must be a Go duration such as \"10s\"")
+			return invalidValue(n, path, "must be a Go duration such as \"10s\"")
 		}
 	case kindBool:
 		if n.Kind != yaml.ScalarNode || (n.Value != "true" && n.Value != "false") {
-			return invalid(n, path, "must be true or false")
+			return invalidValue(n, path, "must be true or false")
 		}
 	case kindInt32, kindInt64:
 		bits := 32
@@ -192,26 +207,34 @@ func checkValue(n *yaml.Node, kind valueKind, schema, path string, ck checks) er
 			bits = 64
 		}
 		if n.Kind != yaml.ScalarNode {
-			return invalid(n, path, fmt.Sprintf("must be a %d-bit integer", bits))
+			return invalidValue(n, path, fmt.Sprintf("must be a %d-bit integer", bits))
 		}
 		if _, err := strconv.ParseInt(n.Value, 10, bits); err != nil {
-			return invalid(n, path, fmt.Sprintf("must be a %d-bit integer", bits))
+			return invalidValue(n, path, fmt.Sprintf("must be a %d-bit integer", bits))
 		}
+	}
+	return nil
+}
+
+// checkList checks a list and each of its items, after bounding its
+// length.
+func checkList(n *yaml.Node, kind valueKind, schema, path string, ck checks) error {
+	switch kind {
 	case kindStringList:
 		if n.Kind != yaml.SequenceNode {
-			return invalid(n, path, "must be a list of strings")
+			return invalidValue(n, path, "must be a list of strings")
 		}
 		if len(n.Content) > MaxProbeCommandArgs {
 			return fmt.Errorf("config: %s: Too many: %d: must have at most %d items", path, len(n.Content), MaxProbeCommandArgs)
 		}
 		for i, item := range n.Content {
 			if item.Kind != yaml.ScalarNode {
-				return invalid(item, fmt.Sprintf("%s[%d]", path, i), "must be a string")
+				return invalidValue(item, fmt.Sprintf("%s[%d]", path, i), "must be a string")
 			}
 		}
 	case kindHeaderList:
 		if n.Kind != yaml.SequenceNode {
-			return invalid(n, path, "must be a list")
+			return invalidValue(n, path, "must be a list")
 		}
 		if len(n.Content) > MaxProbeHeaders {
 			return fmt.Errorf("config: %s: Too many: %d: must have at most %d items", path, len(n.Content), MaxProbeHeaders)
@@ -223,22 +246,22 @@ func checkValue(n *yaml.Node, kind valueKind, schema, path string, ck checks) er
 		}
 	case kindInt32List:
 		if n.Kind != yaml.SequenceNode {
-			return invalid(n, path, "must be a list of exit codes")
+			return invalidValue(n, path, "must be a list of exit codes")
 		}
 		if len(n.Content) > MaxValuesPerRule {
 			return fmt.Errorf("config: %v", tooMany(ck, path, len(n.Content), MaxValuesPerRule))
 		}
 		for i, item := range n.Content {
 			if item.Kind != yaml.ScalarNode {
-				return invalid(item, fmt.Sprintf("%s[%d]", path, i), "must be a 32-bit integer")
+				return invalidValue(item, fmt.Sprintf("%s[%d]", path, i), "must be a 32-bit integer")
 			}
 			if _, err := strconv.ParseInt(item.Value, 0, 32); err != nil {
-				return invalid(item, fmt.Sprintf("%s[%d]", path, i), "must be a 32-bit integer")
+				return invalidValue(item, fmt.Sprintf("%s[%d]", path, i), "must be a 32-bit integer")
 			}
 		}
 	case kindList:
 		if n.Kind != yaml.SequenceNode {
-			return invalid(n, path, "must be a list")
+			return invalidValue(n, path, "must be a list")
 		}
 		// Bounded here, before anything is decoded, so that a list of
 		// thousands of invalid rules cannot make an error line of
@@ -251,36 +274,41 @@ func checkValue(n *yaml.Node, kind valueKind, schema, path string, ck checks) er
 				return err
 			}
 		}
-	case kindMap:
-		if n.Kind != yaml.MappingNode {
-			return invalid(n, path, "must be a mapping")
+	}
+	return nil
+}
+
+// checkMapping checks a mapping against the fields configSchema gives for
+// schema: no unknown or repeated key, each value of its field's kind.
+func checkMapping(n *yaml.Node, schema, path string, ck checks) error {
+	if n.Kind != yaml.MappingNode {
+		return invalidValue(n, path, "must be a mapping")
+	}
+	fields := configSchema[schema]
+	// yaml.v3 finds duplicate keys by comparing every pair and
+	// records one message per pair: thousands of repeated keys cost
+	// seconds and gigabytes. Rejecting them here, in one pass, leaves
+	// the decoder at most one key per schema field.
+	seen := make(map[string]int, len(fields))
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		kn := n.Content[i]
+		k := kn.Value
+		child, ok := fields[k]
+		if !ok || kn.Kind != yaml.ScalarNode {
+			known := make([]string, 0, len(fields))
+			for f := range fields {
+				known = append(known, f)
+			}
+			sort.Strings(known)
+			return fmt.Errorf("config: %s: unknown field (line %d); known fields: %s",
+				join(path, clip(k)), kn.Line, strings.Join(known, ", "))
 		}
-		fields := configSchema[schema]
-		// yaml.v3 finds duplicate keys by comparing every pair and
-		// records one message per pair: thousands of repeated keys cost
-		// seconds and gigabytes. Rejecting them here, in one pass, leaves
-		// the decoder at most one key per schema field.
-		seen := make(map[string]int, len(fields))
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			kn := n.Content[i]
-			k := kn.Value
-			child, ok := fields[k]
-			if !ok || kn.Kind != yaml.ScalarNode {
-				known := make([]string, 0, len(fields))
-				for f := range fields {
-					known = append(known, f)
-				}
-				sort.Strings(known)
-				return fmt.Errorf("config: %s: unknown field (line %d); known fields: %s",
-					join(path, clip(k)), kn.Line, strings.Join(known, ", "))
-			}
-			if line, dup := seen[k]; dup {
-				return fmt.Errorf("config: %s: Duplicate value (line %d): already set at line %d", join(path, k), kn.Line, line)
-			}
-			seen[k] = kn.Line
-			if err := checkValue(n.Content[i+1], child, join(schema, k), join(path, k), ck); err != nil {
-				return err
-			}
+		if line, dup := seen[k]; dup {
+			return fmt.Errorf("config: %s: Duplicate value (line %d): already set at line %d", join(path, k), kn.Line, line)
+		}
+		seen[k] = kn.Line
+		if err := checkValue(n.Content[i+1], child, join(schema, k), join(path, k), ck); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -51,14 +51,22 @@ func oomKills(path string) (uint64, bool) {
 	return 0, false
 }
 
+// oomBaseline is the oom_kill counter read at the start of a run; ok is
+// false when it could not be read, and no exit of the run is then called
+// OOMKilled.
+type oomBaseline struct {
+	count uint64
+	ok    bool
+}
+
 // oomReason is the reason of a run that ended with st, given the oom_kill
 // counter read at its start: OOMKilled when SIGKILL killed it and the
 // counter has moved since.
 func (s *supervisor) oomReason(st ExitStatus) string {
-	if st.Signal != unix.SIGKILL || !s.oomAtStartOK {
+	if st.Signal != unix.SIGKILL || !s.oom.ok {
 		return ""
 	}
-	if n, ok := oomKills(s.o.MemoryEvents); ok && n > s.oomAtStart {
+	if n, ok := oomKills(s.o.MemoryEvents); ok && n > s.oom.count {
 		return ReasonOOMKilled
 	}
 	return ""

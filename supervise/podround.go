@@ -232,7 +232,7 @@ func (s *supervisor) startRound() {
 		s.member.rerunOf = &gen
 		return
 	}
-	if s.started {
+	if s.probes.started {
 		s.o.Pod.Started(gen)
 		return
 	}

@@ -40,6 +40,16 @@ const DefaultProbeGrace = 30 * time.Second
 // start-up, beyond the check it times itself.
 const networkCheckMargin = time.Second
 
+// runProbes are the probes of the current run: armed at every start,
+// disarmed at every exit.
+type runProbes struct {
+	startup, liveness *prober
+	// started is false while a startup probe has not yet succeeded.
+	started bool
+	// kills counts the workload's stops by a probe, for the log.
+	kills int
+}
+
 type prober struct {
 	name string // "liveness" or "startup"
 	spec *rules.Probe
@@ -83,22 +93,22 @@ func (p *prober) timeoutC() <-chan time.Time {
 func (s *supervisor) armProbes() {
 	s.disarmProbes()
 	ps := s.config().Probes
-	s.started = ps == nil || ps.Startup == nil
+	s.probes.started = ps == nil || ps.Startup == nil
 	if ps == nil {
 		return
 	}
 	if ps.Startup != nil {
-		s.startup = &prober{name: "startup", spec: ps.Startup, next: time.NewTimer(ps.Startup.InitialDelay())}
+		s.probes.startup = &prober{name: "startup", spec: ps.Startup, next: time.NewTimer(ps.Startup.InitialDelay())}
 	}
 	if ps.Liveness != nil {
-		s.liveness = &prober{name: "liveness", spec: ps.Liveness, next: time.NewTimer(ps.Liveness.InitialDelay())}
+		s.probes.liveness = &prober{name: "liveness", spec: ps.Liveness, next: time.NewTimer(ps.Liveness.InitialDelay())}
 	}
 }
 
 // disarmProbes stops every probe and kills a check in flight; the loop
 // reaps it as an orphan.
 func (s *supervisor) disarmProbes() {
-	for _, p := range []*prober{s.startup, s.liveness} {
+	for _, p := range []*prober{s.probes.startup, s.probes.liveness} {
 		if p == nil {
 			continue
 		}
@@ -110,7 +120,7 @@ func (s *supervisor) disarmProbes() {
 			unix.Kill(-p.run.pid, unix.SIGKILL)
 		}
 	}
-	s.startup, s.liveness = nil, nil
+	s.probes.startup, s.probes.liveness = nil, nil
 	// A run that ends or stops before its startup probe succeeded never
 	// reports its start; the others wait for it until their bound.
 	s.member.startedIn = nil
@@ -125,7 +135,7 @@ func (s *supervisor) onProbeTick(p *prober) {
 	if p.run != nil || s.proc == nil || s.ending.cause == endProbeKill {
 		return
 	}
-	if p.name == "liveness" && !s.started {
+	if p.name == "liveness" && !s.probes.started {
 		return
 	}
 	path, argv, quiet := s.probeArgv(p)
@@ -194,7 +204,7 @@ func (s *supervisor) onProbeTimeout(p *prober) {
 // reapProbe takes the status of a check in flight; it reports whether pid
 // was one.
 func (s *supervisor) reapProbe(pid int, ws unix.WaitStatus) bool {
-	for _, p := range []*prober{s.startup, s.liveness} {
+	for _, p := range []*prober{s.probes.startup, s.probes.liveness} {
 		if p == nil || p.run == nil || p.run.pid != pid {
 			continue
 		}
@@ -238,7 +248,7 @@ func (s *supervisor) onProbeResult(p *prober, ok bool, why string) {
 		p.failures = 0
 		p.successes++
 		if p.name == "startup" && p.successes >= p.spec.Successes() {
-			s.started = true
+			s.probes.started = true
 			p.next.Stop()
 			s.log.Info("startup probe succeeded", "pid", s.proc.pid, "after", time.Since(s.lastStart).Round(time.Millisecond))
 			s.changed()
@@ -281,8 +291,8 @@ func (s *supervisor) onProbeFailure(p *prober) {
 		then = "restarting it in place (container restartPolicy not Never)"
 	}
 	s.log.Warn(p.name+" probe failed "+itoa(p.failures)+" times in a row; stopping the workload, then "+then,
-		"pid", s.proc.pid, "signal", unix.SignalName(sig), "gracePeriod", grace, "probeKills", s.probeKills+1)
-	s.probeKills++
+		"pid", s.proc.pid, "signal", unix.SignalName(sig), "gracePeriod", grace, "probeKills", s.probes.kills+1)
+	s.probes.kills++
 	if s.ending.cause == endNone {
 		// A pod restart's kill already under way keeps its cause: its
 		// exit joins the pod restart's round.

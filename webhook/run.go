@@ -266,6 +266,49 @@ func Run(ctx context.Context, c Config) error {
 		return err
 	}
 
+	opts := c.injectorOptions(client, log, registryReqs, lookups)
+
+	certs := NewCertWatcher(c.CertDir, log, func(t time.Time) { metrics.CertExpiry.Set(float64(t.Unix())) })
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	if err := c.startCertificates(ctx, client, certs, log); err != nil {
+		return err
+	}
+
+	h := c.handler(ctx, client, opts, metrics, log)
+
+	mutateLn, err := net.Listen("tcp", c.Listen)
+	if err != nil {
+		return fmt.Errorf("admission endpoint: %w", err)
+	}
+	healthLn, err := net.Listen("tcp", c.HealthListen)
+	if err != nil {
+		mutateLn.Close()
+		return fmt.Errorf("health endpoint: %w", err)
+	}
+	limit, from, err := MemoryLimit()
+	if err != nil {
+		log.Warn("memory limit unknown; sizing as without one", "err", err)
+	}
+	soft := setMemoryLimit(limit)
+	inFlight := c.MaxInFlight
+	if inFlight == 0 {
+		inFlight = MaxInFlightFor(limit)
+	}
+	log.Info("memory", "limit", limit, "from", from, "goMemLimit", soft, "maxInFlight", inFlight)
+	srv := &Server{Handler: h, Certs: certs, Metrics: metrics, Log: log, ClientCAs: clientCAs,
+		ShutdownDelay: c.ShutdownDelay, ShutdownTimeout: c.ShutdownTimeout, MaxInFlight: inFlight}
+	log.Info("restart-injector starting", "version", contract.Version, "certMode", c.CertMode,
+		"native", c.Native, "onEntrypointError", c.OnEntrypointError, "registryLookup", c.RegistryLookup,
+		"insecureRegistries", c.InsecureRegistries, "allowedRegistries", c.AllowedRegistries, "clientCA", c.ClientCAFile != "")
+	return srv.Serve(ctx, mutateLn, healthLn)
+}
+
+// injectorOptions are the mutation's options: the images and volumes from
+// the flags and, with registry lookups on, a resolver whose requests and
+// cache answers the two counters count.
+func (c Config) injectorOptions(client kubernetes.Interface, log *slog.Logger, registryReqs, lookups *prometheus.CounterVec) injector.Options {
 	opts := injector.Options{
 		SupervisorImage: c.SupervisorImage,
 		ImagePullPolicy: c.ImagePullPolicy,
@@ -292,10 +335,13 @@ func Run(ctx context.Context, c Config) error {
 		opts.Resolver = registry.New(ropts)
 	}
 
-	certs := NewCertWatcher(c.CertDir, log, func(t time.Time) { metrics.CertExpiry.Set(float64(t.Unix())) })
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	return opts
+}
 
+// startCertificates issues and maintains the serving certificate in
+// CertSelf mode, loads it (a missing one leaves the webhook up and not
+// ready) and watches its files for as long as ctx lives.
+func (c Config) startCertificates(ctx context.Context, client kubernetes.Interface, certs *CertWatcher, log *slog.Logger) error {
 	if c.CertMode == CertSelf {
 		sm := &SelfManaged{
 			Client: client, Namespace: c.Namespace, CASecret: c.CASecret, WebhookConfig: c.WebhookConfig,
@@ -327,6 +373,12 @@ func Run(ctx context.Context, c Config) error {
 		}
 	}()
 
+	return nil
+}
+
+// handler is the admission handler, with native-mode detection (and the
+// self-narrowing it drives) started when there is an API server to ask.
+func (c Config) handler(ctx context.Context, client kubernetes.Interface, opts injector.Options, metrics *Metrics, log *slog.Logger) *Handler {
 	h := &Handler{
 		Mutator:    injector.New(opts),
 		Entrypoint: c.OnEntrypointError,
@@ -354,31 +406,7 @@ func Run(ctx context.Context, c Config) error {
 		metrics.NativeHonoured.Set(map[bool]float64{true: 1}[h.Native == NativeOn])
 	}
 
-	mutateLn, err := net.Listen("tcp", c.Listen)
-	if err != nil {
-		return fmt.Errorf("admission endpoint: %w", err)
-	}
-	healthLn, err := net.Listen("tcp", c.HealthListen)
-	if err != nil {
-		mutateLn.Close()
-		return fmt.Errorf("health endpoint: %w", err)
-	}
-	limit, from, err := MemoryLimit()
-	if err != nil {
-		log.Warn("memory limit unknown; sizing as without one", "err", err)
-	}
-	soft := setMemoryLimit(limit)
-	inFlight := c.MaxInFlight
-	if inFlight == 0 {
-		inFlight = MaxInFlightFor(limit)
-	}
-	log.Info("memory", "limit", limit, "from", from, "goMemLimit", soft, "maxInFlight", inFlight)
-	srv := &Server{Handler: h, Certs: certs, Metrics: metrics, Log: log, ClientCAs: clientCAs,
-		ShutdownDelay: c.ShutdownDelay, ShutdownTimeout: c.ShutdownTimeout, MaxInFlight: inFlight}
-	log.Info("restart-injector starting", "version", contract.Version, "certMode", c.CertMode,
-		"native", c.Native, "onEntrypointError", c.OnEntrypointError, "registryLookup", c.RegistryLookup,
-		"insecureRegistries", c.InsecureRegistries, "allowedRegistries", c.AllowedRegistries, "clientCA", c.ClientCAFile != "")
-	return srv.Serve(ctx, mutateLn, healthLn)
+	return h
 }
 
 // client connects to the API server when Run needs it at all: a

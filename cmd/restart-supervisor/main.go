@@ -130,17 +130,11 @@ func supervisorCmd(args []string) int {
 	if err != nil {
 		return usageError("%v", err)
 	}
-	grace, err := gracePeriod(f.grace, os.Getpid() == 1)
+	v, err := f.values()
 	if err != nil {
-		return usageError("--grace-period: %v", err)
+		return usageError("%v", err)
 	}
-	startErrorCode, err := startErrorCode(f.startError)
-	if err != nil {
-		return usageError("--start-error: %v", err)
-	}
-	if f.termPolicy != "File" && f.termPolicy != "FallbackToLogsOnError" {
-		return usageError("--termination-message-policy: %q is neither File nor FallbackToLogsOnError", f.termPolicy)
-	}
+	grace, startErrorCode, stops := v.grace, v.startErrorCode, v.stops
 	logger, err := newLogger(f.logFormat, os.Stderr, f.name)
 	if err != nil {
 		return usageError("%v", err)
@@ -157,10 +151,6 @@ func supervisorCmd(args []string) int {
 		return usageError("%v", err)
 	}
 	defer closeConfig()
-	stops, err := parseStopSignals(f.stopSignals)
-	if err != nil {
-		return usageError("--stop-signals: %v", err)
-	}
 	path, argv, lookErr, err := workloadCommand(argv)
 	if err != nil {
 		return usageError("%v", err)
@@ -241,20 +231,53 @@ func supervisorCmd(args []string) int {
 	// Stopped before any run of its own ended, the container exits with
 	// the exit its earlier supervisor handed over.
 	status := pod.ExitStatus(final, res.Status)
-	summary := pod.Close(final).Summary()
-	// The kubelet shows the termination message in the container status,
-	// the one place where in-place restarts become visible without logs.
-	// Under FallbackToLogsOnError it shows the log's tail instead when the
-	// exit is not 0 and the file is empty (kuberuntime_container.go
-	// convertToKubeContainerStatus, getTerminationMessage, v1.37.2): the
-	// summary would fill the file and hide the log, so it is left out.
-	fallback := f.termPolicy == "FallbackToLogsOnError" && status != 0
-	if term != "" {
-		if err := podstate.WriteTerminationMessageUnlessEmpty(term, summary, fallback); err != nil {
-			logger.Warn("cannot write the termination message", "err", err)
-		}
-	}
+	writeTerminationMessage(term, f.termPolicy, status, pod.Close(final).Summary(), logger)
 	return status
+}
+
+// flagValues are the flags that take a value the supervisor checks before
+// it starts anything.
+type flagValues struct {
+	grace          time.Duration
+	startErrorCode int
+	stops          []syscall.Signal
+}
+
+// values checks the flags that take a value; an error names the flag.
+func (f cliFlags) values() (flagValues, error) {
+	var v flagValues
+	var err error
+	if v.grace, err = gracePeriod(f.grace, os.Getpid() == 1); err != nil {
+		return v, fmt.Errorf("--grace-period: %v", err)
+	}
+	if v.startErrorCode, err = startErrorCode(f.startError); err != nil {
+		return v, fmt.Errorf("--start-error: %v", err)
+	}
+	if f.termPolicy != "File" && f.termPolicy != "FallbackToLogsOnError" {
+		return v, fmt.Errorf("--termination-message-policy: %q is neither File nor FallbackToLogsOnError", f.termPolicy)
+	}
+	if v.stops, err = parseStopSignals(f.stopSignals); err != nil {
+		return v, fmt.Errorf("--stop-signals: %v", err)
+	}
+	return v, nil
+}
+
+// writeTerminationMessage writes the supervisor's summary into the
+// termination message file, which the kubelet shows in the container
+// status: the one place where in-place restarts become visible without
+// logs. Under FallbackToLogsOnError the kubelet shows the log's tail
+// instead when the exit is not 0 and the file is empty
+// (kuberuntime_container.go convertToKubeContainerStatus,
+// getTerminationMessage, v1.37.2): the summary would fill the file and
+// hide the log, so it is left out then.
+func writeTerminationMessage(term, policy string, status int, summary string, logger *lineLogger) {
+	if term == "" {
+		return
+	}
+	fallback := policy == "FallbackToLogsOnError" && status != 0
+	if err := podstate.WriteTerminationMessageUnlessEmpty(term, summary, fallback); err != nil {
+		logger.Warn("cannot write the termination message", "err", err)
+	}
 }
 
 // terminatingSignal is the signal restart-probe prestop sends, where there
