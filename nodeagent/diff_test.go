@@ -9,9 +9,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/podstate"
 	"github.com/restart-supervisor/restart-supervisor/rules"
-	"github.com/restart-supervisor/restart-supervisor/supervise"
 )
 
 var agentStart = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
@@ -31,7 +31,7 @@ func testPod(created time.Time, containers ...string) *corev1.Pod {
 func status(container string, restarts int, gen uint64, restartAt time.Time) podstate.Status {
 	rule := 0
 	exit := &podstate.Exit{Code: 3, Rule: &rule, Action: rules.ActionRestart, At: restartAt}
-	s := podstate.Status{Container: container, State: supervise.Running, Restarts: restarts, Generation: gen,
+	s := podstate.Status{Container: container, State: contract.PhaseRunning, Restarts: restarts, Generation: gen,
 		LastExit: exit, UpdatedAt: restartAt}
 	if restarts > 0 {
 		s.LastRestart = exit
@@ -187,7 +187,7 @@ func TestDiffPodIsPure(t *testing.T) {
 
 func TestDiffPodSamples(t *testing.T) {
 	s := status("app", 3, 1, agentStart)
-	s.State, s.NextStartAt = supervise.BackingOff, agentStart.Add(10*time.Second)
+	s.State, s.NextStartAt = contract.PhaseBackingOff, agentStart.Add(10*time.Second)
 	s.LastExit = &podstate.Exit{Code: 137, Signal: "SIGKILL", At: agentStart}
 	d := diffPod(nil, podInfoOf(testPod(agentStart, "app"), agentStart), []Doc{doc(s)}, agentStart)
 	if len(d.samples) != 1 {
@@ -209,7 +209,7 @@ func TestDiffPodSamples(t *testing.T) {
 // over after restarts in-place restarts.
 func handedOver(restarts int, at time.Time) Doc {
 	d := doc(status("app", restarts, 0, at.Add(-time.Second)))
-	d.State = supervise.Exited
+	d.State = contract.PhaseExited
 	d.LastExit = &podstate.Exit{Code: 42, At: at}
 	d.HandOver = &podstate.HandOver{Reason: "RestartBudgetExhausted", Message: "3 in-place restarts (restartBudget.maxRestarts 3)\x1b[31m"}
 	return d

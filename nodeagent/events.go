@@ -9,7 +9,6 @@ import (
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/podstate"
-	"github.com/restart-supervisor/restart-supervisor/supervise"
 )
 
 // Event reasons the agent records, and `restart-injector status` reads.
@@ -70,7 +69,7 @@ func restartOf(s podstate.Status, total int) Restart {
 			r.Action = clean(string(e.Action))
 		}
 	}
-	if !s.NextStartAt.IsZero() && s.State == supervise.BackingOff {
+	if !s.NextStartAt.IsZero() && s.State == contract.PhaseBackingOff {
 		r.BackoffSeconds = int64(max(0, s.NextStartAt.Sub(s.UpdatedAt)).Round(time.Second) / time.Second)
 	}
 	return r

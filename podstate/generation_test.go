@@ -1,7 +1,7 @@
 package podstate
 
 import (
-	"github.com/restart-supervisor/restart-supervisor/supervise"
+	"github.com/restart-supervisor/restart-supervisor/contract"
 
 	"bufio"
 	"fmt"
@@ -58,7 +58,7 @@ func announceRole() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if err := WriteStatus(dir, Status{Container: name, State: supervise.Running, Generation: g.N, SupervisorPID: os.Getpid()}); err != nil {
+	if err := WriteStatus(dir, Status{Container: name, State: contract.PhaseRunning, Generation: g.N, SupervisorPID: os.Getpid()}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

@@ -205,7 +205,7 @@ func TestAnnounceOverAForgedOwnGenerationReturns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close(supervise.State{Phase: supervise.Exited})
+	defer p.Close(supervise.State{Phase: contract.PhaseExited})
 	gdir := genDirOf(t, dir)
 	if err := os.WriteFile(filepath.Join(gdir, genName(1)), []byte(`{"n":1,"source":"app","exitCode":42}`), 0o644); err != nil {
 		t.Fatal(err)

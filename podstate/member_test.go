@@ -1,7 +1,7 @@
 package podstate
 
 import (
-	"github.com/restart-supervisor/restart-supervisor/supervise"
+	"github.com/restart-supervisor/restart-supervisor/contract"
 
 	"bytes"
 	"fmt"
@@ -66,7 +66,7 @@ func memberRole() int {
 		}()
 		exited = c
 		gen := m.Generation()
-		rec.Update(func(s *Status) { s.State, s.StartedAt, s.Generation = supervise.Running, time.Now(), gen })
+		rec.Update(func(s *Status) { s.State, s.StartedAt, s.Generation = contract.PhaseRunning, time.Now(), gen })
 	}
 	start()
 	for {
@@ -95,9 +95,9 @@ func memberRole() int {
 				})
 				start()
 			case rules.Hold:
-				rec.Update(func(s *Status) { s.State, s.LastExit = supervise.Holding, e })
+				rec.Update(func(s *Status) { s.State, s.LastExit = contract.PhaseHolding, e })
 			default:
-				rec.Update(func(s *Status) { s.State, s.LastExit = supervise.Exited, e })
+				rec.Update(func(s *Status) { s.State, s.LastExit = contract.PhaseExited, e })
 				rec.Close()
 				return int(code)
 			}
@@ -124,7 +124,7 @@ func memberRole() int {
 				syscall.Kill(-pid, syscall.SIGKILL)
 				<-exited
 			}
-			rec.Update(func(s *Status) { s.State = supervise.Exited })
+			rec.Update(func(s *Status) { s.State = contract.PhaseExited })
 			if err := rec.Close(); err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				return 1
@@ -231,7 +231,7 @@ func checkStatus(t *testing.T, st map[string]Status, name string, restarts, podR
 	if !ok {
 		t.Fatalf("no status for %s", name)
 	}
-	if s.Restarts != restarts || s.PodRestarts != podRestarts || s.Generation != gen || s.State != supervise.Exited {
+	if s.Restarts != restarts || s.PodRestarts != podRestarts || s.Generation != gen || s.State != contract.PhaseExited {
 		t.Errorf("%s: restarts %d, pod restarts %d, generation %d, state %s; want %d, %d, %d, exited",
 			name, s.Restarts, s.PodRestarts, s.Generation, s.State, restarts, podRestarts, gen)
 	}
@@ -275,7 +275,7 @@ func TestPodRegularContainerTriggers(t *testing.T) {
 		all, err := ReadAll(p.dir)
 		exited := 0
 		for _, s := range all {
-			if s.State == supervise.Exited {
+			if s.State == contract.PhaseExited {
 				exited++
 			}
 		}

@@ -85,7 +85,7 @@ func OpenMember(dir, name string, members []contract.PodMember, watch WatchOptio
 	}
 	p.live = live
 	initial := Status{
-		Container: name, State: supervise.Running, RestartsTotal: p.restartsBefore,
+		Container: name, State: contract.PhaseRunning, RestartsTotal: p.restartsBefore,
 		SupervisorPID: os.Getpid(), SupervisorVersion: contract.Version,
 	}
 	if perr == nil && restartsAll(prev.LastRestart) {
@@ -244,7 +244,7 @@ func (p *Pod) Limits() *supervise.LimitState {
 // handed over, not 0: the kubelet would show that exit as the container's
 // last termination too, since no run followed it.
 func (p *Pod) ExitStatus(final supervise.State, status int) int {
-	if p == nil || p.handedOver == nil || final.LastExit != nil || status != 0 || final.Phase != supervise.Exited {
+	if p == nil || p.handedOver == nil || final.LastExit != nil || status != 0 || final.Phase != contract.PhaseExited {
 		return status
 	}
 	return int(p.handedOver.Code)
@@ -313,7 +313,7 @@ func (p *Pod) Observe(st supervise.State) {
 	var gen uint64
 	if p.member != nil {
 		gen = p.member.Generation()
-		if st.Phase == supervise.Stopping || st.Phase == supervise.Exited || st.Terminating {
+		if st.Phase == contract.PhaseStopping || st.Phase == contract.PhaseExited || st.Terminating {
 			// A stopping, terminating or exited supervisor ignores pod restarts, and
 			// a watch removed now, a millisecond or more before Close,
 			// spares the container's exit the kernel's wait for it

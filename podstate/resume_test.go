@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/supervise"
 )
 
@@ -62,7 +63,7 @@ func TestRestartsTotalFromThePreviousDocument(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		st := p.Close(supervise.State{Phase: supervise.Exited, Restarts: c.restarts})
+		st := p.Close(supervise.State{Phase: contract.PhaseExited, Restarts: c.restarts})
 		if st.RestartsTotal != c.want || st.Restarts != c.restarts {
 			t.Errorf("%s: restarts %d restartsTotal %d, want %d and %d", c.name, st.Restarts, st.RestartsTotal, c.restarts, c.want)
 		}

@@ -278,7 +278,7 @@ func (m *Member) othersEnded(names []string) bool {
 			continue
 		}
 		switch ms.doc.State {
-		case supervise.Exited, supervise.Stopping, supervise.Ended:
+		case contract.PhaseExited, contract.PhaseStopping, contract.PhaseEnded:
 		default:
 			return false
 		}
@@ -444,7 +444,7 @@ func (m *Member) gone(pm contract.PodMember) bool {
 	case ms.live == dead && pm.Kind != contract.MemberInit:
 		return true
 	}
-	return ms.doc.State == supervise.Exited || ms.doc.State == supervise.Stopping
+	return ms.doc.State == contract.PhaseExited || ms.doc.State == contract.PhaseStopping
 }
 
 // missing returns the members, other than this one, that have no

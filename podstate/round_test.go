@@ -85,7 +85,7 @@ func TestRoundWaitsForInitRerun(t *testing.T) {
 				}
 				t.Cleanup(func() { m.Close() })
 				m.SetRound(members, nil, nil)
-				rec, err := NewRecorder(dir, Status{Container: name, State: supervise.Running}, nil)
+				rec, err := NewRecorder(dir, Status{Container: name, State: contract.PhaseRunning}, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -158,7 +158,7 @@ func TestInitRerunJoiningMidRoundCountsAsStarted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close(supervise.State{Phase: supervise.Exited})
+	defer p.Close(supervise.State{Phase: contract.PhaseExited})
 	if a.markers(g.N)[markStarted]["fetch-rerun"] == 0 {
 		t.Fatalf("no started marker of fetch-rerun for generation %d", g.N)
 	}

@@ -35,7 +35,6 @@ import (
 	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/internal/boundedfile"
 	"github.com/restart-supervisor/restart-supervisor/rules"
-	"github.com/restart-supervisor/restart-supervisor/supervise"
 )
 
 // Exit describes one exit of the workload and the decision taken on it.
@@ -68,8 +67,8 @@ type Exit struct {
 // Status is one container's status document.
 type Status struct {
 	Container string `json:"container"`
-	// State is what the supervisor is doing: the supervise.Phase names.
-	State supervise.Phase `json:"state"`
+	// State is what the supervisor is doing: the contract.Phase names.
+	State contract.Phase `json:"state"`
 	// Restarts counts in-place restarts of the workload, whatever caused
 	// them; the kubelet's restartCount does not see these.
 	Restarts int `json:"restarts"`

@@ -1,6 +1,7 @@
 package podstate
 
 import (
+	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/supervise"
 
 	"encoding/json"
@@ -25,12 +26,12 @@ func TestWriteStatusReadAllRoundTrip(t *testing.T) {
 	dir := t.TempDir()
 	started := time.Date(2026, 11, 30, 15, 0, 0, 0, time.UTC)
 	want := []Status{
-		{Container: "worker", State: supervise.BackingOff, Restarts: 3, PodRestarts: 1, Generation: 1,
+		{Container: "worker", State: contract.PhaseBackingOff, Restarts: 3, PodRestarts: 1, Generation: 1,
 			LastExit:    &Exit{Code: 42, Rule: intPtr(0), Action: rules.ActionRestart, At: started.Add(time.Minute)},
 			LastRestart: &Exit{Code: 42, Rule: intPtr(0), Action: rules.ActionRestart, At: started.Add(time.Minute)},
 			StartedAt:   started, NextStartAt: started.Add(2 * time.Minute), SupervisorPID: 1, SupervisorVersion: "v1"},
-		{Container: "app", State: supervise.Running, StartedAt: started, SupervisorPID: 1},
-		{Container: "sidecar", State: supervise.Exited,
+		{Container: "app", State: contract.PhaseRunning, StartedAt: started, SupervisorPID: 1},
+		{Container: "sidecar", State: contract.PhaseExited,
 			LastExit: &Exit{Code: 143, Signal: "SIGTERM", At: started}, SupervisorPID: 7},
 	}
 	for _, s := range want {
@@ -46,7 +47,7 @@ func TestWriteStatusReadAllRoundTrip(t *testing.T) {
 		t.Fatalf("want app, sidecar, worker in order; got %+v", got)
 	}
 	w := got[2]
-	if w.Restarts != 3 || w.PodRestarts != 1 || w.State != supervise.BackingOff || w.LastExit == nil || w.LastExit.Code != 42 ||
+	if w.Restarts != 3 || w.PodRestarts != 1 || w.State != contract.PhaseBackingOff || w.LastExit == nil || w.LastExit.Code != 42 ||
 		w.LastExit.Rule == nil || *w.LastExit.Rule != 0 || w.LastExit.Action != rules.ActionRestart ||
 		!w.StartedAt.Equal(started) || !w.NextStartAt.Equal(started.Add(2*time.Minute)) || w.SupervisorVersion != "v1" {
 		t.Fatalf("worker status changed in the round trip: %+v", w)
@@ -82,7 +83,7 @@ func TestWriteStatusReadAllRoundTrip(t *testing.T) {
 
 func TestReadAllSkipsTempFilesAndReportsBrokenDocuments(t *testing.T) {
 	dir := t.TempDir()
-	if err := WriteStatus(dir, Status{Container: "good", State: supervise.Running}); err != nil {
+	if err := WriteStatus(dir, Status{Container: "good", State: contract.PhaseRunning}); err != nil {
 		t.Fatal(err)
 	}
 	sdir := filepath.Join(dir, "status")
@@ -164,19 +165,19 @@ func TestWriteStatusIsAtomicForConcurrentReaders(t *testing.T) {
 }
 
 func TestSummaryAndTerminationMessage(t *testing.T) {
-	s := Status{Restarts: 3, PodRestarts: 1, State: supervise.Exited,
+	s := Status{Restarts: 3, PodRestarts: 1, State: contract.PhaseExited,
 		LastRestart: &Exit{Code: 42, Rule: intPtr(0), Action: rules.ActionRestart},
 		LastExit:    &Exit{Code: 1}}
 	want := "restart-supervisor: 3 in-place restarts (1 pod restart); last exit 42 (rule 0 Restart); final exit 1"
 	if got := s.Summary(); got != want {
 		t.Fatalf("summary\n got %q\nwant %q", got, want)
 	}
-	if got := (Status{Restarts: 1, State: supervise.Exited, LastExit: &Exit{Code: 143, Signal: "SIGTERM"}}).Summary(); got !=
+	if got := (Status{Restarts: 1, State: contract.PhaseExited, LastExit: &Exit{Code: 143, Signal: "SIGTERM"}}).Summary(); got !=
 		"restart-supervisor: 1 in-place restart; final exit 143 (SIGTERM)" {
 		t.Fatalf("summary %q", got)
 	}
 	killed := &Exit{Code: 137, Signal: "SIGKILL", PodRestart: 2}
-	if got := (Status{Restarts: 2, PodRestarts: 2, State: supervise.Running, LastExit: killed, LastRestart: killed}).Summary(); got !=
+	if got := (Status{Restarts: 2, PodRestarts: 2, State: contract.PhaseRunning, LastExit: killed, LastRestart: killed}).Summary(); got !=
 		"restart-supervisor: 2 in-place restarts (2 pod restarts); last exit 137 (SIGKILL, pod restart 2)" {
 		t.Fatalf("summary %q", got)
 	}
@@ -226,7 +227,7 @@ func TestSummaryAndTerminationMessage(t *testing.T) {
 func TestRecorderCoalescesAndFlushesOnClose(t *testing.T) {
 	dir := t.TempDir()
 	var logs testutil.SyncBuffer
-	r, err := NewRecorder(dir, Status{Container: "app", State: supervise.Running, SupervisorPID: os.Getpid()},
+	r, err := NewRecorder(dir, Status{Container: "app", State: contract.PhaseRunning, SupervisorPID: os.Getpid()},
 		slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -246,7 +247,7 @@ func TestRecorderCoalescesAndFlushesOnClose(t *testing.T) {
 			s.LastExit = s.LastRestart
 		})
 	}
-	r.Update(func(s *Status) { s.State = supervise.Exited; s.LastExit = &Exit{Code: 1} })
+	r.Update(func(s *Status) { s.State = contract.PhaseExited; s.LastExit = &Exit{Code: 1} })
 	wg.Wait()
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
@@ -255,7 +256,7 @@ func TestRecorderCoalescesAndFlushesOnClose(t *testing.T) {
 	if err != nil || len(got) != 1 {
 		t.Fatalf("%v %v", got, err)
 	}
-	if got[0].Restarts != 1000 || got[0].State != supervise.Exited || got[0].LastExit.Code != 1 || got[0].LastRestart.Code != 42 {
+	if got[0].Restarts != 1000 || got[0].State != contract.PhaseExited || got[0].LastExit.Code != 1 || got[0].LastRestart.Code != 42 {
 		t.Fatalf("the last update was not written: %+v", got[0])
 	}
 	if got[0].SupervisorPID != os.Getpid() {
@@ -290,7 +291,7 @@ func TestRecorderLogsOnceThenCounts(t *testing.T) {
 	waitFor(t, "the first write", func() bool { return p.rec.FailedWrites() >= 1 })
 	const restarts = 20
 	for i := 1; i <= restarts; i++ {
-		p.Observe(supervise.State{Phase: supervise.Running, Restarts: i})
+		p.Observe(supervise.State{Phase: contract.PhaseRunning, Restarts: i})
 		waitFor(t, "a failed write", func() bool { return p.rec.FailedWrites() >= i+1 })
 	}
 	if n := strings.Count(logs.String(), "cannot write the status document"); n != 1 {
@@ -301,16 +302,16 @@ func TestRecorderLogsOnceThenCounts(t *testing.T) {
 	}
 	os.Remove(blocker)
 	failed := p.rec.FailedWrites()
-	p.Observe(supervise.State{Phase: supervise.Running, Restarts: restarts + 1})
+	p.Observe(supervise.State{Phase: contract.PhaseRunning, Restarts: restarts + 1})
 	waitFor(t, "the write that succeeds", func() bool { return strings.Contains(logs.String(), "status document written again") })
 	if want := fmt.Sprintf("failedWrites=%d", failed); !strings.Contains(logs.String(), want) {
 		t.Errorf("the recovery line lacks %s:\n%s", want, logs.String())
 	}
-	p.Close(supervise.State{Phase: supervise.Exited, Restarts: restarts + 1, LastExit: &supervise.Exit{ExitStatus: supervise.ExitStatus{Code: 1}, Rule: -1}})
+	p.Close(supervise.State{Phase: contract.PhaseExited, Restarts: restarts + 1, LastExit: &supervise.Exit{ExitStatus: supervise.ExitStatus{Code: 1}, Rule: -1}})
 	if want := fmt.Sprintf("earlier writes failed\" failedWrites=%d", failed); !strings.Contains(logs.String(), want) {
 		t.Errorf("the final line lacks %s:\n%s", want, logs.String())
 	}
-	if st, err := readStatus(dir, "app"); err != nil || st.State != supervise.Exited {
+	if st, err := readStatus(dir, "app"); err != nil || st.State != contract.PhaseExited {
 		t.Errorf("final document %+v: %v", st, err)
 	}
 }
@@ -341,7 +342,7 @@ func TestRecorderFinalWriteFails(t *testing.T) {
 // not be followed and an oversized document must not be read whole.
 func TestHostileStatusDocuments(t *testing.T) {
 	dir := t.TempDir()
-	if err := WriteStatus(dir, Status{Container: "good", State: supervise.Running}); err != nil {
+	if err := WriteStatus(dir, Status{Container: "good", State: contract.PhaseRunning}); err != nil {
 		t.Fatal(err)
 	}
 	sdir := filepath.Join(dir, "status")

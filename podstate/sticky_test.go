@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/internal/testutil"
 	"github.com/restart-supervisor/restart-supervisor/supervise"
 )
@@ -25,7 +26,7 @@ func opRole() int {
 	var err error
 	switch op := os.Getenv("PODSTATE_OP"); op {
 	case "write": // write the status document of container arg
-		err = WriteStatus(dir, Status{Container: arg, State: supervise.Running, SupervisorPID: os.Getpid()})
+		err = WriteStatus(dir, Status{Container: arg, State: contract.PhaseRunning, SupervisorPID: os.Getpid()})
 	case "remove": // remove dir/arg
 		err = os.Remove(filepath.Join(dir, arg))
 	case "rename": // rename dir/arg to dir/arg.aside
@@ -142,7 +143,7 @@ func TestStickyStateVolumeRefusesForgery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pod.Close(supervise.State{Phase: supervise.Exited})
+	pod.Close(supervise.State{Phase: contract.PhaseExited})
 	if m := modeOf(t, p.shared); m&os.ModeSticky == 0 {
 		t.Fatalf("volume root %v, want sticky", m)
 	}
@@ -294,7 +295,7 @@ func TestResumeOnlyFromOwnDocument(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pod.Close(supervise.State{Phase: supervise.Exited})
+	defer pod.Close(supervise.State{Phase: contract.PhaseExited})
 	if r := pod.Resume(); r != nil {
 		t.Fatalf("resumed %+v from another UID's document", *r)
 	}
@@ -309,7 +310,7 @@ func TestResumeOnlyFromOwnDocument(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer own.Close(supervise.State{Phase: supervise.Exited})
+	defer own.Close(supervise.State{Phase: contract.PhaseExited})
 	if r := own.Resume(); r == nil || r.BackoffRestarts != 50 {
 		t.Fatalf("resume %+v, want 50 back-off restarts", r)
 	}

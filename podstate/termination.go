@@ -1,8 +1,6 @@
 package podstate
 
 import (
-	"github.com/restart-supervisor/restart-supervisor/supervise"
-
 	"errors"
 	"fmt"
 	"os"
@@ -23,7 +21,7 @@ const (
 // Summary is the one line a supervisor leaves in the termination message:
 // "restart-supervisor: 3 in-place restarts (1 pod restart); last exit 42
 // (rule 0 Restart); final exit 1". The final exit is s.LastExit when the
-// state is supervise.Exited.
+// state is contract.PhaseExited.
 func (s Status) Summary() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "restart-supervisor: %d in-place %s", s.Restarts, plural(s.Restarts, "restart", "restarts"))
@@ -33,10 +31,10 @@ func (s Status) Summary() string {
 	if s.LastRestart != nil {
 		fmt.Fprintf(&b, "; last exit %s", describeExit(*s.LastRestart))
 	}
-	if s.State == supervise.Exited && s.LastExit != nil {
+	if s.State == contract.PhaseExited && s.LastExit != nil {
 		fmt.Fprintf(&b, "; final exit %s", describeExit(*s.LastExit))
 	}
-	if s.State == supervise.Exited && s.HandOver != nil {
+	if s.State == contract.PhaseExited && s.HandOver != nil {
 		// The supervisor's own reason, bounded where it is made; the
 		// kubelet shows this line in the container's lastState.
 		fmt.Fprintf(&b, "; handed over: %s", s.HandOver.Reason)

@@ -39,7 +39,7 @@ func TestWriteUpgradeFixture(t *testing.T) {
 	rule0 := 0
 	docs := []Status{{
 		// Handed over by its restart budget after in-place restarts.
-		Container: "trainer", State: supervise.Exited, Restarts: 2, RestartsTotal: 3, BackoffRestarts: 2,
+		Container: "trainer", State: contract.PhaseExited, Restarts: 2, RestartsTotal: 3, BackoffRestarts: 2,
 		LastExit:    &Exit{Code: 1, At: fixtureTime},
 		LastRestart: &Exit{Code: 42, Rule: &rule0, Action: "Restart", At: fixtureTime.Add(-time.Minute)},
 		StartedAt:   fixtureTime.Add(-30 * time.Second),
@@ -49,7 +49,7 @@ func TestWriteUpgradeFixture(t *testing.T) {
 		UpdatedAt: fixtureTime, SupervisorPID: 1, SupervisorVersion: contract.Version,
 	}, {
 		// Running in the pod restart generation 1, which it announced.
-		Container: "worker", State: supervise.Running, Restarts: 1, RestartsTotal: 1, PodRestarts: 1, Generation: 1,
+		Container: "worker", State: contract.PhaseRunning, Restarts: 1, RestartsTotal: 1, PodRestarts: 1, Generation: 1,
 		Announced: 1, Started: true,
 		LastExit:    &Exit{Code: 42, Rule: &rule0, Action: "RestartAllContainers", At: fixtureTime.Add(-10 * time.Second)},
 		LastRestart: &Exit{Code: 42, Rule: &rule0, Action: "RestartAllContainers", At: fixtureTime.Add(-10 * time.Second)},
@@ -57,7 +57,7 @@ func TestWriteUpgradeFixture(t *testing.T) {
 		UpdatedAt:   fixtureTime, SupervisorPID: 1, SupervisorVersion: contract.Version,
 	}, {
 		// Waiting out a back-off after an exit the pod restart's stop gave.
-		Container: "helper", State: supervise.BackingOff, Restarts: 1, RestartsTotal: 1, PodRestarts: 1, Generation: 1,
+		Container: "helper", State: contract.PhaseBackingOff, Restarts: 1, RestartsTotal: 1, PodRestarts: 1, Generation: 1,
 		BackoffRestarts: 1,
 		LastExit:        &Exit{Code: 137, Signal: "SIGKILL", PodRestart: 1, Stopped: true, At: fixtureTime.Add(-10 * time.Second)},
 		NextStartAt:     fixtureTime.Add(5 * time.Second),

@@ -213,7 +213,7 @@ func supervisorCmd(args []string) int {
 			}
 		},
 		OnChange: func(st supervise.State) {
-			if st.Phase == supervise.Stopping || st.Phase == supervise.Exited || st.Terminating {
+			if st.Phase == contract.PhaseStopping || st.Phase == contract.PhaseExited || st.Terminating {
 				// No rule decides an exit from here on; an inotify
 				// watch removed now does not hold up the exit.
 				unwatchConfig()

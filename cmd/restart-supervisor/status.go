@@ -18,7 +18,6 @@ import (
 	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/podstate"
 	"github.com/restart-supervisor/restart-supervisor/rules"
-	"github.com/restart-supervisor/restart-supervisor/supervise"
 )
 
 // Exit codes of the status subcommand.
@@ -69,7 +68,7 @@ func printable(s string) string {
 // for the table.
 func printableStatus(s podstate.Status) podstate.Status {
 	s.Container = printable(s.Container)
-	s.State = supervise.Phase(printable(string(s.State)))
+	s.State = contract.Phase(printable(string(s.State)))
 	s.SupervisorVersion = printable(s.SupervisorVersion)
 	for _, e := range []**podstate.Exit{&s.LastExit, &s.LastRestart} {
 		if *e != nil {
@@ -104,7 +103,7 @@ func formatTable(w io.Writer, statuses []podstate.Status, now time.Time) error {
 			}
 		}
 		state := string(s.State)
-		if s.State == supervise.BackingOff && !s.NextStartAt.IsZero() {
+		if s.State == contract.PhaseBackingOff && !s.NextStartAt.IsZero() {
 			state += " (" + age(s.NextStartAt, now) + ")"
 		}
 		rows = append(rows, []string{s.Container, state, fmt.Sprint(s.Restarts), fmt.Sprint(s.PodRestarts),
