@@ -8,7 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
-	"github.com/restart-supervisor/restart-supervisor/podstate"
+	"github.com/restart-supervisor/restart-supervisor/statevol"
 )
 
 // Event reasons the agent records, and `restart-injector status` reads.
@@ -56,7 +56,7 @@ type Restart struct {
 }
 
 // restartOf describes the restart s reports, its strings cleaned.
-func restartOf(s podstate.Status, total int) Restart {
+func restartOf(s statevol.Status, total int) Restart {
 	r := Restart{Container: clean(s.Container), Total: total}
 	if e := s.LastRestart; e != nil {
 		code := e.Code
@@ -139,7 +139,7 @@ type HandOver struct {
 const maxHandOverMessage = 256
 
 // handOverOf describes the hand-over s reports, its strings cleaned.
-func handOverOf(s podstate.Status, total int) HandOver {
+func handOverOf(s statevol.Status, total int) HandOver {
 	h := HandOver{Container: clean(s.Container), Total: total, Reason: clean(s.HandOver.Reason),
 		Message: truncate(cleanText(s.HandOver.Message), maxHandOverMessage)}
 	if e := s.LastExit; e != nil {

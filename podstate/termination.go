@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
+	"github.com/restart-supervisor/restart-supervisor/statevol"
 )
 
 const (
@@ -22,7 +23,7 @@ const (
 // "restart-supervisor: 3 in-place restarts (1 pod restart); last exit 42
 // (rule 0 Restart); final exit 1". The final exit is s.LastExit when the
 // state is contract.PhaseExited.
-func (s Status) Summary() string {
+func Summary(s statevol.Status) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "restart-supervisor: %d in-place %s", s.Restarts, plural(s.Restarts, "restart", "restarts"))
 	if s.PodRestarts > 0 {
@@ -42,7 +43,7 @@ func (s Status) Summary() string {
 	return b.String()
 }
 
-func describeExit(e Exit) string {
+func describeExit(e statevol.Exit) string {
 	s := fmt.Sprint(e.Code)
 	var detail []string
 	if e.Signal != "" {
@@ -92,7 +93,7 @@ func WriteTerminationMessageUnlessEmpty(path, msg string, keepEmpty bool) error 
 	if path == "" {
 		path = contract.DefaultTerminationMessagePath
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, fileMode)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, statevol.FileMode)
 	if err != nil {
 		return fmt.Errorf("termination message: %w", err)
 	}

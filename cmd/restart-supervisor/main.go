@@ -231,7 +231,7 @@ func supervisorCmd(args []string) int {
 	// Stopped before any run of its own ended, the container exits with
 	// the exit its earlier supervisor handed over.
 	status := pod.ExitStatus(final, res.Status)
-	writeTerminationMessage(term, f.termPolicy, status, pod.Close(final).Summary(), logger)
+	writeTerminationMessage(term, f.termPolicy, status, podstate.Summary(pod.Close(final)), logger)
 	return status
 }
 

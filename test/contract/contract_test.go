@@ -29,7 +29,7 @@ import (
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/injector"
-	"github.com/restart-supervisor/restart-supervisor/podstate"
+	"github.com/restart-supervisor/restart-supervisor/statevol"
 )
 
 // versionVar is the symbol every build stamps; building with it here
@@ -326,7 +326,7 @@ func TestInjectedPodRestartsInPlace(t *testing.T) {
 	if err != nil {
 		t.Fatalf("status document: %v", err)
 	}
-	var st podstate.Status
+	var st statevol.Status
 	if err := json.Unmarshal(data, &st); err != nil {
 		t.Fatalf("status document %s: %v", data, err)
 	}
@@ -459,8 +459,8 @@ func TestInjectedPodRestartsTogether(t *testing.T) {
 			}
 		})
 	}
-	status := func(name string) podstate.Status {
-		var st podstate.Status
+	status := func(name string) statevol.Status {
+		var st statevol.Status
 		data, _ := os.ReadFile(filepath.Join(host, contract.StatusDir, name+contract.StatusExt))
 		json.Unmarshal(data, &st)
 		return st
