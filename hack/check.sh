@@ -28,6 +28,13 @@ if [ -n "$others" ]; then
 	exit 1
 fi
 
+# restart-injector (webhook, node agent, status) links none of the PID-1
+# loop's packages: the node agent reads the state volume through statevol.
+if go list -deps ./cmd/restart-injector | grep -E '^github\.com/restart-supervisor/restart-supervisor/(supervise|podstate|configreload)$'; then
+	echo "cmd/restart-injector must not depend on the supervisor's packages above" >&2
+	exit 1
+fi
+
 # The suites behind the training, podstart, gang and controllers build tags are neither
 # built by `go vet ./...` nor by lint; vet them here so that they keep
 # compiling.

@@ -5,7 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/restart-supervisor/restart-supervisor/supervise"
+	"github.com/restart-supervisor/restart-supervisor/contract"
 )
 
 // This file is the agent's decision, with no I/O: given what the agent
@@ -148,7 +148,7 @@ func diffPod(prev *podState, pod podInfo, docs []Doc, started time.Time) podDiff
 		}
 		next.containers[d.Container] = c
 		s := sample{namespace: pod.namespace, pod: pod.name, uid: pod.uid, container: d.Container,
-			restarts: total, podRestarts: podGen, inBackoff: d.State == supervise.BackingOff}
+			restarts: total, podRestarts: podGen, inBackoff: d.State == contract.PhaseBackingOff}
 		if d.LastExit != nil {
 			code := d.LastExit.Code
 			s.lastExit = &code

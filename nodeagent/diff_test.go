@@ -9,9 +9,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/restart-supervisor/restart-supervisor/podstate"
+	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/rules"
-	"github.com/restart-supervisor/restart-supervisor/supervise"
+	"github.com/restart-supervisor/restart-supervisor/statevol"
 )
 
 var agentStart = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
@@ -28,10 +28,10 @@ func testPod(created time.Time, containers ...string) *corev1.Pod {
 
 // status is a document as podstate writes it after restarts in-place
 // restarts, the last one by rule 0 (exit 3) at restartAt.
-func status(container string, restarts int, gen uint64, restartAt time.Time) podstate.Status {
+func status(container string, restarts int, gen uint64, restartAt time.Time) statevol.Status {
 	rule := 0
-	exit := &podstate.Exit{Code: 3, Rule: &rule, Action: rules.ActionRestart, At: restartAt}
-	s := podstate.Status{Container: container, State: supervise.Running, Restarts: restarts, Generation: gen,
+	exit := &statevol.Exit{Code: 3, Rule: &rule, Action: rules.ActionRestart, At: restartAt}
+	s := statevol.Status{Container: container, State: contract.PhaseRunning, Restarts: restarts, Generation: gen,
 		LastExit: exit, UpdatedAt: restartAt}
 	if restarts > 0 {
 		s.LastRestart = exit
@@ -39,7 +39,7 @@ func status(container string, restarts int, gen uint64, restartAt time.Time) pod
 	return s
 }
 
-func doc(s podstate.Status) Doc { return Doc{PodUID: "uid-1", Status: s} }
+func doc(s statevol.Status) Doc { return Doc{PodUID: "uid-1", Status: s} }
 
 func withTotal(d Doc, n int) Doc { d.RestartsTotal = &n; return d }
 
@@ -187,8 +187,8 @@ func TestDiffPodIsPure(t *testing.T) {
 
 func TestDiffPodSamples(t *testing.T) {
 	s := status("app", 3, 1, agentStart)
-	s.State, s.NextStartAt = supervise.BackingOff, agentStart.Add(10*time.Second)
-	s.LastExit = &podstate.Exit{Code: 137, Signal: "SIGKILL", At: agentStart}
+	s.State, s.NextStartAt = contract.PhaseBackingOff, agentStart.Add(10*time.Second)
+	s.LastExit = &statevol.Exit{Code: 137, Signal: "SIGKILL", At: agentStart}
 	d := diffPod(nil, podInfoOf(testPod(agentStart, "app"), agentStart), []Doc{doc(s)}, agentStart)
 	if len(d.samples) != 1 {
 		t.Fatalf("samples %+v", d.samples)
@@ -209,9 +209,9 @@ func TestDiffPodSamples(t *testing.T) {
 // over after restarts in-place restarts.
 func handedOver(restarts int, at time.Time) Doc {
 	d := doc(status("app", restarts, 0, at.Add(-time.Second)))
-	d.State = supervise.Exited
-	d.LastExit = &podstate.Exit{Code: 42, At: at}
-	d.HandOver = &podstate.HandOver{Reason: "RestartBudgetExhausted", Message: "3 in-place restarts (restartBudget.maxRestarts 3)\x1b[31m"}
+	d.State = contract.PhaseExited
+	d.LastExit = &statevol.Exit{Code: 42, At: at}
+	d.HandOver = &statevol.HandOver{Reason: "RestartBudgetExhausted", Message: "3 in-place restarts (restartBudget.maxRestarts 3)\x1b[31m"}
 	return d
 }
 

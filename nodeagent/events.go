@@ -8,8 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
-	"github.com/restart-supervisor/restart-supervisor/podstate"
-	"github.com/restart-supervisor/restart-supervisor/supervise"
+	"github.com/restart-supervisor/restart-supervisor/statevol"
 )
 
 // Event reasons the agent records, and `restart-injector status` reads.
@@ -57,7 +56,7 @@ type Restart struct {
 }
 
 // restartOf describes the restart s reports, its strings cleaned.
-func restartOf(s podstate.Status, total int) Restart {
+func restartOf(s statevol.Status, total int) Restart {
 	r := Restart{Container: clean(s.Container), Total: total}
 	if e := s.LastRestart; e != nil {
 		code := e.Code
@@ -70,7 +69,7 @@ func restartOf(s podstate.Status, total int) Restart {
 			r.Action = clean(string(e.Action))
 		}
 	}
-	if !s.NextStartAt.IsZero() && s.State == supervise.BackingOff {
+	if !s.NextStartAt.IsZero() && s.State == contract.PhaseBackingOff {
 		r.BackoffSeconds = int64(max(0, s.NextStartAt.Sub(s.UpdatedAt)).Round(time.Second) / time.Second)
 	}
 	return r
@@ -140,7 +139,7 @@ type HandOver struct {
 const maxHandOverMessage = 256
 
 // handOverOf describes the hand-over s reports, its strings cleaned.
-func handOverOf(s podstate.Status, total int) HandOver {
+func handOverOf(s statevol.Status, total int) HandOver {
 	h := HandOver{Container: clean(s.Container), Total: total, Reason: clean(s.HandOver.Reason),
 		Message: truncate(cleanText(s.HandOver.Message), maxHandOverMessage)}
 	if e := s.LastExit; e != nil {

@@ -11,8 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
-	"github.com/restart-supervisor/restart-supervisor/podstate"
 	"github.com/restart-supervisor/restart-supervisor/rules"
+	"github.com/restart-supervisor/restart-supervisor/statevol"
 )
 
 // TestHostileDocumentMakesABoundedPlainEvent: a status document's strings
@@ -21,8 +21,8 @@ import (
 func TestHostileDocumentMakesABoundedPlainEvent(t *testing.T) {
 	rule := 0
 	hostile := "\x1b]0;owned\x07\x1b[2J\r\u202egnp.exe" + strings.Repeat("A", 60<<10)
-	s := podstate.Status{Container: "app", Restarts: 1,
-		LastRestart: &podstate.Exit{Code: 1, Signal: hostile, Rule: &rule, Action: rules.Action(hostile), At: agentStart}}
+	s := statevol.Status{Container: "app", Restarts: 1,
+		LastRestart: &statevol.Exit{Code: 1, Signal: hostile, Rule: &rule, Action: rules.Action(hostile), At: agentStart}}
 	r := restartOf(s, 1)
 	msg := r.String()
 	ann := r.annotations()[contract.EventAnnotationRestart]
@@ -50,8 +50,8 @@ func TestHostileDocumentMakesABoundedPlainEvent(t *testing.T) {
 // out-of-memory kill says OOMKilled in its message and annotation, as the
 // kubelet's lastState.terminated.reason does for a native restart.
 func TestRestartEventNamesAnOOMKill(t *testing.T) {
-	s := podstate.Status{Container: "trainer", Restarts: 2,
-		LastRestart: &podstate.Exit{Code: 137, Signal: "SIGKILL", Reason: "OOMKilled", At: agentStart}}
+	s := statevol.Status{Container: "trainer", Restarts: 2,
+		LastRestart: &statevol.Exit{Code: 137, Signal: "SIGKILL", Reason: "OOMKilled", At: agentStart}}
 	r := restartOf(s, 2)
 	if want := "Container trainer restarted in place (restart 2): exit code 137 (SIGKILL, OOMKilled), no rule (container policy), back-off 0s"; r.String() != want {
 		t.Errorf("message %q, want %q", r.String(), want)

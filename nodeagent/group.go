@@ -25,7 +25,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
-	"github.com/restart-supervisor/restart-supervisor/podstate"
+	"github.com/restart-supervisor/restart-supervisor/statevol"
 )
 
 // Group restarts (the RestartGroup action; docs/gang.md). A group is the
@@ -40,7 +40,7 @@ import (
 //     an update conditioned on the resourceVersion, so that of several
 //     ranks failing at once exactly one generation results;
 //   - delivers each new generation to its node's members as a pod
-//     restart (podstate.DeliverGroup);
+//     restart (statevol.DeliverGroup);
 //   - reports how many of its node's members have stopped for it, in its
 //     own key of spec.nodes (a merge patch: agents never overwrite each
 //     other);
@@ -128,7 +128,7 @@ type groupState struct {
 	key             string
 	generation      uint64
 	maxRestarts     int64 // -1: no limit
-	cause           podstate.GroupCause
+	cause           statevol.GroupCause
 	// causeTime is when the current generation was made.
 	causeTime       time.Time
 	nodes           map[string]nodeReport
@@ -226,7 +226,7 @@ type groupSample struct {
 // GroupStopWait bounds the wait for every pod of a group to stop before
 // the members on this node are released all the same: a node agent that
 // died, a node cut off. The supervisors' own bound is longer
-// (podstate.GroupReleaseWait).
+// (statevol.GroupReleaseWait).
 var GroupStopWait = 30 * time.Second
 
 func (a *Agent) groupLoop(ctx context.Context, objects cache.Indexer) {
@@ -336,7 +336,7 @@ var statePath = statusPath[:len(statusPath)-1]
 // takeRequests turns each new request of member m into the group's next
 // generation, or a refusal.
 func (g *groups) takeRequests(ctx context.Context, m localMember) {
-	reqs, errs := podstate.GroupRequests(m.dir)
+	reqs, errs := statevol.GroupRequests(m.dir)
 	g.a.mu.Lock()
 	g.a.logErrors(errs)
 	g.a.mu.Unlock()
@@ -352,7 +352,7 @@ func (g *groups) takeRequests(ctx context.Context, m localMember) {
 			g.a.log.Warn("group restart request", "pod", m.pod.Namespace+"/"+m.pod.Name, "container", r.Container, "err", err)
 			delete(g.handled, hk) // tried again at the next step
 		} else if refused != "" {
-			if err := podstate.AnswerGroup(m.dir, r, refused); err != nil {
+			if err := statevol.AnswerGroup(m.dir, r, refused); err != nil {
 				g.a.log.Warn("answer group restart request", "pod", m.pod.Namespace+"/"+m.pod.Name, "err", err)
 			}
 			g.a.log.Info("group restart refused", "pod", m.pod.Namespace+"/"+m.pod.Name, "container", r.Container, "group", m.key, "reason", refused)
@@ -363,7 +363,7 @@ func (g *groups) takeRequests(ctx context.Context, m localMember) {
 // request takes in request r of member m: the next generation of the
 // group when r saw the current one, nothing when a newer one is under way
 // (it answers r), a refusal past the budget.
-func (g *groups) request(ctx context.Context, m localMember, r podstate.GroupRequest) (refused string, err error) {
+func (g *groups) request(ctx context.Context, m localMember, r statevol.GroupRequest) (refused string, err error) {
 	res := g.client.Resource(GroupResource).Namespace(m.pod.Namespace)
 	name := GroupObjectName(m.key)
 	for try := 0; try < 5; try++ {
@@ -499,11 +499,11 @@ func (g *groups) carryOut(ctx context.Context, ms []localMember) {
 		uid := string(m.pod.UID)
 		n, ok := r.podGen[uid]
 		if !ok {
-			if prev, had := podstate.GroupRound(m.dir, st.generation); had {
+			if prev, had := statevol.GroupRound(m.dir, st.generation); had {
 				n, ok = prev, true // delivered before this agent started
-			} else if podstate.LastGroup(m.dir) < st.generation {
+			} else if statevol.LastGroup(m.dir) < st.generation {
 				var err error
-				n, _, err = podstate.DeliverGroup(m.dir, st.cause)
+				n, _, err = statevol.DeliverGroup(m.dir, st.cause)
 				if err != nil {
 					// Tried again at every step; said once a round, since a
 					// pod can keep its own volume failing (a flooded
@@ -521,10 +521,10 @@ func (g *groups) carryOut(ctx context.Context, ms []localMember) {
 			}
 			r.podGen[uid] = n
 		}
-		if podstate.GroupStopped(m.dir, n) {
+		if statevol.GroupStopped(m.dir, n) {
 			stopped++
 		}
-		if r.released[uid] && podstate.GroupStarted(m.dir, n) {
+		if r.released[uid] && statevol.GroupStarted(m.dir, n) {
 			started++
 		}
 	}
@@ -546,10 +546,10 @@ func (g *groups) carryOut(ctx context.Context, ms []localMember) {
 	for _, m := range ms {
 		uid := string(m.pod.UID)
 		n, ok := r.podGen[uid]
-		if !ok || r.released[uid] || !podstate.GroupStopped(m.dir, n) && !late {
+		if !ok || r.released[uid] || !statevol.GroupStopped(m.dir, n) && !late {
 			continue
 		}
-		if err := podstate.ReleaseGroup(m.dir, n); err != nil {
+		if err := statevol.ReleaseGroup(m.dir, n); err != nil {
 			g.a.log.Warn("release group round", "pod", ns+"/"+m.pod.Name, "err", err)
 			continue
 		}

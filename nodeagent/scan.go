@@ -13,7 +13,7 @@ import (
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/internal/boundedfile"
-	"github.com/restart-supervisor/restart-supervisor/podstate"
+	"github.com/restart-supervisor/restart-supervisor/statevol"
 )
 
 // Limits bound the cost of one scan of the pods directory. Every file under
@@ -80,9 +80,9 @@ func (lim Limits) withDefaults() Limits {
 // Doc is one status document found on the node.
 type Doc struct {
 	PodUID string `json:"-"`
-	podstate.Status
+	statevol.Status
 	// RestartsTotal is the in-place restarts of the container across its
-	// supervisors (podstate.Status.RestartsTotal, which this field shadows
+	// supervisors (statevol.Status.RestartsTotal, which this field shadows
 	// in decoding): a pointer, so that a document of an earlier release,
 	// which has no such field, reads as nil, and the agent then rebuilds
 	// the count (containerCount).
@@ -220,7 +220,7 @@ func scanPod(root int, podsDir, uid string, lim Limits, left *budget) ([]Doc, []
 			errs = append(errs, fmt.Errorf("%s: %v", path, err))
 			continue
 		}
-		// As in podstate.ReadAll, the file name is the authority.
+		// As in statevol.ReadAll, the file name is the authority.
 		d.Container = strings.TrimSuffix(name, contract.StatusExt)
 		d.PodUID = uid
 		docs = append(docs, d)

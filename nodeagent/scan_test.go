@@ -20,8 +20,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
-	"github.com/restart-supervisor/restart-supervisor/podstate"
-	"github.com/restart-supervisor/restart-supervisor/supervise"
+	"github.com/restart-supervisor/restart-supervisor/statevol"
 )
 
 // hostileNode lays out pods pods under a temporary pods directory as the
@@ -43,9 +42,9 @@ func hostileNode(t *testing.T, pods, docs int) (string, []*corev1.Pod) {
 		for c := range docs {
 			name := fmt.Sprintf("c%03d", c)
 			pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{Name: name})
-			b, err := json.Marshal(podstate.Status{Container: name, State: supervise.Running, SupervisorVersion: pad})
+			b, err := json.Marshal(statevol.Status{Container: name, State: contract.PhaseRunning, SupervisorVersion: pad})
 			must(t, err)
-			must(t, os.WriteFile(podstate.StatusPath(dir, name), b, 0o644))
+			must(t, os.WriteFile(statevol.StatusPath(dir, name), b, 0o644))
 		}
 		objs = append(objs, pod)
 	}

@@ -1,205 +1,17 @@
 package podstate
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/internal/dirwatch"
+	"github.com/restart-supervisor/restart-supervisor/statevol"
 )
 
-// Pod restarts (KEP-5532 RestartAllContainers) are numbered generations.
-// Generation N exists when the file pod-restarts/<N> exists; the current
-// generation is the highest present, 0 when none is. Every supervisor knows
-// the generation its workload's current run belongs to (its "observed"
-// generation).
-//
-// The exactly-once rule: an announcement carries the generation its
-// announcer observed, G, and can only create generation G+1. The file is
-// made by link(2), which fails when the name exists, so of several
-// containers that hit the rule during the same generation exactly one
-// creates G+1 and the others learn that the pod restart they asked for is
-// already under way. Every supervisor restarts its workload once for each
-// generation above the one it observed, and then observes the new one: one
-// announcement, one restart of each container, no loop.
-
-const (
-	// genKeep is how many older generation files an announcer leaves for
-	// inspection; only the newest is ever needed.
-	genKeep = 8
-	// DefaultPollInterval is how often a watcher without inotify looks.
-	DefaultPollInterval = time.Second
-	// MaxGeneration is the highest generation number taken from a file
-	// name. Any container of the pod can create files in pod-restarts/,
-	// and a name of 18446744073709551615 made the next announcement wrap
-	// to 0 and be ignored for good; names above this are not generations.
-	// A pod restart a second would take 35 000 years to get here.
-	MaxGeneration = 1 << 40
-	// maxGenerationSize bounds a generation file: a real one is about
-	// 100 bytes of JSON.
-	maxGenerationSize = 4 << 10
-)
-
-// Generation is one pod restart.
-type Generation struct {
-	N uint64 `json:"generation"`
-	// Source is the container whose exit announced it, ExitCode that exit.
-	Source   string    `json:"source"`
-	ExitCode int32     `json:"exitCode"`
-	Time     time.Time `json:"time"`
-	// Group is set on a generation the node agent delivered for a group
-	// restart (group.go); Source is then contract.GroupSource.
-	Group *GroupCause `json:"group,omitempty"`
-}
-
-func genName(n uint64) string { return fmt.Sprintf("%020d", n) }
-
-// Current returns the pod's current restart generation.
-func Current(dir string) (uint64, error) {
-	names, err := genNames(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		if _, derr := os.Stat(dir); derr != nil {
-			return 0, fmt.Errorf("state directory: %w", derr)
-		}
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("state directory: %w", err)
-	}
-	var max uint64
-	for _, name := range names {
-		if n, ok := parseGenName(name); ok && n > max {
-			max = n
-		}
-	}
-	return max, nil
-}
-
-// parseGenName returns the generation a file name stands for, if any.
-func parseGenName(name string) (uint64, bool) {
-	if len(name) != 20 {
-		return 0, false
-	}
-	n, err := strconv.ParseUint(name, 10, 64)
-	return n, err == nil && n <= MaxGeneration
-}
-
-// ReadGeneration returns the details of generation n. A generation whose
-// file was pruned or cannot be parsed still has its number.
-func ReadGeneration(dir string, n uint64) Generation {
-	g := Generation{N: n}
-	// Any container can put a FIFO, a huge file or a link to /dev/zero
-	// here: read it as an adversary's file.
-	if data, err := readBounded(filepath.Join(dir, contract.PodRestartsDir, genName(n)), maxGenerationSize); err == nil {
-		_ = json.Unmarshal(data, &g)
-		g.N = n
-	}
-	return g
-}
-
-// Announce asks for a pod restart on behalf of container source, whose
-// workload exited with exitCode during generation observed. It creates
-// generation observed+1 and reports won=true, or, when the pod is past
-// observed already, creates nothing and returns the pod's current
-// generation with won=false: the announcement was stale, the pod restart
-// it asked for is already under way. Either way the caller's workload belongs to the
-// returned generation once restarted.
-func Announce(dir string, observed uint64, source string, exitCode int32) (g Generation, won bool, err error) {
-	return announce(dir, observed, source, exitCode, nil)
-}
-
-// announce is Announce with a hook called with the generation number just
-// before its file is created, not called when the announcement is stale.
-func announce(dir string, observed uint64, source string, exitCode int32, before func(n uint64)) (g Generation, won bool, err error) {
-	gdir, err := sharedSubdir(dir, contract.PodRestartsDir)
-	if err != nil {
-		return Generation{}, false, err
-	}
-	// Old generation files are pruned, so link(2) alone would not notice
-	// an announcer far behind; the current number does.
-	if cur, err := Current(dir); err != nil {
-		return Generation{}, false, err
-	} else if cur > observed {
-		return ReadGeneration(dir, cur), false, nil
-	}
-	if observed >= MaxGeneration {
-		return Generation{}, false, fmt.Errorf("announce pod restart: generation %d is the last one", observed)
-	}
-	g = Generation{N: observed + 1, Source: source, ExitCode: exitCode, Time: time.Now().UTC()}
-	if before != nil {
-		before(g.N)
-	}
-	data, err := json.Marshal(g)
-	if err != nil {
-		return Generation{}, false, err
-	}
-	// Relative to a descriptor of pod-restarts/ opened without following
-	// a link, so that a link swapped in by another container cannot send
-	// the files elsewhere.
-	dfd, err := openSubdir(dir, contract.PodRestartsDir, "announce")
-	if err != nil {
-		return Generation{}, false, err
-	}
-	defer unix.Close(dfd)
-	tmp, err := createTempAt(dfd, "announce", append(data, '\n'))
-	if err != nil {
-		return Generation{}, false, err
-	}
-	defer unix.Unlinkat(dfd, tmp, 0)
-	// link(2), unlike rename(2), fails if the name exists: the winner's
-	// file appears complete and no one can replace it.
-	err = unix.Linkat(dfd, tmp, dfd, genName(g.N), 0)
-	if err != nil {
-		err = &os.LinkError{Op: "link", Old: tmp, New: genName(g.N), Err: err}
-	}
-	switch {
-	case err == nil:
-		prune(gdir, g.N)
-		return g, true, nil
-	case errors.Is(err, os.ErrExist):
-		cur, cerr := Current(dir)
-		if cerr != nil {
-			return Generation{}, false, cerr
-		}
-		return ReadGeneration(dir, cur), false, nil
-	default:
-		return Generation{}, false, fmt.Errorf("announce pod restart: %w", err)
-	}
-}
-
-// prune removes generation files, and the round markers of their
-// generations, older than the last genKeep. Errors are ignored: leftovers
-// cost a few bytes and never change the current number.
-// pod-restarts/ is sticky, so a file another UID announced cannot be
-// removed here (EPERM, unless this process has CAP_FOWNER): it stays until
-// its owner's next announcement prunes it, which leaves each UID at most
-// genKeep+1 files of its own.
-func prune(gdir string, newest uint64) {
-	if newest <= genKeep {
-		return
-	}
-	names, err := listNames(gdir, ".", maxGenEntries)
-	if err != nil {
-		return
-	}
-	for _, name := range names {
-		n, ok := parseGenName(name)
-		if !ok {
-			n, _, _, ok = parseMarker(name)
-		}
-		if ok && n+genKeep < newest {
-			os.Remove(filepath.Join(gdir, name))
-		}
-	}
-}
+// DefaultPollInterval is how often a watcher without inotify looks.
+const DefaultPollInterval = time.Second
 
 // WatchOptions tune a Watcher.
 type WatchOptions struct {
@@ -229,7 +41,7 @@ func PodRestartWatch(members []contract.PodMember, announces bool) WatchOptions 
 
 // Watcher delivers the pod's new restart generations.
 type Watcher struct {
-	c    chan Generation
+	c    chan statevol.Generation
 	done chan struct{}
 	wg   sync.WaitGroup
 	dw   *dirwatch.Watcher
@@ -240,7 +52,7 @@ type Watcher struct {
 // the caller has observed (Current at start-up), so that nothing older is
 // replayed and nothing announced since is missed.
 func Watch(dir string, from uint64, opts WatchOptions) (*Watcher, error) {
-	gdir, err := sharedSubdir(dir, contract.PodRestartsDir)
+	gdir, err := statevol.SharedSubdir(dir, contract.PodRestartsDir)
 	if err != nil {
 		return nil, err
 	}
@@ -249,7 +61,7 @@ func Watch(dir string, from uint64, opts WatchOptions) (*Watcher, error) {
 		interval = DefaultPollInterval
 	}
 	w := &Watcher{
-		c:    make(chan Generation, 1),
+		c:    make(chan statevol.Generation, 1),
 		done: make(chan struct{}),
 		dw:   dirwatch.New(gdir, dirwatch.Options{ForcePoll: opts.ForcePoll, PollInterval: interval}),
 	}
@@ -262,7 +74,7 @@ func Watch(dir string, from uint64, opts WatchOptions) (*Watcher, error) {
 // most one pending generation: when the receiver is late, a newer
 // generation replaces the pending one, since one restart answers both.
 // Close closes C.
-func (w *Watcher) C() <-chan Generation { return w.c }
+func (w *Watcher) C() <-chan statevol.Generation { return w.c }
 
 // Polling reports whether the watcher polls instead of using inotify.
 func (w *Watcher) Polling() bool { return w.dw.Polling() }
@@ -286,12 +98,12 @@ func (w *Watcher) Close() error {
 func (w *Watcher) run(dir string, last uint64) {
 	defer w.wg.Done()
 	scan := func() {
-		n, err := Current(dir)
+		n, err := statevol.Current(dir)
 		if err != nil || n <= last {
 			return
 		}
 		last = n
-		w.deliver(ReadGeneration(dir, n))
+		w.deliver(statevol.ReadGeneration(dir, n))
 	}
 	// The watch is in place before this first look, so a generation made
 	// between the caller's Current and Watch is seen here.
@@ -306,7 +118,7 @@ func (w *Watcher) run(dir string, last uint64) {
 	}
 }
 
-func (w *Watcher) deliver(g Generation) {
+func (w *Watcher) deliver(g statevol.Generation) {
 	select {
 	case w.c <- g:
 		return
@@ -347,10 +159,10 @@ type Member struct {
 // in: a container started late does not replay earlier pod restarts) and
 // watches for newer ones.
 func Join(dir, container string, opts WatchOptions) (*Member, error) {
-	if err := CheckContainerName(container); err != nil {
+	if err := statevol.CheckContainerName(container); err != nil {
 		return nil, err
 	}
-	gen, err := Current(dir)
+	gen, err := statevol.Current(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -378,12 +190,12 @@ func (m *Member) Generation() uint64 {
 // container created it under a name that did not announce it) is not
 // taken as the pod restart under way: the announcement goes on to the
 // next number, a few times at most.
-func (m *Member) Announce(exitCode int32) (g Generation, won bool, err error) {
+func (m *Member) Announce(exitCode int32) (g statevol.Generation, won bool, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	observed := m.gen
 	for try := 0; ; try++ {
-		g, won, err = announce(m.dir, observed, m.name, exitCode, func(n uint64) {
+		g, won, err = statevol.AnnounceWith(m.dir, observed, m.name, exitCode, func(n uint64) {
 			if m.round.beforeAnnounce != nil {
 				m.round.beforeAnnounce(n, exitCode)
 			}
@@ -413,12 +225,12 @@ func (m *Member) Announce(exitCode int32) (g Generation, won bool, err error) {
 
 // Restarts delivers generations announced by any container of the pod;
 // Close closes it. Pass each to Accept.
-func (m *Member) Restarts() <-chan Generation { return m.w.C() }
+func (m *Member) Restarts() <-chan statevol.Generation { return m.w.C() }
 
 // Accept reports whether g asks this container to restart: true the first
 // time a generation above the current one is seen, which then becomes the
 // current one.
-func (m *Member) Accept(g Generation) bool {
+func (m *Member) Accept(g statevol.Generation) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if g.N <= m.gen {

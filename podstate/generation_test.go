@@ -1,7 +1,8 @@
 package podstate
 
 import (
-	"github.com/restart-supervisor/restart-supervisor/supervise"
+	"github.com/restart-supervisor/restart-supervisor/contract"
+	"github.com/restart-supervisor/restart-supervisor/statevol"
 
 	"bufio"
 	"fmt"
@@ -22,7 +23,7 @@ func TestMain(m *testing.M) {
 	switch os.Getenv("PODSTATE_TEST_ROLE") {
 	case "":
 		os.Exit(m.Run())
-	case "announce":
+	case "statevol.AnnounceWith":
 		os.Exit(announceRole())
 	case "member":
 		os.Exit(memberRole())
@@ -53,12 +54,12 @@ func announceRole() int {
 		time.Sleep(100 * time.Microsecond)
 	}
 	name := os.Getenv("PODSTATE_NAME")
-	g, won, err := Announce(dir, observed, name, 42)
+	g, won, err := statevol.Announce(dir, observed, name, 42)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if err := WriteStatus(dir, Status{Container: name, State: supervise.Running, Generation: g.N, SupervisorPID: os.Getpid()}); err != nil {
+	if err := statevol.WriteStatus(dir, statevol.Status{Container: name, State: contract.PhaseRunning, Generation: g.N, SupervisorPID: os.Getpid()}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -81,28 +82,28 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 func TestAnnounceSequence(t *testing.T) {
 	dir := t.TempDir()
-	if n, err := Current(dir); err != nil || n != 0 {
+	if n, err := statevol.Current(dir); err != nil || n != 0 {
 		t.Fatalf("fresh dir: %d %v", n, err)
 	}
-	g, won, err := Announce(dir, 0, "app", 42)
+	g, won, err := statevol.Announce(dir, 0, "app", 42)
 	if err != nil || !won || g.N != 1 || g.Source != "app" || g.ExitCode != 42 {
 		t.Fatalf("first announcement: %+v %v %v", g, won, err)
 	}
 	// Another container that observed generation 0 is stale: its exit
 	// belongs to the pod restart already announced.
-	g, won, err = Announce(dir, 0, "side", 42)
+	g, won, err = statevol.Announce(dir, 0, "side", 42)
 	if err != nil || won || g.N != 1 || g.Source != "app" {
 		t.Fatalf("stale announcement: %+v %v %v", g, won, err)
 	}
 	// After restarting into generation 1, a new exit makes generation 2.
-	g, won, err = Announce(dir, 1, "side", 88)
+	g, won, err = statevol.Announce(dir, 1, "side", 88)
 	if err != nil || !won || g.N != 2 || g.Source != "side" || g.ExitCode != 88 {
 		t.Fatalf("second pod restart: %+v %v %v", g, won, err)
 	}
-	if n, _ := Current(dir); n != 2 {
+	if n, _ := statevol.Current(dir); n != 2 {
 		t.Fatalf("current %d, want 2", n)
 	}
-	if g := ReadGeneration(dir, 1); g.Source != "app" || g.ExitCode != 42 || g.Time.IsZero() {
+	if g := statevol.ReadGeneration(dir, 1); g.Source != "app" || g.ExitCode != 42 || g.Time.IsZero() {
 		t.Fatalf("generation 1 reads %+v", g)
 	}
 	// No temporary file is left.
@@ -110,31 +111,31 @@ func TestAnnounceSequence(t *testing.T) {
 	if len(entries) != 2 {
 		t.Fatalf("%d files in pod-restarts, want 2", len(entries))
 	}
-	if _, _, err := Announce(filepath.Join(dir, "absent"), 0, "app", 42); err == nil {
-		t.Fatal("announce into a missing state directory must fail")
+	if _, _, err := statevol.Announce(filepath.Join(dir, "absent"), 0, "app", 42); err == nil {
+		t.Fatal("statevol.AnnounceWith into a missing state directory must fail")
 	}
 }
 
 func TestAnnouncePrunesOldGenerations(t *testing.T) {
 	dir := t.TempDir()
 	for i := uint64(0); i < 30; i++ {
-		if _, won, err := Announce(dir, i, "app", 42); err != nil || !won {
+		if _, won, err := statevol.Announce(dir, i, "app", 42); err != nil || !won {
 			t.Fatal(i, won, err)
 		}
 	}
 	entries, _ := os.ReadDir(filepath.Join(dir, "pod-restarts"))
-	if len(entries) != genKeep+1 {
-		t.Fatalf("%d generation files left, want %d", len(entries), genKeep+1)
+	if len(entries) != statevol.GenKeep+1 {
+		t.Fatalf("%d generation files left, want %d", len(entries), statevol.GenKeep+1)
 	}
-	if n, _ := Current(dir); n != 30 {
+	if n, _ := statevol.Current(dir); n != 30 {
 		t.Fatalf("current %d after pruning, want 30", n)
 	}
 	// An announcer far behind is stale although its generation's file was
 	// pruned.
-	if g, won, err := Announce(dir, 3, "slow", 42); err != nil || won || g.N != 30 {
+	if g, won, err := statevol.Announce(dir, 3, "slow", 42); err != nil || won || g.N != 30 {
 		t.Fatalf("stale announcement after pruning: %+v %v %v", g, won, err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "pod-restarts", genName(4))); err == nil {
+	if _, err := os.Stat(filepath.Join(dir, "pod-restarts", statevol.GenName(4))); err == nil {
 		t.Fatal("a pruned generation was created again")
 	}
 }
@@ -151,7 +152,7 @@ func TestAnnounceConcurrentGoroutines(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
-				g, won, err := Announce(dir, round, fmt.Sprint("c", i), 42)
+				g, won, err := statevol.Announce(dir, round, fmt.Sprint("c", i), 42)
 				if err != nil || g.N != round+1 {
 					t.Errorf("round %d: %+v %v", round, g, err)
 				}
@@ -187,7 +188,7 @@ func runAnnouncers(t *testing.T, dir string, n int, observed uint64, prep func(i
 	var outs []*strings.Builder
 	for i := 0; i < n; i++ {
 		cmd := exec.Command(os.Args[0])
-		cmd.Env = append(os.Environ(), "PODSTATE_TEST_ROLE=announce", "PODSTATE_DIR="+dir, "PODSTATE_START="+start,
+		cmd.Env = append(os.Environ(), "PODSTATE_TEST_ROLE=statevol.AnnounceWith", "PODSTATE_DIR="+dir, "PODSTATE_START="+start,
 			"PODSTATE_OBSERVED="+strconv.FormatUint(observed, 10), fmt.Sprintf("PODSTATE_NAME=c%d", i))
 		if prep != nil {
 			prep(i, cmd)
@@ -234,7 +235,7 @@ func TestAnnounceConcurrentProcesses(t *testing.T) {
 	for round := uint64(0); round < 5; round++ {
 		checkOneWinner(t, runAnnouncers(t, dir, 6, round, nil), round+1)
 	}
-	if n, _ := Current(dir); n != 5 {
+	if n, _ := statevol.Current(dir); n != 5 {
 		t.Fatalf("current %d, want 5", n)
 	}
 }
@@ -262,7 +263,7 @@ func TestAnnounceAcrossMountNamespaces(t *testing.T) {
 	for round := uint64(0); round < 3; round++ {
 		checkOneWinner(t, runAnnouncers(t, shared, 4, round, prep), round+1)
 	}
-	if n, _ := Current(shared); n != 3 {
+	if n, _ := statevol.Current(shared); n != 3 {
 		t.Fatalf("current %d in the shared directory, want 3", n)
 	}
 }
@@ -272,23 +273,23 @@ func watchModes(t *testing.T, f func(t *testing.T, opts WatchOptions)) {
 	t.Run("poll", func(t *testing.T) { f(t, WatchOptions{ForcePoll: true, PollInterval: 20 * time.Millisecond}) })
 }
 
-func receive(t *testing.T, c <-chan Generation) Generation {
+func receive(t *testing.T, c <-chan statevol.Generation) statevol.Generation {
 	t.Helper()
 	select {
 	case g := <-c:
 		return g
 	case <-time.After(30 * time.Second):
 		t.Fatal("no generation delivered")
-		return Generation{}
+		return statevol.Generation{}
 	}
 }
 
 func TestWatcherDeliversNewGenerationsOnly(t *testing.T) {
 	watchModes(t, func(t *testing.T, opts WatchOptions) {
 		dir := t.TempDir()
-		Announce(dir, 0, "old", 1)
-		Announce(dir, 1, "old", 1)
-		from, _ := Current(dir)
+		statevol.Announce(dir, 0, "old", 1)
+		statevol.Announce(dir, 1, "old", 1)
+		from, _ := statevol.Current(dir)
 		w, err := Watch(dir, from, opts)
 		if err != nil {
 			t.Fatal(err)
@@ -303,13 +304,13 @@ func TestWatcherDeliversNewGenerationsOnly(t *testing.T) {
 		if g.N != 3 || !strings.HasPrefix(g.Source, "c") || g.ExitCode != 42 {
 			t.Fatalf("delivered %+v, want generation 3 from a test announcer", g)
 		}
-		Announce(dir, 3, "app", 7)
+		statevol.Announce(dir, 3, "app", 7)
 		if g := receive(t, w.C()); g.N != 4 || g.Source != "app" {
 			t.Fatalf("delivered %+v, want generation 4", g)
 		}
 		// Nothing old is replayed and nothing is delivered twice: the next
 		// value on the channel is generation 5, not 1..4 again.
-		Announce(dir, 4, "app", 7)
+		statevol.Announce(dir, 4, "app", 7)
 		if g := receive(t, w.C()); g.N != 5 {
 			t.Fatalf("delivered %+v, want generation 5", g)
 		}
@@ -321,8 +322,8 @@ func TestWatcherDeliversNewGenerationsOnly(t *testing.T) {
 func TestWatcherCatchesGenerationBeforeStart(t *testing.T) {
 	watchModes(t, func(t *testing.T, opts WatchOptions) {
 		dir := t.TempDir()
-		from, _ := Current(dir)
-		Announce(dir, from, "early", 42)
+		from, _ := statevol.Current(dir)
+		statevol.Announce(dir, from, "early", 42)
 		w, err := Watch(dir, from, opts)
 		if err != nil {
 			t.Fatal(err)
@@ -344,7 +345,7 @@ func TestWatcherCoalescesForSlowReceiver(t *testing.T) {
 		}
 		defer w.Close()
 		for i := uint64(0); i < 5; i++ {
-			Announce(dir, i, "app", 42)
+			statevol.Announce(dir, i, "app", 42)
 		}
 		var last uint64
 		for last != 5 {
@@ -382,7 +383,7 @@ func TestWatchNeedsStateDir(t *testing.T) {
 func TestMemberExactlyOnce(t *testing.T) {
 	watchModes(t, func(t *testing.T, opts WatchOptions) {
 		dir := t.TempDir()
-		Announce(dir, 0, "before", 42) // a pod restart before these containers started
+		statevol.Announce(dir, 0, "before", 42) // a pod restart before these containers started
 		a, err := Join(dir, "a", opts)
 		if err != nil {
 			t.Fatal(err)
@@ -411,7 +412,7 @@ func TestMemberExactlyOnce(t *testing.T) {
 			}
 		}
 		// A third container announces generation 3: both accept it once.
-		Announce(dir, 2, "c", 42)
+		statevol.Announce(dir, 2, "c", 42)
 		for _, m := range []*Member{a, b} {
 			g := receive(t, m.Restarts())
 			if g.N != 3 || !m.Accept(g) || m.Accept(g) || m.Generation() != 3 {
@@ -481,12 +482,12 @@ func TestSharedAcrossUIDs(t *testing.T) {
 			t.Fatalf("%s: %v %v", sub, fi.Mode(), err)
 		}
 	}
-	st, err := ReadAll(shared)
+	st, err := statevol.ReadAll(shared)
 	if err != nil || len(st) != 4 {
 		t.Fatalf("statuses %+v: %v", st, err)
 	}
 	for i, s := range st {
-		fi, _ := os.Stat(StatusPath(shared, s.Container))
+		fi, _ := os.Stat(statevol.StatusPath(shared, s.Container))
 		owner := fi.Sys().(*syscall.Stat_t).Uid
 		if s.Generation != 3 || owner != uint32(1001+i) || fi.Mode().Perm() != 0o644 {
 			t.Fatalf("%s: generation %d, owner %d, mode %v", s.Container, s.Generation, owner, fi.Mode().Perm())

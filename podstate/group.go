@@ -6,97 +6,22 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/restart-supervisor/restart-supervisor/contract"
+	"github.com/restart-supervisor/restart-supervisor/statevol"
 	"github.com/restart-supervisor/restart-supervisor/supervise"
 )
 
-// Group restarts (the RestartGroup action, docs/gang.md) restart every
-// container of every pod of a group, across nodes, through the node agent:
-// the supervisor has no network code and talks to the agent through the
-// state volume only.
-//
-//  1. A member whose exit matched a RestartGroup rule writes a request,
-//     group/request.<container> (Pod.RequestGroup), and waits.
-//  2. The node agent reads it (GroupRequests), records a new generation of
-//     the group in the API, and every node agent delivers that generation
-//     to the group's pods on its node as a pod restart generation whose
-//     file carries the cause (DeliverGroup, Generation.Group). A refusal
-//     (the group's budget is spent) is answered in group/answer.<container>
-//     (AnswerGroup), and the member hands its exit over.
-//  3. Every member of the pod runs the round it runs for RestartAllContainers.
-//     Once the pod's members have stopped, they mark the generation
-//     "grouped" and wait until the agent marks it "released", which it does
-//     when every pod of the group has stopped (GroupStopped, ReleaseGroup):
-//     no member of the group starts before all have stopped.
-//
-// What the agent writes is owned by root, as the agent runs: a generation
-// that claims a group cause, or a release, owned by any other UID is
-// ignored, so that a container running as another user cannot forge one.
-// A container of the pod running as root can; it then restarts its own
-// pod's containers, which any container of the pod can disturb anyway
-// through the shared volume.
+// A member's side of group restarts: its request and the wait for the
+// node agent's answer. The protocol and the agent's side are statevol's
+// (group.go there).
 
-const (
-	// markGrouped: the pod's members have stopped for a group generation
-	// (written by each member past the pod's stop barrier).
-	markGrouped = "grouped"
-	// markReleased: every pod of the group has stopped; the members may
-	// start (written by the node agent, as root).
-	markReleased = "released"
-	// releasedBy is the container-name part of a release marker.
-	releasedBy = "node-agent"
-	// GroupReleaseWait bounds a member's wait for the release: the agent
-	// releases a group round at the latest after its own bound
-	// (nodeagent's group stop wait), so this is reached only without an
-	// agent, and then the pod starts as a pod restart would.
-	GroupReleaseWait = 90 * time.Second
-	// maxGroupFile bounds a request or an answer: about 200 bytes of JSON.
-	maxGroupFile = 4 << 10
-	// MaxGroupRequests is how many request files one read of a pod takes:
-	// one per container, and a pod has at most contract.MaxPodMembers.
-	MaxGroupRequests = contract.MaxPodMembers
-	// groupAnswerPoll is how often a waiting member looks for an answer.
-	groupAnswerPoll = 100 * time.Millisecond
-)
-
-// GroupCause is what a generation delivered by the node agent for a group
-// restart says about it.
-type GroupCause struct {
-	// Generation is the group's generation (not the pod's).
-	Generation uint64 `json:"generation"`
-	// Group names the group ("label=value").
-	Group string `json:"group,omitempty"`
-	// Pod, Container and ExitCode are the exit that asked for it.
-	Pod       string `json:"pod,omitempty"`
-	Container string `json:"container,omitempty"`
-	ExitCode  int32  `json:"exitCode"`
-}
-
-// GroupRequest is a member's request for a group restart.
-type GroupRequest struct {
-	// ID tells this request from the container's earlier ones.
-	ID        string `json:"id"`
-	Container string `json:"container"`
-	ExitCode  int32  `json:"exitCode"`
-	// Observed is the group generation the pod had last taken part in
-	// (LastGroup): the request asks for the one after it.
-	Observed uint64    `json:"observed"`
-	Time     time.Time `json:"time"`
-}
-
-// GroupAnswer is the node agent's refusal of a request.
-type GroupAnswer struct {
-	ID      string `json:"id"`
-	Refused string `json:"refused"`
-}
+// groupAnswerPoll is how often a waiting member looks for the node agent's
+// answer to its request.
+const groupAnswerPoll = 100 * time.Millisecond
 
 // GroupRequester returns the supervise.GroupRequester, nil when this
 // container cannot take part in pod restarts.
@@ -119,13 +44,13 @@ func (p *Pod) RequestGroup(exitCode int32) (refused <-chan string, cancel func()
 	m := p.member
 	id := make([]byte, 8)
 	_, _ = rand.Read(id)
-	req := GroupRequest{ID: hex.EncodeToString(id), Container: m.name, ExitCode: exitCode,
-		Observed: LastGroup(m.dir), Time: time.Now().UTC()}
+	req := statevol.GroupRequest{ID: hex.EncodeToString(id), Container: m.name, ExitCode: exitCode,
+		Observed: statevol.LastGroup(m.dir), Time: time.Now().UTC()}
 	data, _ := json.Marshal(req)
-	if _, err := sharedSubdir(m.dir, contract.GroupDir); err != nil {
+	if _, err := statevol.SharedSubdir(m.dir, contract.GroupDir); err != nil {
 		return nil, nil, err
 	}
-	if err := writeAtomicBeneath(m.dir, contract.GroupDir, contract.GroupRequestPrefix+m.name, append(data, '\n')); err != nil {
+	if err := statevol.WriteAtomicBeneath(m.dir, contract.GroupDir, contract.GroupRequestPrefix+m.name, append(data, '\n')); err != nil {
 		return nil, nil, err
 	}
 	c, done := make(chan string, 1), make(chan struct{})
@@ -151,12 +76,12 @@ func (p *Pod) RequestGroup(exitCode int32) (refused <-chan string, cancel func()
 }
 
 // readAnswer reads an answer the agent wrote: root's, as the agent runs.
-func readAnswer(path string) (GroupAnswer, error) {
-	var a GroupAnswer
-	if err := ownedByAgent(path); err != nil {
+func readAnswer(path string) (statevol.GroupAnswer, error) {
+	var a statevol.GroupAnswer
+	if err := statevol.OwnedByAgent(path); err != nil {
 		return a, err
 	}
-	data, err := readBounded(path, maxGroupFile)
+	data, err := statevol.ReadBounded(path, statevol.MaxGroupFile)
 	if err != nil {
 		return a, err
 	}
@@ -164,262 +89,24 @@ func readAnswer(path string) (GroupAnswer, error) {
 	return a, err
 }
 
-// ownedByAgent reports why the file at path (not followed) cannot be the
-// node agent's: it must be a regular file owned by root.
-func ownedByAgent(path string) error {
-	var st unix.Stat_t
-	if err := unix.Lstat(path, &st); err != nil {
-		return err
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return fmt.Errorf("%s: not a regular file", filepath.Base(path))
-	}
-	if st.Uid != 0 {
-		return fmt.Errorf("%s: owned by UID %d, not by root as the node agent's files are", filepath.Base(path), st.Uid)
-	}
-	return nil
-}
-
-// GroupRequests returns the requests in the pod's state directory dir, at
-// most MaxGroupRequests, each read as an adversary's file (regular, not
-// followed, capped); a file that cannot be read or parsed is one error.
-func GroupRequests(dir string) ([]GroupRequest, []error) {
-	gdir := filepath.Join(dir, contract.GroupDir)
-	dfd, err := unix.Open(gdir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
-	if errors.Is(err, unix.ENOENT) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, []error{fmt.Errorf("%s: %w", gdir, err)}
-	}
-	// The os.File owns the descriptor from here: closing it beside the
-	// File would close it twice, the second time (the File's finalizer)
-	// under whatever the process has opened with that number since.
-	f := os.NewFile(uintptr(dfd), gdir)
-	defer f.Close()
-	names, err := f.Readdirnames(4 * MaxGroupRequests)
-	if err != nil && len(names) == 0 {
-		return nil, nil // empty
-	}
-	var out []GroupRequest
-	var errs []error
-	for _, name := range names {
-		container, ok := strings.CutPrefix(name, contract.GroupRequestPrefix)
-		if !ok || CheckContainerName(container) != nil {
-			continue
-		}
-		if len(out) == MaxGroupRequests {
-			errs = append(errs, fmt.Errorf("%s: more than %d requests; the rest are not read", gdir, MaxGroupRequests))
-			break
-		}
-		data, err := readBounded(filepath.Join(gdir, name), maxGroupFile)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		var r GroupRequest
-		if err := json.Unmarshal(data, &r); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %v", filepath.Join(gdir, name), err))
-			continue
-		}
-		r.Container = container // the file name is the authority
-		out = append(out, r)
-	}
-	return out, errs
-}
-
-// AnswerGroup writes the agent's refusal of request r.
-func AnswerGroup(dir string, r GroupRequest, refused string) error {
-	if err := CheckContainerName(r.Container); err != nil {
-		return err
-	}
-	if _, err := sharedSubdir(dir, contract.GroupDir); err != nil {
-		return err
-	}
-	data, _ := json.Marshal(GroupAnswer{ID: r.ID, Refused: clipString(refused, 512)})
-	return writeAtomicBeneath(dir, contract.GroupDir, contract.GroupAnswerPrefix+r.Container, append(data, '\n'))
-}
-
-func clipString(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
-}
-
-// groupGenerations returns the pod generations present whose files carry
-// a group cause written by the agent, by pod generation.
-func groupGenerations(dir string) map[uint64]GroupCause {
-	out := map[uint64]GroupCause{}
-	names, err := genNames(dir)
-	if err != nil {
-		return out
-	}
-	for _, name := range names {
-		n, ok := parseGenName(name)
-		if !ok {
-			continue
-		}
-		if ownedByAgent(filepath.Join(dir, contract.PodRestartsDir, name)) != nil {
-			continue
-		}
-		if g := ReadGeneration(dir, n); g.Group != nil {
-			out[n] = *g.Group
-		}
-	}
-	return out
-}
-
-// LastGroup is the highest group generation delivered to the pod, 0 when
-// none is present.
-func LastGroup(dir string) uint64 {
-	var last uint64
-	for _, c := range groupGenerations(dir) {
-		last = max(last, c.Generation)
-	}
-	return last
-}
-
-// GroupRound returns the pod generation that carries group generation
-// groupGen, if it has been delivered.
-func GroupRound(dir string, groupGen uint64) (uint64, bool) {
-	for n, c := range groupGenerations(dir) {
-		if c.Generation == groupGen {
-			return n, true
-		}
-	}
-	return 0, false
-}
-
-// DeliverGroup makes the pod restart that carries group generation
-// cause.Generation, unless the pod already has it or a later one: the node
-// agent's delivery, exactly once per pod and group generation. It returns
-// the pod generation that carries it.
-func DeliverGroup(dir string, cause GroupCause) (n uint64, delivered bool, err error) {
-	if cause.Generation == 0 {
-		return 0, false, errors.New("deliver group restart: generation 0")
-	}
-	for k, c := range groupGenerations(dir) {
-		if c.Generation >= cause.Generation {
-			return k, false, nil
-		}
-	}
-	gdir, err := sharedSubdir(dir, contract.PodRestartsDir)
-	if err != nil {
-		return 0, false, err
-	}
-	dfd, err := openSubdir(dir, contract.PodRestartsDir, "deliver")
-	if err != nil {
-		return 0, false, err
-	}
-	defer unix.Close(dfd)
-	for try := 0; try < 8; try++ {
-		cur, err := Current(dir)
-		if err != nil {
-			return 0, false, err
-		}
-		if cur >= MaxGeneration {
-			return 0, false, fmt.Errorf("deliver group restart: generation %d is the last one", cur)
-		}
-		g := Generation{N: cur + 1, Source: contract.GroupSource, ExitCode: cause.ExitCode, Time: time.Now().UTC(), Group: &cause}
-		data, _ := json.Marshal(g)
-		tmp, err := createTempAt(dfd, "deliver", append(data, '\n'))
-		if err != nil {
-			return 0, false, err
-		}
-		err = unix.Linkat(dfd, tmp, dfd, genName(g.N), 0)
-		unix.Unlinkat(dfd, tmp, 0)
-		if err == nil {
-			prune(gdir, g.N)
-			return g.N, true, nil
-		}
-		if err != unix.EEXIST {
-			return 0, false, fmt.Errorf("deliver group restart: %w", err)
-		}
-		// A member announced a pod restart meanwhile: the next number.
-	}
-	return 0, false, errors.New("deliver group restart: the pod's generation keeps moving")
-}
-
-// GroupStopped reports whether the pod's members have stopped for pod
-// generation n (a member past the pod's stop barrier marked it grouped).
-func GroupStopped(dir string, n uint64) bool {
-	names, err := genNames(dir)
-	if err != nil {
-		return false
-	}
-	for _, name := range names {
-		if k, w, _, ok := parseMarker(name); ok && k == n && w == markGrouped {
-			return true
-		}
-	}
-	return false
-}
-
-// GroupStarted reports whether the pod's members have started again in pod
-// generation n: each member that marked it grouped has marked it started
-// (Member.Started, for n or a later generation).
-func GroupStarted(dir string, n uint64) bool {
-	names, err := genNames(dir)
-	if err != nil {
-		return false
-	}
-	grouped, started := map[string]bool{}, map[string]bool{}
-	for _, name := range names {
-		k, w, c, ok := parseMarker(name)
-		switch {
-		case !ok:
-		case w == markGrouped && k == n:
-			grouped[c] = true
-		case w == markStarted && k >= n:
-			started[c] = true
-		}
-	}
-	for c := range grouped {
-		if !started[c] {
-			return false
-		}
-	}
-	return len(grouped) > 0
-}
-
-// ReleaseGroup lets the pod's members start in pod generation n: every pod
-// of the group has stopped (or the agent's bound is over).
-func ReleaseGroup(dir string, n uint64) error {
-	dfd, err := openSubdir(dir, contract.PodRestartsDir, "release")
-	if err != nil {
-		return err
-	}
-	defer unix.Close(dfd)
-	tmp, err := createTempAt(dfd, "release", nil)
-	if err != nil {
-		return err
-	}
-	defer unix.Unlinkat(dfd, tmp, 0)
-	if err := unix.Linkat(dfd, tmp, dfd, markerName(n, markReleased, releasedBy), 0); err != nil && err != unix.EEXIST {
-		return fmt.Errorf("release group round %d: %w", n, err)
-	}
-	return nil
-}
-
 // released reports whether the agent released pod generation n.
 func (m *Member) released(n uint64) bool {
-	return ownedByAgent(filepath.Join(m.dir, contract.PodRestartsDir, markerName(n, markReleased, releasedBy))) == nil
+	return statevol.OwnedByAgent(filepath.Join(m.dir, contract.PodRestartsDir, statevol.MarkerName(n, statevol.MarkReleased, statevol.ReleasedBy))) == nil
 }
 
 // groupRound reports whether pod generation n is a group restart the
 // agent delivered.
 func (m *Member) groupRound(n uint64) bool {
-	if ownedByAgent(filepath.Join(m.dir, contract.PodRestartsDir, genName(n))) != nil {
+	if statevol.OwnedByAgent(filepath.Join(m.dir, contract.PodRestartsDir, statevol.GenName(n))) != nil {
 		return false
 	}
-	return ReadGeneration(m.dir, n).Group != nil
+	return statevol.ReadGeneration(m.dir, n).Group != nil
 }
 
 // verifyGroup is Verify for a generation that claims a group cause: its
 // file must be the agent's.
-func (m *Member) verifyGroup(g Generation) error {
-	if err := ownedByAgent(filepath.Join(m.dir, contract.PodRestartsDir, genName(g.N))); err != nil {
+func (m *Member) verifyGroup(g statevol.Generation) error {
+	if err := statevol.OwnedByAgent(filepath.Join(m.dir, contract.PodRestartsDir, statevol.GenName(g.N))); err != nil {
 		return fmt.Errorf("generation %d claims a group restart: %w", g.N, err)
 	}
 	return nil

@@ -10,6 +10,7 @@ import (
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/rules"
+	"github.com/restart-supervisor/restart-supervisor/statevol"
 	"github.com/restart-supervisor/restart-supervisor/supervise"
 )
 
@@ -37,33 +38,33 @@ func TestGroupDeliveryIsTheAgents(t *testing.T) {
 	}
 	defer m.Close()
 	m.SetRound(nil, nil, nil)
-	cause := GroupCause{Generation: 3, Group: "g=x", Pod: "rank-0", Container: "rank", ExitCode: 42}
-	n, delivered, err := DeliverGroup(dir, cause)
+	cause := statevol.GroupCause{Generation: 3, Group: "g=x", Pod: "rank-0", Container: "rank", ExitCode: 42}
+	n, delivered, err := statevol.DeliverGroup(dir, cause)
 	if err != nil || !delivered || n != 1 {
-		t.Fatalf("DeliverGroup = %d, %v, %v", n, delivered, err)
+		t.Fatalf("statevol.DeliverGroup = %d, %v, %v", n, delivered, err)
 	}
-	if n2, again, err := DeliverGroup(dir, cause); err != nil || again || n2 != 1 {
-		t.Fatalf("DeliverGroup again = %d, %v, %v; want the same round, not delivered again", n2, again, err)
+	if n2, again, err := statevol.DeliverGroup(dir, cause); err != nil || again || n2 != 1 {
+		t.Fatalf("statevol.DeliverGroup again = %d, %v, %v; want the same round, not delivered again", n2, again, err)
 	}
-	g := ReadGeneration(dir, 1)
+	g := statevol.ReadGeneration(dir, 1)
 	if g.Group == nil || g.Group.Generation != 3 {
 		t.Fatalf("generation 1 = %+v", g)
 	}
 	if err := m.Verify(g); err != nil {
 		t.Fatalf("Verify of the agent's delivery: %v", err)
 	}
-	if LastGroup(dir) != 3 {
-		t.Fatalf("LastGroup = %d", LastGroup(dir))
+	if statevol.LastGroup(dir) != 3 {
+		t.Fatalf("statevol.LastGroup = %d", statevol.LastGroup(dir))
 	}
 	if !m.groupRound(1) || m.released(1) {
 		t.Fatal("round 1 is a group round, not yet released")
 	}
-	if err := ReleaseGroup(dir, 1); err != nil || !m.released(1) {
+	if err := statevol.ReleaseGroup(dir, 1); err != nil || !m.released(1) {
 		t.Fatalf("ReleaseGroup: %v", err)
 	}
 
 	// The same files, owned by nobody.
-	for _, name := range []string{genName(1), markerName(1, markReleased, releasedBy)} {
+	for _, name := range []string{statevol.GenName(1), statevol.MarkerName(1, statevol.MarkReleased, statevol.ReleasedBy)} {
 		if err := os.Chown(filepath.Join(dir, contract.PodRestartsDir, name), 65534, 65534); err != nil {
 			t.Fatal(err)
 		}
@@ -71,7 +72,7 @@ func TestGroupDeliveryIsTheAgents(t *testing.T) {
 	if err := m.Verify(g); err == nil {
 		t.Fatal("Verify took a group generation owned by UID 65534")
 	}
-	if m.groupRound(1) || m.released(1) || LastGroup(dir) != 0 {
+	if m.groupRound(1) || m.released(1) || statevol.LastGroup(dir) != 0 {
 		t.Fatal("a file owned by UID 65534 counted as the agent's")
 	}
 }
@@ -112,7 +113,7 @@ func TestGroupRequestWithoutAgentHandsOver(t *testing.T) {
 	if res.Status != 42 || st.HandOver == nil || st.HandOver.Reason != supervise.ReasonNoNodeAgent || st.Restarts != 0 {
 		t.Fatalf("status %d, hand-over %+v, restarts %d; want 42, NoNodeAgent, 0", res.Status, st.HandOver, st.Restarts)
 	}
-	reqs, errs := GroupRequests(dir)
+	reqs, errs := statevol.GroupRequests(dir)
 	if len(errs) > 0 || len(reqs) != 1 || reqs[0].ExitCode != 42 || reqs[0].Container != "rank" || reqs[0].Observed != 0 {
 		t.Fatalf("requests %+v, %v", reqs, errs)
 	}
@@ -124,8 +125,8 @@ func TestGroupRefusalHandsOver(t *testing.T) {
 	dir := t.TempDir()
 	go func() {
 		for i := 0; i < 200; i++ {
-			if reqs, _ := GroupRequests(dir); len(reqs) == 1 {
-				_ = AnswerGroup(dir, reqs[0], "the group's limit")
+			if reqs, _ := statevol.GroupRequests(dir); len(reqs) == 1 {
+				_ = statevol.AnswerGroup(dir, reqs[0], "the group's limit")
 				return
 			}
 			time.Sleep(10 * time.Millisecond)
@@ -154,7 +155,7 @@ func TestGroupRequestsClosesItsDescriptorOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < 20; i++ {
-		GroupRequests(dir)
+		statevol.GroupRequests(dir)
 		// The lowest free number: the one the listing just used.
 		f, err := os.CreateTemp(dir, "after")
 		if err != nil {

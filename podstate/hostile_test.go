@@ -13,12 +13,13 @@ import (
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/internal/testutil"
+	"github.com/restart-supervisor/restart-supervisor/statevol"
 	"github.com/restart-supervisor/restart-supervisor/supervise"
 )
 
 func genDirOf(t *testing.T, dir string) string {
 	t.Helper()
-	gdir, err := sharedSubdir(dir, contract.PodRestartsDir)
+	gdir, err := statevol.SharedSubdir(dir, contract.PodRestartsDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,15 +32,15 @@ func genDirOf(t *testing.T, dir string) string {
 func TestReadGenerationRefusesSpecialFiles(t *testing.T) {
 	dir := t.TempDir()
 	gdir := genDirOf(t, dir)
-	if err := unix.Mkfifo(filepath.Join(gdir, genName(1)), 0o644); err != nil {
+	if err := unix.Mkfifo(filepath.Join(gdir, statevol.GenName(1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	os.Symlink("/dev/zero", filepath.Join(gdir, genName(2)))
-	os.WriteFile(filepath.Join(gdir, genName(3)), []byte(`{"source":"`+strings.Repeat("x", 10<<20)+`"}`), 0o644)
+	os.Symlink("/dev/zero", filepath.Join(gdir, statevol.GenName(2)))
+	os.WriteFile(filepath.Join(gdir, statevol.GenName(3)), []byte(`{"source":"`+strings.Repeat("x", 10<<20)+`"}`), 0o644)
 	for n := uint64(1); n <= 3; n++ {
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
-		g := testutil.Within(t, 5*time.Second, func() Generation { return ReadGeneration(dir, n) })
+		g := testutil.Within(t, 5*time.Second, func() statevol.Generation { return statevol.ReadGeneration(dir, n) })
 		runtime.ReadMemStats(&after)
 		if g.N != n || g.Source != "" {
 			t.Errorf("generation %d: %+v", n, g)
@@ -48,7 +49,7 @@ func TestReadGenerationRefusesSpecialFiles(t *testing.T) {
 			t.Errorf("generation %d: allocated %d KiB", n, a>>10)
 		}
 	}
-	if cur := testutil.Within(t, 5*time.Second, func() uint64 { c, _ := Current(dir); return c }); cur != 3 {
+	if cur := testutil.Within(t, 5*time.Second, func() uint64 { c, _ := statevol.Current(dir); return c }); cur != 3 {
 		t.Fatalf("current %d", cur)
 	}
 }
@@ -61,19 +62,19 @@ func TestHugeGenerationNamesAreIgnored(t *testing.T) {
 	for _, name := range []string{"18446744073709551615", "00000001099511627777"} {
 		os.WriteFile(filepath.Join(gdir, name), []byte("{}"), 0o644)
 	}
-	if cur, err := Current(dir); err != nil || cur != 0 {
+	if cur, err := statevol.Current(dir); err != nil || cur != 0 {
 		t.Fatalf("current %d, %v", cur, err)
 	}
-	g, won, err := Announce(dir, 0, "app", 1)
+	g, won, err := statevol.Announce(dir, 0, "app", 1)
 	if err != nil || !won || g.N != 1 {
-		t.Fatalf("announce: %+v %v %v", g, won, err)
+		t.Fatalf("statevol.AnnounceWith: %+v %v %v", g, won, err)
 	}
-	if cur, _ := Current(dir); cur != 1 {
+	if cur, _ := statevol.Current(dir); cur != 1 {
 		t.Fatalf("current %d after the announcement", cur)
 	}
 	// The last generation refuses to announce instead of wrapping.
-	if _, _, err := Announce(dir, MaxGeneration, "app", 1); err == nil {
-		t.Fatal("announced past MaxGeneration")
+	if _, _, err := statevol.Announce(dir, statevol.MaxGeneration, "app", 1); err == nil {
+		t.Fatal("announced past statevol.MaxGeneration")
 	}
 }
 
@@ -85,9 +86,9 @@ func TestWriteStatusDoesNotFollowALinkedStatusDir(t *testing.T) {
 	if err := os.Symlink(elsewhere, filepath.Join(dir, contract.StatusDir)); err != nil {
 		t.Fatal(err)
 	}
-	err := WriteStatus(dir, Status{Container: "app"})
+	err := statevol.WriteStatus(dir, statevol.Status{Container: "app"})
 	if err == nil || !strings.Contains(err.Error(), "not a directory") {
-		t.Fatalf("WriteStatus through a link: %v", err)
+		t.Fatalf("statevol.WriteStatus through a link: %v", err)
 	}
 	if entries, _ := os.ReadDir(elsewhere); len(entries) != 0 {
 		t.Fatalf("wrote %v through the link", entries[0].Name())
@@ -97,7 +98,7 @@ func TestWriteStatusDoesNotFollowALinkedStatusDir(t *testing.T) {
 	os.Mkdir(filepath.Join(dir, contract.StatusDir), 0o777)
 	os.Rename(filepath.Join(dir, contract.StatusDir), filepath.Join(dir, "old"))
 	os.Symlink(elsewhere, filepath.Join(dir, contract.StatusDir))
-	if err := writeAtomicBeneath(dir, contract.StatusDir, "app.json", []byte("{}")); err == nil {
+	if err := statevol.WriteAtomicBeneath(dir, contract.StatusDir, "app.json", []byte("{}")); err == nil {
 		t.Fatal("wrote beneath a link")
 	}
 	if entries, _ := os.ReadDir(elsewhere); len(entries) != 0 {
@@ -111,14 +112,14 @@ func TestWriteStatusReplacesALinkAtItsName(t *testing.T) {
 	victim := filepath.Join(t.TempDir(), "victim")
 	os.WriteFile(victim, []byte("keep"), 0o644)
 	os.MkdirAll(filepath.Join(dir, contract.StatusDir), 0o777)
-	os.Symlink(victim, StatusPath(dir, "app"))
-	if err := WriteStatus(dir, Status{Container: "app", Restarts: 3}); err != nil {
+	os.Symlink(victim, statevol.StatusPath(dir, "app"))
+	if err := statevol.WriteStatus(dir, statevol.Status{Container: "app", Restarts: 3}); err != nil {
 		t.Fatal(err)
 	}
 	if data, _ := os.ReadFile(victim); string(data) != "keep" {
 		t.Fatalf("link target overwritten: %q", data)
 	}
-	s, err := readStatus(dir, "app")
+	s, err := statevol.ReadStatus(dir, "app")
 	if err != nil || s.Restarts != 3 {
 		t.Fatalf("%+v %v", s, err)
 	}
@@ -130,7 +131,7 @@ func TestAnnounceDoesNotFollowALinkedGenerationDir(t *testing.T) {
 	dir := t.TempDir()
 	elsewhere := t.TempDir()
 	os.Symlink(elsewhere, filepath.Join(dir, contract.PodRestartsDir))
-	if _, _, err := Announce(dir, 0, "app", 1); err == nil {
+	if _, _, err := statevol.Announce(dir, 0, "app", 1); err == nil {
 		t.Fatal("announced through a link")
 	}
 	if entries, _ := os.ReadDir(elsewhere); len(entries) != 0 {
@@ -145,7 +146,7 @@ func TestAnnounceDoesNotFollowALinkedGenerationDir(t *testing.T) {
 func TestListingsRefuseLinksAndFloods(t *testing.T) {
 	dir := t.TempDir()
 	elsewhere := t.TempDir()
-	os.WriteFile(filepath.Join(elsewhere, genName(7)), []byte("{}"), 0o644)
+	os.WriteFile(filepath.Join(elsewhere, statevol.GenName(7)), []byte("{}"), 0o644)
 	os.WriteFile(filepath.Join(elsewhere, "app.json"), []byte(`{"container":"app","state":"running"}`), 0o644)
 	if err := os.Symlink(elsewhere, filepath.Join(dir, contract.PodRestartsDir)); err != nil {
 		t.Fatal(err)
@@ -153,32 +154,32 @@ func TestListingsRefuseLinksAndFloods(t *testing.T) {
 	if err := os.Symlink(elsewhere, filepath.Join(dir, contract.StatusDir)); err != nil {
 		t.Fatal(err)
 	}
-	if cur, err := Current(dir); err == nil || cur != 0 {
-		t.Errorf("Current through a linked %s/: %d, %v; want an error", contract.PodRestartsDir, cur, err)
+	if cur, err := statevol.Current(dir); err == nil || cur != 0 {
+		t.Errorf("statevol.Current through a linked %s/: %d, %v; want an error", contract.PodRestartsDir, cur, err)
 	}
-	if st, err := ReadAll(dir); err == nil || len(st) != 0 {
-		t.Errorf("ReadAll through a linked %s/: %v, %v; want an error", contract.StatusDir, st, err)
+	if st, err := statevol.ReadAll(dir); err == nil || len(st) != 0 {
+		t.Errorf("statevol.ReadAll through a linked %s/: %v, %v; want an error", contract.StatusDir, st, err)
 	}
-	if GroupStopped(dir, 7) || LastGroup(dir) != 0 {
+	if statevol.GroupStopped(dir, 7) || statevol.LastGroup(dir) != 0 {
 		t.Errorf("group readers listed a linked %s/", contract.PodRestartsDir)
 	}
 
 	flooded := t.TempDir()
 	gdir := genDirOf(t, flooded)
-	for i := 0; i <= maxGenEntries; i++ {
+	for i := 0; i <= statevol.MaxGenEntries; i++ {
 		f, err := os.Create(filepath.Join(gdir, "x"+strconv.Itoa(i)))
 		if err != nil {
 			t.Fatal(err)
 		}
 		f.Close()
 	}
-	os.WriteFile(filepath.Join(gdir, genName(3)), []byte("{}"), 0o644)
+	os.WriteFile(filepath.Join(gdir, statevol.GenName(3)), []byte("{}"), 0o644)
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	_, err := Current(flooded)
+	_, err := statevol.Current(flooded)
 	runtime.ReadMemStats(&after)
 	if err == nil || !strings.Contains(err.Error(), "more than") {
-		t.Fatalf("Current of %d names: %v; want the bound's error", maxGenEntries+2, err)
+		t.Fatalf("statevol.Current of %d names: %v; want the bound's error", statevol.MaxGenEntries+2, err)
 	}
 	// The names held are the bound's (about 40 bytes each), not more.
 	if a := after.TotalAlloc - before.TotalAlloc; a > 64<<20 {
@@ -188,8 +189,8 @@ func TestListingsRefuseLinksAndFloods(t *testing.T) {
 	for i := 0; i <= 10; i++ {
 		os.Remove(filepath.Join(gdir, "x"+strconv.Itoa(i)))
 	}
-	if cur, err := Current(flooded); err != nil || cur != 3 {
-		t.Fatalf("Current within the bound: %d, %v; want 3", cur, err)
+	if cur, err := statevol.Current(flooded); err != nil || cur != 3 {
+		t.Fatalf("statevol.Current within the bound: %d, %v; want 3", cur, err)
 	}
 }
 
@@ -205,15 +206,15 @@ func TestAnnounceOverAForgedOwnGenerationReturns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close(supervise.State{Phase: supervise.Exited})
+	defer p.Close(supervise.State{Phase: contract.PhaseExited})
 	gdir := genDirOf(t, dir)
-	if err := os.WriteFile(filepath.Join(gdir, genName(1)), []byte(`{"n":1,"source":"app","exitCode":42}`), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(gdir, statevol.GenName(1)), []byte(`{"n":1,"source":"app","exitCode":42}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	g := testutil.Within(t, 5*time.Second, func() Generation {
+	g := testutil.Within(t, 5*time.Second, func() statevol.Generation {
 		g, _, err := p.member.Announce(42)
 		if err != nil {
-			t.Errorf("announce: %v", err)
+			t.Errorf("statevol.AnnounceWith: %v", err)
 		}
 		return g
 	})

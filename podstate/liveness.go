@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/restart-supervisor/restart-supervisor/statevol"
 )
 
 // A member's status document is written by its supervisor alone, so it
@@ -61,19 +63,19 @@ type Liveness struct{ fd int }
 // that outlives its supervisor must not keep the supervisor alive in the
 // others' eyes.
 func HoldLiveness(dir, container string) (*Liveness, error) {
-	if err := CheckContainerName(container); err != nil {
+	if err := statevol.CheckContainerName(container); err != nil {
 		return nil, err
 	}
-	if _, err := sharedSubdir(dir, liveDir); err != nil {
+	if _, err := statevol.SharedSubdir(dir, liveDir); err != nil {
 		return nil, err
 	}
 	name := container + lockExt
-	dfd, err := openSubdir(dir, liveDir, name)
+	dfd, err := statevol.OpenSubdir(dir, liveDir, name)
 	if err != nil {
 		return nil, err
 	}
 	defer unix.Close(dfd)
-	fd, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, fileMode)
+	fd, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, statevol.FileMode)
 	if err != nil {
 		return nil, fmt.Errorf("liveness lock %s: %w", name, err)
 	}
@@ -92,7 +94,7 @@ func HoldLiveness(dir, container string) (*Liveness, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("liveness lock %s: owned by UID %d, not by this supervisor's UID %d", name, st.Uid, os.Geteuid())
 	}
-	_ = unix.Fchmod(fd, fileMode) // the umask may have narrowed it
+	_ = unix.Fchmod(fd, statevol.FileMode) // the umask may have narrowed it
 	for try := 0; ; try++ {
 		err = unix.Flock(fd, unix.LOCK_SH|unix.LOCK_NB)
 		if err != unix.EWOULDBLOCK || try == lockTries {
@@ -157,7 +159,7 @@ func probeLiveness(dir, container string, owner int) aliveness {
 // document (err when there is none or it cannot be read) and whether its
 // supervisor lives.
 type memberState struct {
-	doc  Status
+	doc  statevol.Status
 	err  error
 	live aliveness
 }
@@ -166,12 +168,12 @@ type memberState struct {
 // liveness lock.
 func readMember(dir, container string) memberState {
 	owner := -1
-	if fi, err := os.Lstat(StatusPath(dir, container)); err == nil {
+	if fi, err := os.Lstat(statevol.StatusPath(dir, container)); err == nil {
 		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 			owner = int(st.Uid)
 		}
 	}
-	doc, err := readStatus(dir, container)
+	doc, err := statevol.ReadStatus(dir, container)
 	return memberState{doc: doc, err: err, live: probeLiveness(dir, container, owner)}
 }
 

@@ -16,7 +16,7 @@ import (
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/internal/testutil"
-	"github.com/restart-supervisor/restart-supervisor/supervise"
+	"github.com/restart-supervisor/restart-supervisor/statevol"
 )
 
 // liveRole holds the liveness lock of PODSTATE_NAME, writes a "running"
@@ -26,7 +26,7 @@ func liveRole() int {
 	dir, name := os.Getenv("PODSTATE_DIR"), os.Getenv("PODSTATE_NAME")
 	l, err := HoldLiveness(dir, name)
 	if err == nil {
-		err = WriteStatus(dir, Status{Container: name, State: supervise.Running, SupervisorPID: os.Getpid()})
+		err = statevol.WriteStatus(dir, statevol.Status{Container: name, State: contract.PhaseRunning, SupervisorPID: os.Getpid()})
 	}
 	if err != nil {
 		fmt.Println(err)
@@ -82,7 +82,7 @@ func TestLivenessFollowsTheProcess(t *testing.T) {
 	}
 	b.Process.Signal(syscall.SIGKILL)
 	b.Wait()
-	if st, err := readStatus(dir, "b"); err != nil || st.State != supervise.Running {
+	if st, err := statevol.ReadStatus(dir, "b"); err != nil || st.State != contract.PhaseRunning {
 		t.Fatalf("b's document: %+v %v, want the running it was killed in", st, err)
 	}
 	if got := readMember(dir, "b").live; got != dead {
@@ -113,7 +113,7 @@ func TestLivenessFollowsTheProcess(t *testing.T) {
 func TestLivenessRefusesPlantedFiles(t *testing.T) {
 	dir := t.TempDir()
 	live := filepath.Join(dir, liveDir)
-	if _, err := sharedSubdir(dir, liveDir); err != nil {
+	if _, err := statevol.SharedSubdir(dir, liveDir); err != nil {
 		t.Fatal(err)
 	}
 	target := filepath.Join(dir, "elsewhere")
@@ -162,7 +162,7 @@ func TestLivenessRefusesPlantedFiles(t *testing.T) {
 		l.Release()
 		t.Errorf("a lock file of UID 1001 taken: %v", err)
 	}
-	WriteStatus(dir, Status{Container: "other", State: supervise.Running})
+	statevol.WriteStatus(dir, statevol.Status{Container: "other", State: contract.PhaseRunning})
 	if got := readMember(dir, "other").live; got != livenessUnknown {
 		t.Errorf("a lock of another UID than the document's: liveness %d, want unknown", got)
 	}
@@ -206,26 +206,29 @@ func TestRecorderRetriesUntilTheVolumeRecovers(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			mnt := tmpfs(t)
 			var logs testutil.SyncBuffer
-			r, err := NewRecorder(mnt, Status{Container: "a", State: supervise.Running}, slog.New(slog.NewTextHandler(&logs, nil)))
+			r, err := NewRecorder(mnt, statevol.Status{Container: "a", State: contract.PhaseRunning}, slog.New(slog.NewTextHandler(&logs, nil)))
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer r.Close()
-			waitFor(t, "the first document", func() bool { st, err := readStatus(mnt, "a"); return err == nil && st.State == supervise.Running })
+			waitFor(t, "the first document", func() bool {
+				st, err := statevol.ReadStatus(mnt, "a")
+				return err == nil && st.State == contract.PhaseRunning
+			})
 			c.break_(t, mnt)
 			if c.sync {
-				if err := r.Sync(func(s *Status) { s.State = supervise.Ended }); err == nil {
+				if err := r.Sync(func(s *statevol.Status) { s.State = contract.PhaseEnded }); err == nil {
 					t.Fatal("Sync on a broken volume succeeded")
 				}
 			} else {
-				r.Update(func(s *Status) { s.State = supervise.Ended })
+				r.Update(func(s *statevol.Status) { s.State = contract.PhaseEnded })
 			}
 			waitFor(t, "a failed write", func() bool { return r.FailedWrites() > 0 })
 			c.repair(t, mnt)
 			// No further update: only a retry writes it.
 			waitFor(t, "the document written after the volume recovered", func() bool {
-				st, err := readStatus(mnt, "a")
-				return err == nil && st.State == supervise.Ended
+				st, err := statevol.ReadStatus(mnt, "a")
+				return err == nil && st.State == contract.PhaseEnded
 			})
 			if !strings.Contains(logs.String(), "status document written again") {
 				t.Errorf("the recovery is not logged:\n%s", logs.String())

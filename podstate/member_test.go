@@ -1,7 +1,8 @@
 package podstate
 
 import (
-	"github.com/restart-supervisor/restart-supervisor/supervise"
+	"github.com/restart-supervisor/restart-supervisor/contract"
+	"github.com/restart-supervisor/restart-supervisor/statevol"
 
 	"bytes"
 	"fmt"
@@ -36,7 +37,7 @@ func memberRole() int {
 		return 1
 	}
 	defer m.Close()
-	rec, err := NewRecorder(dir, Status{Container: name, Generation: m.Generation(), SupervisorPID: os.Getpid()}, nil)
+	rec, err := NewRecorder(dir, statevol.Status{Container: name, Generation: m.Generation(), SupervisorPID: os.Getpid()}, nil)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -66,7 +67,7 @@ func memberRole() int {
 		}()
 		exited = c
 		gen := m.Generation()
-		rec.Update(func(s *Status) { s.State, s.StartedAt, s.Generation = supervise.Running, time.Now(), gen })
+		rec.Update(func(s *statevol.Status) { s.State, s.StartedAt, s.Generation = contract.PhaseRunning, time.Now(), gen })
 	}
 	start()
 	for {
@@ -74,7 +75,7 @@ func memberRole() int {
 		case code := <-exited:
 			exited = nil
 			d, h := rules.Plan(cfg.Container, cfg.Pod(), code)
-			e := &Exit{Code: code, Action: d.Action, At: time.Now()}
+			e := &statevol.Exit{Code: code, Action: d.Action, At: time.Now()}
 			if d.Rule >= 0 {
 				e.Rule = &d.Rule
 			}
@@ -86,7 +87,7 @@ func memberRole() int {
 						fmt.Fprintln(os.Stderr, err)
 					}
 				}
-				rec.Update(func(s *Status) {
+				rec.Update(func(s *statevol.Status) {
 					s.Restarts++
 					if pod {
 						s.PodRestarts++
@@ -95,9 +96,9 @@ func memberRole() int {
 				})
 				start()
 			case rules.Hold:
-				rec.Update(func(s *Status) { s.State, s.LastExit = supervise.Holding, e })
+				rec.Update(func(s *statevol.Status) { s.State, s.LastExit = contract.PhaseHolding, e })
 			default:
-				rec.Update(func(s *Status) { s.State, s.LastExit = supervise.Exited, e })
+				rec.Update(func(s *statevol.Status) { s.State, s.LastExit = contract.PhaseExited, e })
 				rec.Close()
 				return int(code)
 			}
@@ -105,13 +106,13 @@ func memberRole() int {
 			if !m.Accept(g) {
 				continue
 			}
-			var e *Exit
+			var e *statevol.Exit
 			if exited != nil {
 				// Like the kubelet: no grace period, the whole group.
 				syscall.Kill(-pid, syscall.SIGKILL)
-				e = &Exit{Code: <-exited, Signal: "SIGKILL", PodRestart: g.N, At: time.Now()}
+				e = &statevol.Exit{Code: <-exited, Signal: "SIGKILL", PodRestart: g.N, At: time.Now()}
 			}
-			rec.Update(func(s *Status) {
+			rec.Update(func(s *statevol.Status) {
 				s.Restarts++
 				s.PodRestarts++
 				if e != nil {
@@ -124,7 +125,7 @@ func memberRole() int {
 				syscall.Kill(-pid, syscall.SIGKILL)
 				<-exited
 			}
-			rec.Update(func(s *Status) { s.State = supervise.Exited })
+			rec.Update(func(s *statevol.Status) { s.State = contract.PhaseExited })
 			if err := rec.Close(); err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				return 1
@@ -183,7 +184,7 @@ func (p *pod) settle(want map[string]int) {
 }
 
 // stop ends every supervisor and returns the statuses they left.
-func (p *pod) stop() map[string]Status {
+func (p *pod) stop() map[string]statevol.Status {
 	p.t.Helper()
 	for name, cmd := range p.cmds {
 		cmd.Process.Signal(syscall.SIGTERM)
@@ -191,11 +192,11 @@ func (p *pod) stop() map[string]Status {
 			p.t.Errorf("%s: %v\n%s", name, err, p.logs[name])
 		}
 	}
-	all, err := ReadAll(p.dir)
+	all, err := statevol.ReadAll(p.dir)
 	if err != nil {
 		p.t.Fatal(err)
 	}
-	out := map[string]Status{}
+	out := map[string]statevol.Status{}
 	for _, s := range all {
 		out[s.Container] = s
 	}
@@ -225,13 +226,13 @@ const (
 	sleeper    = `exec sleep 600`
 )
 
-func checkStatus(t *testing.T, st map[string]Status, name string, restarts, podRestarts int, gen uint64) {
+func checkStatus(t *testing.T, st map[string]statevol.Status, name string, restarts, podRestarts int, gen uint64) {
 	t.Helper()
 	s, ok := st[name]
 	if !ok {
 		t.Fatalf("no status for %s", name)
 	}
-	if s.Restarts != restarts || s.PodRestarts != podRestarts || s.Generation != gen || s.State != supervise.Exited {
+	if s.Restarts != restarts || s.PodRestarts != podRestarts || s.Generation != gen || s.State != contract.PhaseExited {
 		t.Errorf("%s: restarts %d, pod restarts %d, generation %d, state %s; want %d, %d, %d, exited",
 			name, s.Restarts, s.PodRestarts, s.Generation, s.State, restarts, podRestarts, gen)
 	}
@@ -254,10 +255,10 @@ func TestPodRegularContainerTriggers(t *testing.T) {
 		p.settle(map[string]int{"source": 2, "sidecar": 2, "worker": 2})
 		p.start(container{"late", noRules, sleeper})
 		p.settle(map[string]int{"late": 1, "source": 2, "sidecar": 2, "worker": 2})
-		if n, _ := Current(p.dir); n != 1 {
+		if n, _ := statevol.Current(p.dir); n != 1 {
 			t.Fatalf("%d pod restarts, want 1", n)
 		}
-		if g := ReadGeneration(p.dir, 1); g.Source != "source" || g.ExitCode != 42 {
+		if g := statevol.ReadGeneration(p.dir, 1); g.Source != "source" || g.ExitCode != 42 {
 			t.Fatalf("generation 1: %+v", g)
 		}
 		st := p.stop()
@@ -272,10 +273,10 @@ func TestPodRegularContainerTriggers(t *testing.T) {
 			*s.LastRestart.Rule != 0 || s.LastRestart.Action != rules.ActionRestartAllContainers {
 			t.Errorf("source's last restart: %+v", s.LastRestart)
 		}
-		all, err := ReadAll(p.dir)
+		all, err := statevol.ReadAll(p.dir)
 		exited := 0
 		for _, s := range all {
-			if s.State == supervise.Exited {
+			if s.State == contract.PhaseExited {
 				exited++
 			}
 		}
@@ -293,7 +294,7 @@ func TestPodTwoContainersCarryTheRule(t *testing.T) {
 		p.settle(map[string]int{"other": 1})
 		p.start(container{"source", ruleAll, exit42Once})
 		p.settle(map[string]int{"source": 2, "other": 2})
-		if n, _ := Current(p.dir); n != 1 {
+		if n, _ := statevol.Current(p.dir); n != 1 {
 			t.Fatalf("%d pod restarts, want 1", n)
 		}
 		st := p.stop()
@@ -311,7 +312,7 @@ func TestPodFirstExit1Then42(t *testing.T) {
 		script := `n=$(wc -l < "$STATE/starts-$NAME"); [ "$n" -eq 1 ] && exit 1; [ "$n" -eq 2 ] && exit 42; exec sleep 600`
 		p.start(container{"source", ruleAllAlw, script})
 		p.settle(map[string]int{"source": 3, "other": 2})
-		if n, _ := Current(p.dir); n != 1 {
+		if n, _ := statevol.Current(p.dir); n != 1 {
 			t.Fatalf("%d pod restarts, want 1", n)
 		}
 		st := p.stop()
@@ -332,7 +333,7 @@ func TestPodSimultaneousTriggers(t *testing.T) {
 		p.settle(map[string]int{"a": 1, "b": 1, "c": 1})
 		os.WriteFile(filepath.Join(p.dir, "go"), nil, 0o644)
 		p.settle(map[string]int{"a": 2, "b": 2, "c": 2})
-		if n, _ := Current(p.dir); n != 1 {
+		if n, _ := statevol.Current(p.dir); n != 1 {
 			t.Fatalf("%d pod restarts, want 1", n)
 		}
 		st := p.stop()

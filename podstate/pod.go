@@ -1,3 +1,19 @@
+// Package podstate is one supervised container's part in its pod's state
+// volume: it plugs into supervise.Options as it is (Pod). It keeps the
+// container's status document current off the restart path (Recorder),
+// resumes the back-off, restart count and limits an earlier supervisor of
+// the container left, holds the container's liveness lock, which the
+// kernel releases when its supervisor dies (liveness.go), runs the
+// container's side of pod-wide restarts, the RestartAllContainers
+// emulation (Member: generations watched, verified and taken part in as
+// rounds, round.go), asks the node agent for group restarts (group.go), and
+// writes the container's termination message on final exit
+// (termination.go). The files themselves and the atomic operations on
+// them are package statevol's, which the node agent reads too.
+//
+// The supervisors run in different containers, sharing nothing but the
+// directory; the one lock, each supervisor's flock on its liveness file,
+// is never waited for: it tells the others that the supervisor lives.
 package podstate
 
 import (
@@ -11,6 +27,7 @@ import (
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/rules"
+	"github.com/restart-supervisor/restart-supervisor/statevol"
 
 	"github.com/restart-supervisor/restart-supervisor/supervise"
 )
@@ -28,7 +45,7 @@ type Pod struct {
 	resume *supervise.Resume
 	// handedOver is the exit the earlier supervisor of this container
 	// handed over, with the start of its run, nil when there is none.
-	handedOver *Exit
+	handedOver *statevol.Exit
 	lastStart  time.Time
 	// restartsBefore is the in-place restarts of the container's earlier
 	// supervisors (Status.RestartsTotal).
@@ -55,14 +72,14 @@ func OpenMember(dir, name string, members []contract.PodMember, watch WatchOptio
 	if dir == "" {
 		return nil, nil
 	}
-	if err := CheckContainerName(name); err != nil {
+	if err := statevol.CheckContainerName(name); err != nil {
 		return nil, err
 	}
 	p := &Pod{log: log}
 	// An emptyDir's root is 0777: with the sticky bit no other UID can
 	// move status/ or pod-restarts/ aside and put its own in their place.
 	// Only root (or the root's owner) may add it; anyone else leaves it.
-	seal(dir, false)
+	statevol.Seal(dir, false)
 	// The document an earlier supervisor of this container left behind
 	// (the kubelet restarted the container after a hand-over) carries the
 	// container's back-off and its restart count. Read it before it is
@@ -84,8 +101,8 @@ func OpenMember(dir, name string, members []contract.PodMember, watch WatchOptio
 		log.Warn("cannot hold the liveness lock; if this supervisor is killed, the pod's other containers go by its status document alone", "err", err)
 	}
 	p.live = live
-	initial := Status{
-		Container: name, State: supervise.Running, RestartsTotal: p.restartsBefore,
+	initial := statevol.Status{
+		Container: name, State: contract.PhaseRunning, RestartsTotal: p.restartsBefore,
 		SupervisorPID: os.Getpid(), SupervisorVersion: contract.Version,
 	}
 	if perr == nil && restartsAll(prev.LastRestart) {
@@ -106,9 +123,9 @@ func OpenMember(dir, name string, members []contract.PodMember, watch WatchOptio
 		return p, nil
 	}
 	m.SetRound(members, log, func(n uint64, exitCode int32) {
-		err := rec.Sync(func(s *Status) {
+		err := rec.Sync(func(s *statevol.Status) {
 			s.Announced = n
-			s.LastExit = &Exit{Code: exitCode, Action: rules.ActionRestartAllContainers, At: time.Now()}
+			s.LastExit = &statevol.Exit{Code: exitCode, Action: rules.ActionRestartAllContainers, At: time.Now()}
 		})
 		if err != nil {
 			log.Warn("cannot record the announcement in the status document; the other containers will not accept it", "generation", n, "err", err)
@@ -143,15 +160,15 @@ func OpenMember(dir, name string, members []contract.PodMember, watch WatchOptio
 // another UID is refused. A document this UID owns in the sticky directory
 // cannot be replaced by another non-root UID between the check and the
 // read.
-func readOwnStatus(dir, name string) (Status, error) {
-	fi, err := os.Lstat(StatusPath(dir, name))
+func readOwnStatus(dir, name string) (statevol.Status, error) {
+	fi, err := os.Lstat(statevol.StatusPath(dir, name))
 	if err != nil {
-		return Status{}, err
+		return statevol.Status{}, err
 	}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
-		return Status{}, fmt.Errorf("status %s: owned by UID %d, not by this supervisor's UID %d", name, st.Uid, os.Geteuid())
+		return statevol.Status{}, fmt.Errorf("status %s: owned by UID %d, not by this supervisor's UID %d", name, st.Uid, os.Geteuid())
 	}
-	return readStatus(dir, name)
+	return statevol.ReadStatus(dir, name)
 }
 
 // maxRestartsTotal bounds the restart count taken from a document, which
@@ -170,7 +187,7 @@ const maxResumedBackoff = 64
 // start after the exit it ended as the exit, so that the resumed delay is
 // never longer than the back-off's maximum from now (the back-off's Delay
 // is capped at it, and the wait is measured from the exit).
-func (p *Pod) resumeFrom(prev Status, now time.Time) {
+func (p *Pod) resumeFrom(prev statevol.Status, now time.Time) {
 	exit := *prev.LastExit
 	if exit.At.After(now) {
 		exit.At = now
@@ -192,7 +209,7 @@ func (p *Pod) resumeFrom(prev Status, now time.Time) {
 // counts back from now, so a time to come would never leave it), and a
 // digest that is not one (32 hex digits) is dropped (the next look then starts the count
 // over, as a changed file does).
-func limitsFrom(l *Limits, now time.Time) *supervise.LimitState {
+func limitsFrom(l *statevol.Limits, now time.Time) *supervise.LimitState {
 	if l == nil {
 		return nil
 	}
@@ -244,7 +261,7 @@ func (p *Pod) Limits() *supervise.LimitState {
 // handed over, not 0: the kubelet would show that exit as the container's
 // last termination too, since no run followed it.
 func (p *Pod) ExitStatus(final supervise.State, status int) int {
-	if p == nil || p.handedOver == nil || final.LastExit != nil || status != 0 || final.Phase != supervise.Exited {
+	if p == nil || p.handedOver == nil || final.LastExit != nil || status != 0 || final.Phase != contract.PhaseExited {
 		return status
 	}
 	return int(p.handedOver.Code)
@@ -302,7 +319,7 @@ func (r restarter) InitFailed(gen uint64) (int, bool) { return r.p.member.InitFa
 
 func (r restarter) Pending() <-chan uint64 { return r.p.pending }
 
-func (r restarter) Accept(gen uint64) bool { return r.p.member.Accept(Generation{N: gen}) }
+func (r restarter) Accept(gen uint64) bool { return r.p.member.Accept(statevol.Generation{N: gen}) }
 
 // Observe records a state change in the status document; the recorder
 // writes it off the restart path.
@@ -313,7 +330,7 @@ func (p *Pod) Observe(st supervise.State) {
 	var gen uint64
 	if p.member != nil {
 		gen = p.member.Generation()
-		if st.Phase == supervise.Stopping || st.Phase == supervise.Exited || st.Terminating {
+		if st.Phase == contract.PhaseStopping || st.Phase == contract.PhaseExited || st.Terminating {
 			// A stopping, terminating or exited supervisor ignores pod restarts, and
 			// a watch removed now, a millisecond or more before Close,
 			// spares the container's exit the kernel's wait for it
@@ -321,22 +338,22 @@ func (p *Pod) Observe(st supervise.State) {
 			p.member.unwatch()
 		}
 	}
-	p.rec.Update(func(s *Status) { s.fill(st, gen, p.restartsBefore) })
+	p.rec.Update(func(s *statevol.Status) { fill(s, st, gen, p.restartsBefore) })
 }
 
 // Close writes the final document, stops watching and returns the final
 // status; on a nil *Pod it returns the status final describes.
-func (p *Pod) Close(final supervise.State) Status {
+func (p *Pod) Close(final supervise.State) statevol.Status {
 	if p == nil {
-		var s Status
-		s.fill(final, 0, 0)
+		var s statevol.Status
+		fill(&s, final, 0, 0)
 		return s
 	}
 	p.Observe(final)
 	if final.LastExit == nil && p.handedOver != nil {
 		// No run ended here: the next supervisor resumes from the
 		// exit and the back-off this one took over.
-		p.rec.Update(func(s *Status) {
+		p.rec.Update(func(s *statevol.Status) {
 			s.LastExit = p.handedOver
 			if s.StartedAt.IsZero() {
 				s.StartedAt = p.lastStart
@@ -358,7 +375,7 @@ func (p *Pod) Close(final supervise.State) Status {
 	return p.rec.Status()
 }
 
-func (s *Status) fill(st supervise.State, gen uint64, restartsBefore int) {
+func fill(s *statevol.Status, st supervise.State, gen uint64, restartsBefore int) {
 	s.State = st.Phase
 	s.Restarts, s.PodRestarts, s.Generation = st.Restarts, st.PodRestarts, gen
 	s.RestartsTotal = restartsBefore + st.Restarts
@@ -369,19 +386,19 @@ func (s *Status) fill(st supervise.State, gen uint64, restartsBefore int) {
 	s.Terminating = st.Terminating
 	s.Limits = nil
 	if l := st.Limits; l.BudgetRestarts != 0 || l.ProgressDigest != "" || l.StalledRestarts != 0 {
-		s.Limits = &Limits{BudgetRestarts: l.BudgetRestarts, BudgetRecent: l.BudgetRecent, ProgressDigest: l.ProgressDigest, StalledRestarts: l.StalledRestarts}
+		s.Limits = &statevol.Limits{BudgetRestarts: l.BudgetRestarts, BudgetRecent: l.BudgetRecent, ProgressDigest: l.ProgressDigest, StalledRestarts: l.StalledRestarts}
 	}
 	s.HandOver = nil
 	if h := st.HandOver; h != nil {
-		s.HandOver = &HandOver{Reason: h.Reason, Message: h.Message}
+		s.HandOver = &statevol.HandOver{Reason: h.Reason, Message: h.Message}
 	}
 }
 
-func exitOf(e *supervise.Exit) *Exit {
+func exitOf(e *supervise.Exit) *statevol.Exit {
 	if e == nil {
 		return nil
 	}
-	x := &Exit{Code: int32(e.Code), Action: e.Action, PodRestart: e.PodRestart, Stopped: e.Stopped, Reason: e.Reason, At: e.At}
+	x := &statevol.Exit{Code: int32(e.Code), Action: e.Action, PodRestart: e.PodRestart, Stopped: e.Stopped, Reason: e.Reason, At: e.At}
 	if e.Signal != 0 {
 		x.Signal = unix.SignalName(e.Signal)
 	}

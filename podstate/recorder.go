@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/restart-supervisor/restart-supervisor/statevol"
 	"github.com/restart-supervisor/restart-supervisor/supervise"
 )
 
@@ -34,7 +35,7 @@ type Recorder struct {
 	// Sync's, each writing the latest status it finds.
 	writeMu sync.Mutex
 	mu      sync.Mutex
-	cur     Status
+	cur     statevol.Status
 	pending bool
 	lastErr error
 	// failing counts the failed writes since the last one that succeeded,
@@ -51,8 +52,8 @@ type Recorder struct {
 // NewRecorder starts a recorder for initial.Container and writes initial.
 // Write errors are logged to log (nil: not logged) as Recorder describes;
 // the supervisor carries on without its document.
-func NewRecorder(dir string, initial Status, log supervise.Logger) (*Recorder, error) {
-	if err := CheckContainerName(initial.Container); err != nil {
+func NewRecorder(dir string, initial statevol.Status, log supervise.Logger) (*Recorder, error) {
+	if err := statevol.CheckContainerName(initial.Container); err != nil {
 		return nil, err
 	}
 	if log == nil {
@@ -68,7 +69,7 @@ func NewRecorder(dir string, initial Status, log supervise.Logger) (*Recorder, e
 
 // Update applies fn to the status and schedules a write. UpdatedAt is set
 // by the recorder.
-func (r *Recorder) Update(fn func(*Status)) {
+func (r *Recorder) Update(fn func(*statevol.Status)) {
 	r.mu.Lock()
 	fn(&r.cur)
 	r.cur.UpdatedAt = time.Now()
@@ -79,7 +80,7 @@ func (r *Recorder) Update(fn func(*Status)) {
 
 // Sync applies fn to the status and writes it before it returns, for a
 // change others must be able to read at once (an announcement).
-func (r *Recorder) Sync(fn func(*Status)) error {
+func (r *Recorder) Sync(fn func(*statevol.Status)) error {
 	r.mu.Lock()
 	fn(&r.cur)
 	r.cur.UpdatedAt = time.Now()
@@ -94,7 +95,7 @@ func (r *Recorder) Sync(fn func(*Status)) error {
 }
 
 // Status returns a copy of the current status.
-func (r *Recorder) Status() Status {
+func (r *Recorder) Status() statevol.Status {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.copyLocked()
@@ -198,7 +199,7 @@ func (r *Recorder) flush() error {
 	s := r.copyLocked()
 	r.pending = false
 	r.mu.Unlock()
-	err := WriteStatus(r.dir, s)
+	err := statevol.WriteStatus(r.dir, s)
 	r.mu.Lock()
 	r.lastErr = err
 	failing := r.failing
@@ -225,8 +226,8 @@ func (r *Recorder) flush() error {
 
 // copyLocked deep-copies the status so the writer never shares the
 // pointers that Update may change.
-func (r *Recorder) copyLocked() Status {
-	var s Status
+func (r *Recorder) copyLocked() statevol.Status {
+	var s statevol.Status
 	data, _ := json.Marshal(r.cur)
 	_ = json.Unmarshal(data, &s)
 	return s

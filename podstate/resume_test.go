@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/restart-supervisor/restart-supervisor/contract"
+	"github.com/restart-supervisor/restart-supervisor/statevol"
 	"github.com/restart-supervisor/restart-supervisor/supervise"
 )
 
@@ -26,7 +28,7 @@ func TestResumeClampsTheFuture(t *testing.T) {
 		{"in the past", now.Add(-time.Minute), now.Add(-time.Hour), 2, 2, now.Add(-time.Minute), now.Add(-time.Hour)},
 	} {
 		var p Pod
-		p.resumeFrom(Status{LastExit: &Exit{Code: 1, At: c.exit}, StartedAt: c.start, BackoffRestarts: c.backoff}, now)
+		p.resumeFrom(statevol.Status{LastExit: &statevol.Exit{Code: 1, At: c.exit}, StartedAt: c.start, BackoffRestarts: c.backoff}, now)
 		r := p.Resume()
 		if !r.LastExit.Equal(c.wantExit) || !r.LastStart.Equal(c.wantRun) || r.BackoffRestarts != c.wantStep {
 			t.Errorf("%s: resumed %+v, want exit %s start %s step %d", c.name, *r, c.wantExit, c.wantRun, c.wantStep)
@@ -44,29 +46,29 @@ func TestResumeClampsTheFuture(t *testing.T) {
 func TestRestartsTotalFromThePreviousDocument(t *testing.T) {
 	for _, c := range []struct {
 		name     string
-		prev     Status
+		prev     statevol.Status
 		restarts int
 		want     int
 	}{
-		{"continued", Status{Restarts: 2, RestartsTotal: 7}, 3, 10},
-		{"earlier release", Status{Restarts: 5}, 1, 6},
-		{"negative", Status{Restarts: -9, RestartsTotal: -3}, 1, 1},
-		{"huge", Status{RestartsTotal: 1 << 62}, 1, maxRestartsTotal + 1},
+		{"continued", statevol.Status{Restarts: 2, RestartsTotal: 7}, 3, 10},
+		{"earlier release", statevol.Status{Restarts: 5}, 1, 6},
+		{"negative", statevol.Status{Restarts: -9, RestartsTotal: -3}, 1, 1},
+		{"huge", statevol.Status{RestartsTotal: 1 << 62}, 1, maxRestartsTotal + 1},
 	} {
 		dir := t.TempDir()
 		c.prev.Container = "app"
-		if err := WriteStatus(dir, c.prev); err != nil {
+		if err := statevol.WriteStatus(dir, c.prev); err != nil {
 			t.Fatal(err)
 		}
 		p, err := Open(dir, "app", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		st := p.Close(supervise.State{Phase: supervise.Exited, Restarts: c.restarts})
+		st := p.Close(supervise.State{Phase: contract.PhaseExited, Restarts: c.restarts})
 		if st.RestartsTotal != c.want || st.Restarts != c.restarts {
 			t.Errorf("%s: restarts %d restartsTotal %d, want %d and %d", c.name, st.Restarts, st.RestartsTotal, c.restarts, c.want)
 		}
-		if doc, err := readStatus(dir, "app"); err != nil || doc.RestartsTotal != c.want {
+		if doc, err := statevol.ReadStatus(dir, "app"); err != nil || doc.RestartsTotal != c.want {
 			t.Errorf("%s: document %+v %v", c.name, doc, err)
 		}
 	}
@@ -83,7 +85,7 @@ func TestLimitsFromAHostileDocument(t *testing.T) {
 	for i := range recent {
 		recent[i] = time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
 	}
-	l := limitsFrom(&Limits{BudgetRestarts: -7, BudgetRecent: recent, ProgressDigest: "../../etc", StalledRestarts: 1 << 62}, now)
+	l := limitsFrom(&statevol.Limits{BudgetRestarts: -7, BudgetRecent: recent, ProgressDigest: "../../etc", StalledRestarts: 1 << 62}, now)
 	if l.BudgetRestarts != 0 || l.StalledRestarts != maxRestartsTotal || len(l.BudgetRecent) != supervise.MaxBudgetRecent || l.ProgressDigest != "" {
 		t.Fatalf("limits %+v (%d times)", *l, len(l.BudgetRecent))
 	}
@@ -94,7 +96,7 @@ func TestLimitsFromAHostileDocument(t *testing.T) {
 	}
 	digest := "0123456789abcdef0123456789abcdef"
 	for _, d := range []string{digest, "absent"} {
-		if got := limitsFrom(&Limits{ProgressDigest: d}, now).ProgressDigest; got != d {
+		if got := limitsFrom(&statevol.Limits{ProgressDigest: d}, now).ProgressDigest; got != d {
 			t.Errorf("digest %q taken as %q", d, got)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/rules"
+	"github.com/restart-supervisor/restart-supervisor/statevol"
 	"github.com/restart-supervisor/restart-supervisor/supervise"
 )
 
@@ -50,10 +51,6 @@ const (
 	SidecarWait = 5 * time.Second
 	// barrierPoll is how often a waiting member looks at the markers.
 	barrierPoll = 20 * time.Millisecond
-
-	markStopped = "stopped"
-	markStarted = "started"
-	markFailed  = "failed"
 
 	// forever stands for the wait on an init container's re-run, which
 	// has no bound of its own: the kubelet restarts a re-run whose
@@ -117,11 +114,11 @@ func (m *Member) SetRound(members []contract.PodMember, log supervise.Logger, be
 // for nothing (TestForgedPodRestartsAreIgnored).
 //
 // A Member without SetRound verifies nothing.
-func (m *Member) Verify(g Generation) error { return m.verify(g, m.Generation()) }
+func (m *Member) Verify(g statevol.Generation) error { return m.verify(g, m.Generation()) }
 
 // verify is Verify against the generation current of this member's run,
 // for a caller that holds the member's lock (Announce).
-func (m *Member) verify(g Generation, current uint64) error {
+func (m *Member) verify(g statevol.Generation, current uint64) error {
 	if !m.round.set || g.Source == m.name && g.N <= current {
 		// Its own announcement, already taken: Accept drops it.
 		return nil
@@ -129,10 +126,10 @@ func (m *Member) verify(g Generation, current uint64) error {
 	if g.Group != nil {
 		return m.verifyGroup(g)
 	}
-	if err := CheckContainerName(g.Source); err != nil {
+	if err := statevol.CheckContainerName(g.Source); err != nil {
 		return fmt.Errorf("generation %d names no container as its source", g.N)
 	}
-	st, err := readStatus(m.dir, g.Source)
+	st, err := statevol.ReadStatus(m.dir, g.Source)
 	if err != nil {
 		return fmt.Errorf("generation %d: status of its source %q: %w", g.N, g.Source, err)
 	}
@@ -145,12 +142,14 @@ func (m *Member) verify(g Generation, current uint64) error {
 	return nil
 }
 
-func restartsAll(e *Exit) bool { return e != nil && e.Action == rules.ActionRestartAllContainers }
+func restartsAll(e *statevol.Exit) bool {
+	return e != nil && e.Action == rules.ActionRestartAllContainers
+}
 
 // ignore logs a generation that failed Verify, at most once every 10
 // seconds with the count since, so that a flood of forged files costs no
 // flood of log lines.
-func (m *Member) ignore(g Generation, err error) {
+func (m *Member) ignore(g statevol.Generation, err error) {
 	c := &m.round
 	c.mu.Lock()
 	c.ignored++
@@ -165,47 +164,23 @@ func (m *Member) ignore(g Generation, err error) {
 	c.logf("pod restart file ignored: not announced by the container it names", "generation", g.N, "source", g.Source, "err", err, "ignored", n)
 }
 
-func markerName(n uint64, what, container string) string {
-	return genName(n) + "." + what + "." + container
-}
-
-// parseMarker reads a marker's file name.
-func parseMarker(name string) (n uint64, what, container string, ok bool) {
-	if len(name) < 22 || name[20] != '.' {
-		return 0, "", "", false
-	}
-	if n, ok = parseGenName(name[:20]); !ok {
-		return 0, "", "", false
-	}
-	what, container, ok = strings.Cut(name[21:], ".")
-	switch what {
-	case markStopped, markStarted, markFailed, markGrouped, markReleased:
-	default:
-		ok = false
-	}
-	if !ok || CheckContainerName(container) != nil {
-		return 0, "", "", false
-	}
-	return n, what, container, true
-}
-
 // mark creates the marker of generation n holding data; one that exists
 // already is fine.
 func (m *Member) mark(n uint64, what string, data []byte) error {
-	if _, err := sharedSubdir(m.dir, contract.PodRestartsDir); err != nil {
+	if _, err := statevol.SharedSubdir(m.dir, contract.PodRestartsDir); err != nil {
 		return err
 	}
-	dfd, err := openSubdir(m.dir, contract.PodRestartsDir, "mark")
+	dfd, err := statevol.OpenSubdir(m.dir, contract.PodRestartsDir, "mark")
 	if err != nil {
 		return err
 	}
 	defer unix.Close(dfd)
-	tmp, err := createTempAt(dfd, "mark", data)
+	tmp, err := statevol.CreateTempAt(dfd, "mark", data)
 	if err != nil {
 		return err
 	}
 	defer unix.Unlinkat(dfd, tmp, 0)
-	if err := unix.Linkat(dfd, tmp, dfd, markerName(n, what, m.name), 0); err != nil && err != unix.EEXIST {
+	if err := unix.Linkat(dfd, tmp, dfd, statevol.MarkerName(n, what, m.name), 0); err != nil && err != unix.EEXIST {
 		return fmt.Errorf("mark generation %d %s: %w", n, what, err)
 	}
 	return nil
@@ -213,7 +188,7 @@ func (m *Member) mark(n uint64, what string, data []byte) error {
 
 // Started records that this container's run of generation n has started.
 func (m *Member) Started(n uint64) {
-	if err := m.mark(n, markStarted, nil); err != nil {
+	if err := m.mark(n, statevol.MarkStarted, nil); err != nil {
 		m.round.logf("cannot record the start for the pod restart", "generation", n, "err", err)
 	}
 }
@@ -278,7 +253,7 @@ func (m *Member) othersEnded(names []string) bool {
 			continue
 		}
 		switch ms.doc.State {
-		case supervise.Exited, supervise.Stopping, supervise.Ended:
+		case contract.PhaseExited, contract.PhaseStopping, contract.PhaseEnded:
 		default:
 			return false
 		}
@@ -293,7 +268,7 @@ func (m *Member) othersEnded(names []string) bool {
 // marker: the status document that also holds it is written off the
 // restart path and may come later.
 func (m *Member) Failed(n uint64, exitCode int) {
-	if err := m.mark(n, markFailed, []byte(strconv.Itoa(exitCode)+"\n")); err != nil {
+	if err := m.mark(n, statevol.MarkFailed, []byte(strconv.Itoa(exitCode)+"\n")); err != nil {
 		m.round.logf("cannot record the failed init container re-run; the containers after it will wait for it", "generation", n, "err", err)
 	}
 }
@@ -305,13 +280,13 @@ func (m *Member) Failed(n uint64, exitCode int) {
 func (m *Member) InitFailed(n uint64) (exitCode int, failed bool) {
 	marks := m.markers(n)
 	for _, pm := range m.startersBefore() {
-		if pm.Kind != contract.MemberInit || marks[markFailed][pm.Name] == 0 {
+		if pm.Kind != contract.MemberInit || marks[statevol.MarkFailed][pm.Name] == 0 {
 			continue
 		}
-		if code, ok := m.markedCode(marks[markFailed][pm.Name], pm.Name); ok {
+		if code, ok := m.markedCode(marks[statevol.MarkFailed][pm.Name], pm.Name); ok {
 			return code, true
 		}
-		if st, err := readStatus(m.dir, pm.Name); err == nil && st.LastExit != nil && st.LastExit.Code != 0 {
+		if st, err := statevol.ReadStatus(m.dir, pm.Name); err == nil && st.LastExit != nil && st.LastExit.Code != 0 {
 			return int(st.LastExit.Code), true
 		}
 		return 1, true
@@ -326,7 +301,7 @@ const maxMarkerSize = 16
 // markedCode reads the exit code a failed marker of generation n holds:
 // 1 to 255, as a container's exit code is.
 func (m *Member) markedCode(n uint64, container string) (int, bool) {
-	data, err := readBounded(filepath.Join(m.dir, contract.PodRestartsDir, markerName(n, markFailed, container)), maxMarkerSize)
+	data, err := statevol.ReadBounded(filepath.Join(m.dir, contract.PodRestartsDir, statevol.MarkerName(n, statevol.MarkFailed, container)), maxMarkerSize)
 	if err != nil {
 		return 0, false
 	}
@@ -342,7 +317,7 @@ func (m *Member) markedCode(n uint64, container string) (int, bool) {
 // the waits of the round. cancel ends the wait without closing the
 // channel.
 func (m *Member) Stopped(n uint64) (ready <-chan struct{}, cancel func()) {
-	if err := m.mark(n, markStopped, nil); err != nil {
+	if err := m.mark(n, statevol.MarkStopped, nil); err != nil {
 		m.round.logf("cannot record the stop for the pod restart; the others will wait for it until their bound", "generation", n, "err", err)
 	}
 	c := make(chan struct{})
@@ -369,7 +344,7 @@ func (m *Member) wait(n uint64, ready chan<- struct{}, done <-chan struct{}) {
 	var missing []string
 	stopDeadline := time.Now().Add(StopWait)
 	if !sleepUntil(stopDeadline, func() bool {
-		missing = m.missing(n, markStopped)
+		missing = m.missing(n, statevol.MarkStopped)
 		return len(missing) == 0
 	}) {
 		return
@@ -380,14 +355,14 @@ func (m *Member) wait(n uint64, ready chan<- struct{}, done <-chan struct{}) {
 	if m.groupRound(n) {
 		// A group restart: the pod has stopped; no member starts before
 		// the agent says every pod of the group has (group.go).
-		if err := m.mark(n, markGrouped, nil); err != nil {
+		if err := m.mark(n, statevol.MarkGrouped, nil); err != nil {
 			m.round.logf("cannot record the pod's stop for the group restart; the node agent will release the group at its bound", "generation", n, "err", err)
 		}
-		if !sleepUntil(time.Now().Add(GroupReleaseWait), func() bool { return m.released(n) }) {
+		if !sleepUntil(time.Now().Add(statevol.GroupReleaseWait), func() bool { return m.released(n) }) {
 			return
 		}
 		if !m.released(n) {
-			m.round.logf("group restart: no release from the node agent within the bound; starting", "generation", n, "waited", GroupReleaseWait)
+			m.round.logf("group restart: no release from the node agent within the bound; starting", "generation", n, "waited", statevol.GroupReleaseWait)
 		}
 	}
 	if starters := m.startersBefore(); len(starters) > 0 {
@@ -415,13 +390,13 @@ func (m *Member) wait(n uint64, ready chan<- struct{}, done <-chan struct{}) {
 // generation n or later, each with the highest generation it has one for
 // (0: none).
 func (m *Member) markers(n uint64) map[string]map[string]uint64 {
-	have := map[string]map[string]uint64{markStopped: {}, markStarted: {}, markFailed: {}, markGrouped: {}, markReleased: {}}
-	names, err := genNames(m.dir)
+	have := map[string]map[string]uint64{statevol.MarkStopped: {}, statevol.MarkStarted: {}, statevol.MarkFailed: {}, statevol.MarkGrouped: {}, statevol.MarkReleased: {}}
+	names, err := statevol.GenNames(m.dir)
 	if err != nil {
 		return have
 	}
 	for _, name := range names {
-		if k, w, c, ok := parseMarker(name); ok && k >= n && k > have[w][c] {
+		if k, w, c, ok := statevol.ParseMarker(name); ok && k >= n && k > have[w][c] {
 			have[w][c] = k
 		}
 	}
@@ -444,7 +419,7 @@ func (m *Member) gone(pm contract.PodMember) bool {
 	case ms.live == dead && pm.Kind != contract.MemberInit:
 		return true
 	}
-	return ms.doc.State == supervise.Exited || ms.doc.State == supervise.Stopping
+	return ms.doc.State == contract.PhaseExited || ms.doc.State == contract.PhaseStopping
 }
 
 // missing returns the members, other than this one, that have no
@@ -489,8 +464,8 @@ func (m *Member) notStarted(n uint64, starters []contract.PodMember) (sidecars, 
 	marks := m.markers(n)
 	for _, pm := range starters {
 		switch {
-		case marks[markStarted][pm.Name] != 0:
-		case pm.Kind == contract.MemberInit && marks[markFailed][pm.Name] != 0:
+		case marks[statevol.MarkStarted][pm.Name] != 0:
+		case pm.Kind == contract.MemberInit && marks[statevol.MarkFailed][pm.Name] != 0:
 			failed = true
 		case m.gone(pm):
 		case pm.Kind == contract.MemberInit:
@@ -505,7 +480,7 @@ func (m *Member) notStarted(n uint64, starters []contract.PodMember) (sidecars, 
 // statusMembers stands in for an unknown member list: the containers with
 // a status document, as regular containers.
 func (m *Member) statusMembers() []contract.PodMember {
-	all, _ := ReadAll(m.dir)
+	all, _ := statevol.ReadAll(m.dir)
 	out := make([]contract.PodMember, 0, len(all))
 	for _, s := range all {
 		out = append(out, contract.PodMember{Name: s.Container, Kind: contract.MemberRegular})

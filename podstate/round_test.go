@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
+	"github.com/restart-supervisor/restart-supervisor/statevol"
 	"github.com/restart-supervisor/restart-supervisor/supervise"
 )
 
@@ -22,20 +23,20 @@ func TestRoundMarkersArePrunedWithTheirGeneration(t *testing.T) {
 	for i := 0; i < 12; i++ {
 		g, won, err := m.Announce(88)
 		if err != nil || !won {
-			t.Fatalf("announce %d: %v %v", i, won, err)
+			t.Fatalf("statevol.AnnounceWith %d: %v %v", i, won, err)
 		}
 		_, cancel := m.Stopped(g.N)
 		cancel()
 		m.Started(g.N)
-		if cur, _ := Current(dir); cur != g.N {
+		if cur, _ := statevol.Current(dir); cur != g.N {
 			t.Fatalf("current generation %d after markers of %d", cur, g.N)
 		}
 	}
 	entries, _ := os.ReadDir(filepath.Join(dir, contract.PodRestartsDir))
 	for _, e := range entries {
-		n, ok := parseGenName(e.Name())
+		n, ok := statevol.ParseGenName(e.Name())
 		if !ok {
-			n, _, _, ok = parseMarker(e.Name())
+			n, _, _, ok = statevol.ParseMarker(e.Name())
 		}
 		if !ok {
 			if e.Name()[0] != '.' {
@@ -43,28 +44,12 @@ func TestRoundMarkersArePrunedWithTheirGeneration(t *testing.T) {
 			}
 			continue
 		}
-		if n+genKeep < 12 {
+		if n+statevol.GenKeep < 12 {
 			t.Errorf("%s not pruned", e.Name())
 		}
 	}
-	if _, err := os.Stat(filepath.Join(dir, contract.PodRestartsDir, markerName(12, markStopped, "a"))); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, contract.PodRestartsDir, statevol.MarkerName(12, statevol.MarkStopped, "a"))); err != nil {
 		t.Errorf("newest stopped marker: %v", err)
-	}
-}
-
-func TestParseMarker(t *testing.T) {
-	for name, ok := range map[string]bool{
-		"00000000000000000003.stopped.web": true,
-		"00000000000000000003.started.web": true,
-		"00000000000000000003.failed.web":  true,
-		"00000000000000000003.stopped.":    false,
-		"00000000000000000003.other.web":   false,
-		"00000000000000000003.stopped.../": false,
-		"0000000000000000003.stopped.web":  false,
-	} {
-		if _, _, _, got := parseMarker(name); got != ok {
-			t.Errorf("%s: %v, want %v", name, got, ok)
-		}
 	}
 }
 
@@ -85,12 +70,12 @@ func TestRoundWaitsForInitRerun(t *testing.T) {
 				}
 				t.Cleanup(func() { m.Close() })
 				m.SetRound(members, nil, nil)
-				rec, err := NewRecorder(dir, Status{Container: name, State: supervise.Running}, nil)
+				rec, err := NewRecorder(dir, statevol.Status{Container: name, State: contract.PhaseRunning}, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
 				t.Cleanup(func() { rec.Close() })
-				if err := rec.Sync(func(*Status) {}); err != nil { // written before any round
+				if err := rec.Sync(func(*statevol.Status) {}); err != nil { // written before any round
 					t.Fatal(err)
 				}
 				recs[name] = rec
@@ -158,8 +143,8 @@ func TestInitRerunJoiningMidRoundCountsAsStarted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close(supervise.State{Phase: supervise.Exited})
-	if a.markers(g.N)[markStarted]["fetch-rerun"] == 0 {
+	defer p.Close(supervise.State{Phase: contract.PhaseExited})
+	if a.markers(g.N)[statevol.MarkStarted]["fetch-rerun"] == 0 {
 		t.Fatalf("no started marker of fetch-rerun for generation %d", g.N)
 	}
 }

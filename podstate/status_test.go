@@ -1,9 +1,10 @@
 package podstate
 
 import (
+	"github.com/restart-supervisor/restart-supervisor/contract"
+	"github.com/restart-supervisor/restart-supervisor/statevol"
 	"github.com/restart-supervisor/restart-supervisor/supervise"
 
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -24,21 +25,21 @@ func intPtr(i int) *int { return &i }
 func TestWriteStatusReadAllRoundTrip(t *testing.T) {
 	dir := t.TempDir()
 	started := time.Date(2026, 11, 30, 15, 0, 0, 0, time.UTC)
-	want := []Status{
-		{Container: "worker", State: supervise.BackingOff, Restarts: 3, PodRestarts: 1, Generation: 1,
-			LastExit:    &Exit{Code: 42, Rule: intPtr(0), Action: rules.ActionRestart, At: started.Add(time.Minute)},
-			LastRestart: &Exit{Code: 42, Rule: intPtr(0), Action: rules.ActionRestart, At: started.Add(time.Minute)},
+	want := []statevol.Status{
+		{Container: "worker", State: contract.PhaseBackingOff, Restarts: 3, PodRestarts: 1, Generation: 1,
+			LastExit:    &statevol.Exit{Code: 42, Rule: intPtr(0), Action: rules.ActionRestart, At: started.Add(time.Minute)},
+			LastRestart: &statevol.Exit{Code: 42, Rule: intPtr(0), Action: rules.ActionRestart, At: started.Add(time.Minute)},
 			StartedAt:   started, NextStartAt: started.Add(2 * time.Minute), SupervisorPID: 1, SupervisorVersion: "v1"},
-		{Container: "app", State: supervise.Running, StartedAt: started, SupervisorPID: 1},
-		{Container: "sidecar", State: supervise.Exited,
-			LastExit: &Exit{Code: 143, Signal: "SIGTERM", At: started}, SupervisorPID: 7},
+		{Container: "app", State: contract.PhaseRunning, StartedAt: started, SupervisorPID: 1},
+		{Container: "sidecar", State: contract.PhaseExited,
+			LastExit: &statevol.Exit{Code: 143, Signal: "SIGTERM", At: started}, SupervisorPID: 7},
 	}
 	for _, s := range want {
-		if err := WriteStatus(dir, s); err != nil {
+		if err := statevol.WriteStatus(dir, s); err != nil {
 			t.Fatal(err)
 		}
 	}
-	got, err := ReadAll(dir)
+	got, err := statevol.ReadAll(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +47,7 @@ func TestWriteStatusReadAllRoundTrip(t *testing.T) {
 		t.Fatalf("want app, sidecar, worker in order; got %+v", got)
 	}
 	w := got[2]
-	if w.Restarts != 3 || w.PodRestarts != 1 || w.State != supervise.BackingOff || w.LastExit == nil || w.LastExit.Code != 42 ||
+	if w.Restarts != 3 || w.PodRestarts != 1 || w.State != contract.PhaseBackingOff || w.LastExit == nil || w.LastExit.Code != 42 ||
 		w.LastExit.Rule == nil || *w.LastExit.Rule != 0 || w.LastExit.Action != rules.ActionRestart ||
 		!w.StartedAt.Equal(started) || !w.NextStartAt.Equal(started.Add(2*time.Minute)) || w.SupervisorVersion != "v1" {
 		t.Fatalf("worker status changed in the round trip: %+v", w)
@@ -59,7 +60,7 @@ func TestWriteStatusReadAllRoundTrip(t *testing.T) {
 	}
 
 	// Files are readable by other UIDs and the directory is writable by them.
-	fi, err := os.Stat(StatusPath(dir, "app"))
+	fi, err := os.Stat(statevol.StatusPath(dir, "app"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,14 +83,14 @@ func TestWriteStatusReadAllRoundTrip(t *testing.T) {
 
 func TestReadAllSkipsTempFilesAndReportsBrokenDocuments(t *testing.T) {
 	dir := t.TempDir()
-	if err := WriteStatus(dir, Status{Container: "good", State: supervise.Running}); err != nil {
+	if err := statevol.WriteStatus(dir, statevol.Status{Container: "good", State: contract.PhaseRunning}); err != nil {
 		t.Fatal(err)
 	}
 	sdir := filepath.Join(dir, "status")
 	os.WriteFile(filepath.Join(sdir, ".good.json.123.tmp"), []byte("{"), 0o644)
 	os.WriteFile(filepath.Join(sdir, "notes.txt"), []byte("x"), 0o644)
 	os.WriteFile(filepath.Join(sdir, "broken.json"), []byte("{\"state\":"), 0o644)
-	got, err := ReadAll(dir)
+	got, err := statevol.ReadAll(dir)
 	if len(got) != 1 || got[0].Container != "good" {
 		t.Fatalf("got %+v", got)
 	}
@@ -100,83 +101,28 @@ func TestReadAllSkipsTempFilesAndReportsBrokenDocuments(t *testing.T) {
 
 func TestReadAllMissingDirectories(t *testing.T) {
 	dir := t.TempDir()
-	if got, err := ReadAll(dir); err != nil || len(got) != 0 {
+	if got, err := statevol.ReadAll(dir); err != nil || len(got) != 0 {
 		t.Fatalf("empty state dir: %v %v", got, err)
 	}
-	if _, err := ReadAll(filepath.Join(dir, "absent")); err == nil {
+	if _, err := statevol.ReadAll(filepath.Join(dir, "absent")); err == nil {
 		t.Fatal("a missing state directory must be an error")
 	}
 }
 
-func TestWriteStatusRejectsBadNames(t *testing.T) {
-	for _, name := range []string{"", "../x", "a/b", ".hidden", strings.Repeat("a", 254)} {
-		if err := WriteStatus(t.TempDir(), Status{Container: name}); err == nil {
-			t.Errorf("name %q accepted", name)
-		}
-	}
-}
-
-// Readers racing a writer that replaces the document continuously must
-// always see a complete document.
-func TestWriteStatusIsAtomicForConcurrentReaders(t *testing.T) {
-	dir := t.TempDir()
-	pad := strings.Repeat("x", 64<<10) // large enough that a torn write would show
-	if err := WriteStatus(dir, Status{Container: "c", SupervisorVersion: pad}); err != nil {
-		t.Fatal(err)
-	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	errs := make(chan string, 100)
-	for r := 0; r < 4; r++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				data, err := os.ReadFile(StatusPath(dir, "c"))
-				if err != nil {
-					errs <- err.Error()
-					return
-				}
-				var s Status
-				if err := json.Unmarshal(data, &s); err != nil || s.SupervisorVersion != pad {
-					errs <- "torn read"
-					return
-				}
-			}
-		}()
-	}
-	for i := 0; i < 60; i++ {
-		if err := WriteStatus(dir, Status{Container: "c", Restarts: i, SupervisorVersion: pad}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	close(stop)
-	wg.Wait()
-	close(errs)
-	for e := range errs {
-		t.Fatal(e)
-	}
-}
-
 func TestSummaryAndTerminationMessage(t *testing.T) {
-	s := Status{Restarts: 3, PodRestarts: 1, State: supervise.Exited,
-		LastRestart: &Exit{Code: 42, Rule: intPtr(0), Action: rules.ActionRestart},
-		LastExit:    &Exit{Code: 1}}
+	s := statevol.Status{Restarts: 3, PodRestarts: 1, State: contract.PhaseExited,
+		LastRestart: &statevol.Exit{Code: 42, Rule: intPtr(0), Action: rules.ActionRestart},
+		LastExit:    &statevol.Exit{Code: 1}}
 	want := "restart-supervisor: 3 in-place restarts (1 pod restart); last exit 42 (rule 0 Restart); final exit 1"
-	if got := s.Summary(); got != want {
+	if got := Summary(s); got != want {
 		t.Fatalf("summary\n got %q\nwant %q", got, want)
 	}
-	if got := (Status{Restarts: 1, State: supervise.Exited, LastExit: &Exit{Code: 143, Signal: "SIGTERM"}}).Summary(); got !=
+	if got := Summary(statevol.Status{Restarts: 1, State: contract.PhaseExited, LastExit: &statevol.Exit{Code: 143, Signal: "SIGTERM"}}); got !=
 		"restart-supervisor: 1 in-place restart; final exit 143 (SIGTERM)" {
 		t.Fatalf("summary %q", got)
 	}
-	killed := &Exit{Code: 137, Signal: "SIGKILL", PodRestart: 2}
-	if got := (Status{Restarts: 2, PodRestarts: 2, State: supervise.Running, LastExit: killed, LastRestart: killed}).Summary(); got !=
+	killed := &statevol.Exit{Code: 137, Signal: "SIGKILL", PodRestart: 2}
+	if got := Summary(statevol.Status{Restarts: 2, PodRestarts: 2, State: contract.PhaseRunning, LastExit: killed, LastRestart: killed}); got !=
 		"restart-supervisor: 2 in-place restarts (2 pod restarts); last exit 137 (SIGKILL, pod restart 2)" {
 		t.Fatalf("summary %q", got)
 	}
@@ -226,7 +172,7 @@ func TestSummaryAndTerminationMessage(t *testing.T) {
 func TestRecorderCoalescesAndFlushesOnClose(t *testing.T) {
 	dir := t.TempDir()
 	var logs testutil.SyncBuffer
-	r, err := NewRecorder(dir, Status{Container: "app", State: supervise.Running, SupervisorPID: os.Getpid()},
+	r, err := NewRecorder(dir, statevol.Status{Container: "app", State: contract.PhaseRunning, SupervisorPID: os.Getpid()},
 		slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -236,26 +182,26 @@ func TestRecorderCoalescesAndFlushesOnClose(t *testing.T) {
 	go func() { // a reader of the in-memory status, as a status log line would be
 		defer wg.Done()
 		for i := 0; i < 200; i++ {
-			_ = r.Status().Summary()
+			_ = Summary(r.Status())
 		}
 	}()
 	for i := 1; i <= 1000; i++ {
-		r.Update(func(s *Status) {
+		r.Update(func(s *statevol.Status) {
 			s.Restarts = i
-			s.LastRestart = &Exit{Code: 42, Rule: intPtr(0), Action: rules.ActionRestart}
+			s.LastRestart = &statevol.Exit{Code: 42, Rule: intPtr(0), Action: rules.ActionRestart}
 			s.LastExit = s.LastRestart
 		})
 	}
-	r.Update(func(s *Status) { s.State = supervise.Exited; s.LastExit = &Exit{Code: 1} })
+	r.Update(func(s *statevol.Status) { s.State = contract.PhaseExited; s.LastExit = &statevol.Exit{Code: 1} })
 	wg.Wait()
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
 	}
-	got, err := ReadAll(dir)
+	got, err := statevol.ReadAll(dir)
 	if err != nil || len(got) != 1 {
 		t.Fatalf("%v %v", got, err)
 	}
-	if got[0].Restarts != 1000 || got[0].State != supervise.Exited || got[0].LastExit.Code != 1 || got[0].LastRestart.Code != 42 {
+	if got[0].Restarts != 1000 || got[0].State != contract.PhaseExited || got[0].LastExit.Code != 1 || got[0].LastRestart.Code != 42 {
 		t.Fatalf("the last update was not written: %+v", got[0])
 	}
 	if got[0].SupervisorPID != os.Getpid() {
@@ -264,7 +210,7 @@ func TestRecorderCoalescesAndFlushesOnClose(t *testing.T) {
 	if logs.String() != "" || r.FailedWrites() != 0 {
 		t.Fatalf("%d failed writes: %s", r.FailedWrites(), logs.String())
 	}
-	if _, err := NewRecorder(dir, Status{Container: "a/b"}, nil); err == nil {
+	if _, err := NewRecorder(dir, statevol.Status{Container: "a/b"}, nil); err == nil {
 		t.Fatal("bad name accepted")
 	}
 }
@@ -290,7 +236,7 @@ func TestRecorderLogsOnceThenCounts(t *testing.T) {
 	waitFor(t, "the first write", func() bool { return p.rec.FailedWrites() >= 1 })
 	const restarts = 20
 	for i := 1; i <= restarts; i++ {
-		p.Observe(supervise.State{Phase: supervise.Running, Restarts: i})
+		p.Observe(supervise.State{Phase: contract.PhaseRunning, Restarts: i})
 		waitFor(t, "a failed write", func() bool { return p.rec.FailedWrites() >= i+1 })
 	}
 	if n := strings.Count(logs.String(), "cannot write the status document"); n != 1 {
@@ -301,16 +247,16 @@ func TestRecorderLogsOnceThenCounts(t *testing.T) {
 	}
 	os.Remove(blocker)
 	failed := p.rec.FailedWrites()
-	p.Observe(supervise.State{Phase: supervise.Running, Restarts: restarts + 1})
+	p.Observe(supervise.State{Phase: contract.PhaseRunning, Restarts: restarts + 1})
 	waitFor(t, "the write that succeeds", func() bool { return strings.Contains(logs.String(), "status document written again") })
 	if want := fmt.Sprintf("failedWrites=%d", failed); !strings.Contains(logs.String(), want) {
 		t.Errorf("the recovery line lacks %s:\n%s", want, logs.String())
 	}
-	p.Close(supervise.State{Phase: supervise.Exited, Restarts: restarts + 1, LastExit: &supervise.Exit{ExitStatus: supervise.ExitStatus{Code: 1}, Rule: -1}})
+	p.Close(supervise.State{Phase: contract.PhaseExited, Restarts: restarts + 1, LastExit: &supervise.Exit{ExitStatus: supervise.ExitStatus{Code: 1}, Rule: -1}})
 	if want := fmt.Sprintf("earlier writes failed\" failedWrites=%d", failed); !strings.Contains(logs.String(), want) {
 		t.Errorf("the final line lacks %s:\n%s", want, logs.String())
 	}
-	if st, err := readStatus(dir, "app"); err != nil || st.State != supervise.Exited {
+	if st, err := statevol.ReadStatus(dir, "app"); err != nil || st.State != contract.PhaseExited {
 		t.Errorf("final document %+v: %v", st, err)
 	}
 }
@@ -321,12 +267,12 @@ func TestRecorderLogsOnceThenCounts(t *testing.T) {
 func TestRecorderFinalWriteFails(t *testing.T) {
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "status"), nil, 0o644)
-	r, err := NewRecorder(dir, Status{Container: "app"}, nil)
+	r, err := NewRecorder(dir, statevol.Status{Container: "app"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "a failed write", func() bool { return r.FailedWrites() == 1 })
-	r.Update(func(s *Status) { s.Restarts = 1 })
+	r.Update(func(s *statevol.Status) { s.Restarts = 1 })
 	if err := r.Close(); err == nil {
 		t.Fatal("Close must return the error of the last write")
 	}
@@ -341,7 +287,7 @@ func TestRecorderFinalWriteFails(t *testing.T) {
 // not be followed and an oversized document must not be read whole.
 func TestHostileStatusDocuments(t *testing.T) {
 	dir := t.TempDir()
-	if err := WriteStatus(dir, Status{Container: "good", State: supervise.Running}); err != nil {
+	if err := statevol.WriteStatus(dir, statevol.Status{Container: "good", State: contract.PhaseRunning}); err != nil {
 		t.Fatal(err)
 	}
 	sdir := filepath.Join(dir, "status")
@@ -351,16 +297,16 @@ func TestHostileStatusDocuments(t *testing.T) {
 	secret := filepath.Join(t.TempDir(), "secret")
 	os.WriteFile(secret, []byte(`{"container":"secret","restarts":7}`), 0o600)
 	os.Symlink(secret, filepath.Join(sdir, "link.json"))
-	os.WriteFile(filepath.Join(sdir, "big.json"), make([]byte, maxStatusSize+1), 0o644)
+	os.WriteFile(filepath.Join(sdir, "big.json"), make([]byte, statevol.MaxStatusSize+1), 0o644)
 
 	done := make(chan struct{})
-	var all []Status
+	var all []statevol.Status
 	var err error
-	go func() { all, err = ReadAll(dir); close(done) }()
+	go func() { all, err = statevol.ReadAll(dir); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):
-		t.Fatal("ReadAll blocked on a FIFO")
+		t.Fatal("statevol.ReadAll blocked on a FIFO")
 	}
 	if len(all) != 1 || all[0].Container != "good" {
 		t.Fatalf("statuses %+v, want only the good one", all)
@@ -370,7 +316,7 @@ func TestHostileStatusDocuments(t *testing.T) {
 			t.Errorf("error %v lacks %q", err, want)
 		}
 	}
-	if _, err := readStatus(dir, "link"); err == nil {
-		t.Error("readStatus followed a symbolic link")
+	if _, err := statevol.ReadStatus(dir, "link"); err == nil {
+		t.Error("statevol.ReadStatus followed a symbolic link")
 	}
 }

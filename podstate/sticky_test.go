@@ -11,7 +11,9 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/internal/testutil"
+	"github.com/restart-supervisor/restart-supervisor/statevol"
 	"github.com/restart-supervisor/restart-supervisor/supervise"
 )
 
@@ -25,15 +27,15 @@ func opRole() int {
 	var err error
 	switch op := os.Getenv("PODSTATE_OP"); op {
 	case "write": // write the status document of container arg
-		err = WriteStatus(dir, Status{Container: arg, State: supervise.Running, SupervisorPID: os.Getpid()})
+		err = statevol.WriteStatus(dir, statevol.Status{Container: arg, State: contract.PhaseRunning, SupervisorPID: os.Getpid()})
 	case "remove": // remove dir/arg
 		err = os.Remove(filepath.Join(dir, arg))
 	case "rename": // rename dir/arg to dir/arg.aside
 		err = os.Rename(filepath.Join(dir, arg), filepath.Join(dir, arg+".aside"))
-	case "announce": // announce a pod restart as observer of generation arg
+	case "statevol.AnnounceWith": // statevol.AnnounceWith a pod restart as observer of generation arg
 		observed, _ := strconv.ParseUint(arg, 10, 64)
 		var won bool
-		_, won, err = Announce(dir, observed, "c", 42)
+		_, won, err = statevol.Announce(dir, observed, "c", 42)
 		if err == nil && !won {
 			err = fmt.Errorf("generation %d existed already", observed+1)
 		}
@@ -142,7 +144,7 @@ func TestStickyStateVolumeRefusesForgery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pod.Close(supervise.State{Phase: supervise.Exited})
+	pod.Close(supervise.State{Phase: contract.PhaseExited})
 	if m := modeOf(t, p.shared); m&os.ModeSticky == 0 {
 		t.Fatalf("volume root %v, want sticky", m)
 	}
@@ -160,11 +162,11 @@ func TestStickyStateVolumeRefusesForgery(t *testing.T) {
 	// The owner's temporary file and rename(2) still replace its own.
 	p.must(victim, "write", "victim")
 	p.must(forger, "write", "forger")
-	st, err := ReadAll(p.shared)
+	st, err := statevol.ReadAll(p.shared)
 	if err != nil || len(st) != 3 {
 		t.Fatalf("%+v: %v", st, err)
 	}
-	fi, _ := os.Stat(StatusPath(p.shared, "victim"))
+	fi, _ := os.Stat(statevol.StatusPath(p.shared, "victim"))
 	if owner := fi.Sys().(*syscall.Stat_t).Uid; owner != victim {
 		t.Fatalf("victim's document owned by %d", owner)
 	}
@@ -195,7 +197,7 @@ func TestStickyRootSupervisorOwnsSubdirs(t *testing.T) {
 	p := newPodUIDs(t)
 	p.must(victim, "write", "victim")
 	p.must(forger, "write", "forger")
-	if err := WriteStatus(p.shared, Status{Container: "root-container"}); err != nil {
+	if err := statevol.WriteStatus(p.shared, statevol.Status{Container: "root-container"}); err != nil {
 		t.Fatal(err)
 	}
 	fi, _ := os.Lstat(filepath.Join(p.shared, "status"))
@@ -231,7 +233,7 @@ func TestStickyOldSharedDirs(t *testing.T) {
 	os.Mkdir(gdir, 0o777)
 	os.Chmod(gdir, 0o777)
 	os.Chown(gdir, forger, forger)
-	if _, _, err := Announce(p.shared, 0, "root-container", 42); err != nil {
+	if _, _, err := statevol.Announce(p.shared, 0, "root-container", 42); err != nil {
 		t.Fatal(err)
 	}
 	if m := modeOf(t, gdir); m != os.ModeDir|os.ModeSticky|0o777 {
@@ -248,7 +250,7 @@ func TestStickyPruneKeepsOtherUIDsFiles(t *testing.T) {
 	const last = 20
 	for g := uint64(0); g < last; g++ {
 		uid := uint32(victim + g%2) // victim creates odd generations, forger even ones
-		p.must(uid, "announce", strconv.FormatUint(g, 10))
+		p.must(uid, "statevol.AnnounceWith", strconv.FormatUint(g, 10))
 	}
 	entries, err := os.ReadDir(filepath.Join(p.shared, "pod-restarts"))
 	if err != nil {
@@ -256,7 +258,7 @@ func TestStickyPruneKeepsOtherUIDsFiles(t *testing.T) {
 	}
 	var got []string
 	for _, e := range entries {
-		if n, ok := parseGenName(e.Name()); ok {
+		if n, ok := statevol.ParseGenName(e.Name()); ok {
 			got = append(got, fmt.Sprint(n))
 		} else {
 			t.Errorf("left behind: %s", e.Name())
@@ -268,7 +270,7 @@ func TestStickyPruneKeepsOtherUIDsFiles(t *testing.T) {
 	if strings.Join(got, " ") != want {
 		t.Fatalf("generation files %s, want %s", strings.Join(got, " "), want)
 	}
-	if n, err := Current(p.shared); err != nil || n != last {
+	if n, err := statevol.Current(p.shared); err != nil || n != last {
 		t.Fatalf("current %d: %v", n, err)
 	}
 }
@@ -284,17 +286,17 @@ func TestResumeOnlyFromOwnDocument(t *testing.T) {
 		t.Skip("needs root to give a file to another user")
 	}
 	dir := t.TempDir()
-	planted := Status{Container: "app", BackoffRestarts: 50, LastExit: &Exit{Code: 1}}
-	if err := WriteStatus(dir, planted); err != nil {
+	planted := statevol.Status{Container: "app", BackoffRestarts: 50, LastExit: &statevol.Exit{Code: 1}}
+	if err := statevol.WriteStatus(dir, planted); err != nil {
 		t.Fatal(err)
 	}
-	os.Chown(StatusPath(dir, "app"), forger, forger)
+	os.Chown(statevol.StatusPath(dir, "app"), forger, forger)
 	var logs testutil.SyncBuffer
 	pod, err := Open(dir, "app", slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pod.Close(supervise.State{Phase: supervise.Exited})
+	defer pod.Close(supervise.State{Phase: contract.PhaseExited})
 	if r := pod.Resume(); r != nil {
 		t.Fatalf("resumed %+v from another UID's document", *r)
 	}
@@ -304,12 +306,12 @@ func TestResumeOnlyFromOwnDocument(t *testing.T) {
 
 	// Its own document is taken up.
 	dir = t.TempDir()
-	WriteStatus(dir, planted)
+	statevol.WriteStatus(dir, planted)
 	own, err := Open(dir, "app", slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer own.Close(supervise.State{Phase: supervise.Exited})
+	defer own.Close(supervise.State{Phase: contract.PhaseExited})
 	if r := own.Resume(); r == nil || r.BackoffRestarts != 50 {
 		t.Fatalf("resume %+v, want 50 back-off restarts", r)
 	}

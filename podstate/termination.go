@@ -1,8 +1,6 @@
 package podstate
 
 import (
-	"github.com/restart-supervisor/restart-supervisor/supervise"
-
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
+	"github.com/restart-supervisor/restart-supervisor/statevol"
 )
 
 const (
@@ -23,8 +22,8 @@ const (
 // Summary is the one line a supervisor leaves in the termination message:
 // "restart-supervisor: 3 in-place restarts (1 pod restart); last exit 42
 // (rule 0 Restart); final exit 1". The final exit is s.LastExit when the
-// state is supervise.Exited.
-func (s Status) Summary() string {
+// state is contract.PhaseExited.
+func Summary(s statevol.Status) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "restart-supervisor: %d in-place %s", s.Restarts, plural(s.Restarts, "restart", "restarts"))
 	if s.PodRestarts > 0 {
@@ -33,10 +32,10 @@ func (s Status) Summary() string {
 	if s.LastRestart != nil {
 		fmt.Fprintf(&b, "; last exit %s", describeExit(*s.LastRestart))
 	}
-	if s.State == supervise.Exited && s.LastExit != nil {
+	if s.State == contract.PhaseExited && s.LastExit != nil {
 		fmt.Fprintf(&b, "; final exit %s", describeExit(*s.LastExit))
 	}
-	if s.State == supervise.Exited && s.HandOver != nil {
+	if s.State == contract.PhaseExited && s.HandOver != nil {
 		// The supervisor's own reason, bounded where it is made; the
 		// kubelet shows this line in the container's lastState.
 		fmt.Fprintf(&b, "; handed over: %s", s.HandOver.Reason)
@@ -44,7 +43,7 @@ func (s Status) Summary() string {
 	return b.String()
 }
 
-func describeExit(e Exit) string {
+func describeExit(e statevol.Exit) string {
 	s := fmt.Sprint(e.Code)
 	var detail []string
 	if e.Signal != "" {
@@ -94,7 +93,7 @@ func WriteTerminationMessageUnlessEmpty(path, msg string, keepEmpty bool) error 
 	if path == "" {
 		path = contract.DefaultTerminationMessagePath
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, fileMode)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, statevol.FileMode)
 	if err != nil {
 		return fmt.Errorf("termination message: %w", err)
 	}

@@ -7,7 +7,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/restart-supervisor/restart-supervisor/supervise"
+	"github.com/restart-supervisor/restart-supervisor/contract"
+	"github.com/restart-supervisor/restart-supervisor/statevol"
 )
 
 // TestEmptyTerminationMessage: a regular file is emptied; a symbolic link
@@ -51,11 +52,11 @@ func TestEmptyTerminationMessage(t *testing.T) {
 // kubelet shows in the container's lastState, says why the supervisor
 // handed the exit over and that the kernel's OOM killer ended the run.
 func TestSummaryNamesHandOverAndOOM(t *testing.T) {
-	s := Status{State: supervise.Exited, Restarts: 3,
-		LastExit: &Exit{Code: 137, Signal: "SIGKILL", Reason: "OOMKilled"},
-		HandOver: &HandOver{Reason: "RestartBudgetExhausted", Message: "3 in-place restarts"}}
+	s := statevol.Status{State: contract.PhaseExited, Restarts: 3,
+		LastExit: &statevol.Exit{Code: 137, Signal: "SIGKILL", Reason: "OOMKilled"},
+		HandOver: &statevol.HandOver{Reason: "RestartBudgetExhausted", Message: "3 in-place restarts"}}
 	want := "restart-supervisor: 3 in-place restarts; final exit 137 (SIGKILL, OOMKilled); handed over: RestartBudgetExhausted"
-	if got := s.Summary(); got != want {
+	if got := Summary(s); got != want {
 		t.Errorf("summary %q\nwant    %q", got, want)
 	}
 }

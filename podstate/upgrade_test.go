@@ -10,6 +10,7 @@ import (
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/internal/upgradefixture"
+	"github.com/restart-supervisor/restart-supervisor/statevol"
 	"github.com/restart-supervisor/restart-supervisor/supervise"
 )
 
@@ -37,49 +38,49 @@ func TestWriteUpgradeFixture(t *testing.T) {
 		t.Fatal(err)
 	}
 	rule0 := 0
-	docs := []Status{{
+	docs := []statevol.Status{{
 		// Handed over by its restart budget after in-place restarts.
-		Container: "trainer", State: supervise.Exited, Restarts: 2, RestartsTotal: 3, BackoffRestarts: 2,
-		LastExit:    &Exit{Code: 1, At: fixtureTime},
-		LastRestart: &Exit{Code: 42, Rule: &rule0, Action: "Restart", At: fixtureTime.Add(-time.Minute)},
+		Container: "trainer", State: contract.PhaseExited, Restarts: 2, RestartsTotal: 3, BackoffRestarts: 2,
+		LastExit:    &statevol.Exit{Code: 1, At: fixtureTime},
+		LastRestart: &statevol.Exit{Code: 42, Rule: &rule0, Action: "Restart", At: fixtureTime.Add(-time.Minute)},
 		StartedAt:   fixtureTime.Add(-30 * time.Second),
-		Limits: &Limits{BudgetRestarts: 2, BudgetRecent: []time.Time{fixtureTime.Add(-2 * time.Minute), fixtureTime.Add(-time.Minute)},
+		Limits: &statevol.Limits{BudgetRestarts: 2, BudgetRecent: []time.Time{fixtureTime.Add(-2 * time.Minute), fixtureTime.Add(-time.Minute)},
 			ProgressDigest: "absent", StalledRestarts: 1},
-		HandOver:  &HandOver{Reason: "RestartBudgetExhausted", Message: "2 in-place restarts within 1h0m0s"},
+		HandOver:  &statevol.HandOver{Reason: "RestartBudgetExhausted", Message: "2 in-place restarts within 1h0m0s"},
 		UpdatedAt: fixtureTime, SupervisorPID: 1, SupervisorVersion: contract.Version,
 	}, {
 		// Running in the pod restart generation 1, which it announced.
-		Container: "worker", State: supervise.Running, Restarts: 1, RestartsTotal: 1, PodRestarts: 1, Generation: 1,
+		Container: "worker", State: contract.PhaseRunning, Restarts: 1, RestartsTotal: 1, PodRestarts: 1, Generation: 1,
 		Announced: 1, Started: true,
-		LastExit:    &Exit{Code: 42, Rule: &rule0, Action: "RestartAllContainers", At: fixtureTime.Add(-10 * time.Second)},
-		LastRestart: &Exit{Code: 42, Rule: &rule0, Action: "RestartAllContainers", At: fixtureTime.Add(-10 * time.Second)},
+		LastExit:    &statevol.Exit{Code: 42, Rule: &rule0, Action: "RestartAllContainers", At: fixtureTime.Add(-10 * time.Second)},
+		LastRestart: &statevol.Exit{Code: 42, Rule: &rule0, Action: "RestartAllContainers", At: fixtureTime.Add(-10 * time.Second)},
 		StartedAt:   fixtureTime.Add(-9 * time.Second),
 		UpdatedAt:   fixtureTime, SupervisorPID: 1, SupervisorVersion: contract.Version,
 	}, {
 		// Waiting out a back-off after an exit the pod restart's stop gave.
-		Container: "helper", State: supervise.BackingOff, Restarts: 1, RestartsTotal: 1, PodRestarts: 1, Generation: 1,
+		Container: "helper", State: contract.PhaseBackingOff, Restarts: 1, RestartsTotal: 1, PodRestarts: 1, Generation: 1,
 		BackoffRestarts: 1,
-		LastExit:        &Exit{Code: 137, Signal: "SIGKILL", PodRestart: 1, Stopped: true, At: fixtureTime.Add(-10 * time.Second)},
+		LastExit:        &statevol.Exit{Code: 137, Signal: "SIGKILL", PodRestart: 1, Stopped: true, At: fixtureTime.Add(-10 * time.Second)},
 		NextStartAt:     fixtureTime.Add(5 * time.Second),
 		UpdatedAt:       fixtureTime, SupervisorPID: 1, SupervisorVersion: contract.Version,
 	}}
 	for _, d := range docs {
-		if err := WriteStatus(dir, d); err != nil {
+		if err := statevol.WriteStatus(dir, d); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, won, err := announce(dir, 0, "worker", 42, nil); err != nil || !won {
-		t.Fatalf("announce: won=%v, %v", won, err)
+	if _, won, err := statevol.AnnounceWith(dir, 0, "worker", 42, nil); err != nil || !won {
+		t.Fatalf("statevol.AnnounceWith: won=%v, %v", won, err)
 	}
 	// The generation's time is the writer's clock: fix it, so the bytes
 	// are the same on every writing.
-	g := ReadGeneration(dir, 1)
+	g := statevol.ReadGeneration(dir, 1)
 	g.Time = fixtureTime.Add(-10 * time.Second)
 	b, err := json.Marshal(g)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, contract.PodRestartsDir, genName(1)), b, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, contract.PodRestartsDir, statevol.GenName(1)), b, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	// The environment and command lines this release's injector gives a
@@ -108,11 +109,11 @@ func TestReadsEveryReleasesState(t *testing.T) {
 	for _, release := range upgradefixture.Releases(t) {
 		t.Run(release, func(t *testing.T) {
 			dir := upgradefixture.CopyState(t, release)
-			docs, err := ReadAll(dir)
+			docs, err := statevol.ReadAll(dir)
 			if err != nil {
 				t.Fatal(err)
 			}
-			byName := map[string]Status{}
+			byName := map[string]statevol.Status{}
 			for _, d := range docs {
 				byName[d.Container] = d
 			}
@@ -132,10 +133,10 @@ func TestReadsEveryReleasesState(t *testing.T) {
 			if h.State != "backoff" || h.LastExit == nil || h.LastExit.PodRestart != 1 || !h.LastExit.Stopped || h.NextStartAt.IsZero() {
 				t.Errorf("helper read as %+v", h)
 			}
-			if n, err := Current(dir); err != nil || n != 1 {
+			if n, err := statevol.Current(dir); err != nil || n != 1 {
 				t.Errorf("current generation %d, %v; want 1", n, err)
 			}
-			if g := ReadGeneration(dir, 1); g.Source != "worker" || g.ExitCode != 42 {
+			if g := statevol.ReadGeneration(dir, 1); g.Source != "worker" || g.ExitCode != 42 {
 				t.Errorf("generation 1 read as %+v", g)
 			}
 

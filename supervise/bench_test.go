@@ -4,6 +4,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/restart-supervisor/restart-supervisor/contract"
 )
 
 // BenchmarkRestartCycle measures one full in-place restart cycle with
@@ -20,7 +22,7 @@ func BenchmarkRestartCycle(b *testing.B) {
 	starts := 0
 	self, _ := os.FindProcess(os.Getpid())
 	o.OnChange = func(s State) {
-		if s.Phase == Running {
+		if s.Phase == contract.PhaseRunning {
 			starts++
 			if starts == b.N {
 				self.Signal(os.Interrupt)

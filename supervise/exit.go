@@ -3,8 +3,9 @@ package supervise
 import (
 	"time"
 
-	"github.com/restart-supervisor/restart-supervisor/rules"
 	"golang.org/x/sys/unix"
+
+	"github.com/restart-supervisor/restart-supervisor/rules"
 )
 
 // What happens when the workload exits: the exit is recorded, judged by

@@ -3,38 +3,8 @@ package supervise
 import (
 	"time"
 
+	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/rules"
-)
-
-// Phase is what the supervisor is doing. Its values are also the "state"
-// of the container's status document (package podstate), so that a phase
-// has one name wherever it is shown.
-type Phase string
-
-const (
-	// Running: the workload runs.
-	Running Phase = "running"
-	// BackingOff: the workload exited and waits for its next start.
-	BackingOff Phase = "backoff"
-	// Holding: the workload exited for good, but the supervisor keeps the
-	// container alive because the kubelet would restart it otherwise.
-	Holding Phase = "held"
-	// Ended: the workload exited for good, with nothing to restart it,
-	// in a pod whose other regular containers still run. Upstream a
-	// pod restart (RestartAllContainers) restarts a container that has
-	// ended too, so the supervisor keeps the container until the last
-	// of them has ended, a pod restart restarts it, or a stop.
-	Ended Phase = "ended"
-	// Initialized: the re-run of an init container (Options.InitRerun)
-	// has nothing to do until the next pod restart: the pod has just
-	// started, or the last re-run initialized the container.
-	Initialized Phase = "initialized"
-	// Stopping: a stop was requested; no restart follows. The workload, or
-	// what is left of its process group, is finishing within the grace
-	// period.
-	Stopping Phase = "stopping"
-	// Exited: supervision is over; State.Status is the exit status.
-	Exited Phase = "exited"
 )
 
 // Exit is one exit of the workload and what was decided on it.
@@ -59,7 +29,7 @@ type Exit struct {
 
 // State is a snapshot for status reporting.
 type State struct {
-	Phase       Phase
+	Phase       contract.Phase
 	PID         int // of the running workload, 0 when none runs
 	Restarts    int // in-place restarts so far, all causes
 	PodRestarts int // how many of them were pod restarts
@@ -163,18 +133,18 @@ const (
 )
 
 // phase is the Phase a wait of this kind is reported as.
-func (k waitKind) phase() Phase {
+func (k waitKind) phase() contract.Phase {
 	switch k {
 	case waitBackoff, waitRound, waitCheck, waitGroup:
-		return BackingOff
+		return contract.PhaseBackingOff
 	case waitOthers:
-		return Ended
+		return contract.PhaseEnded
 	case waitRerun:
-		return Initialized
+		return contract.PhaseInitialized
 	case waitHold:
-		return Holding
+		return contract.PhaseHolding
 	}
-	return Running
+	return contract.PhaseRunning
 }
 
 // waiting is what the loop waits for; the zero value waits for nothing. Only

@@ -26,6 +26,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/rules"
 )
 
@@ -186,7 +187,7 @@ type supervisor struct {
 	// phase is set at every transition and nowhere inferred: start sets
 	// Running, a wait the phase of its kind (await), a stop request
 	// Stopping, finish Exited.
-	phase  Phase
+	phase  contract.Phase
 	ending ending  // why the running workload is ending
 	wait   waiting // what the loop waits for while no workload runs
 	// terminating: the kubelet is stopping this container instance
@@ -269,7 +270,7 @@ func Run(o Options) Result {
 func (s *supervisor) loop(sigs <-chan os.Signal) {
 	tick := time.NewTicker(reapInterval)
 	defer tick.Stop()
-	for s.phase != Exited {
+	for s.phase != contract.PhaseExited {
 		select {
 		case sig := <-sigs:
 			s.onSignal(sig.(syscall.Signal))
@@ -341,9 +342,9 @@ func (s *supervisor) state() State {
 	st.Limits = s.limits
 	st.Limits.BudgetRecent = append([]time.Time(nil), s.limits.BudgetRecent...)
 	switch s.phase {
-	case Exited:
+	case contract.PhaseExited:
 		st.Status = s.result.Status
-	case BackingOff:
+	case contract.PhaseBackingOff:
 		st.NextStartAt = s.wait.until
 	}
 	if s.proc != nil {
@@ -352,7 +353,7 @@ func (s *supervisor) state() State {
 	}
 	// An init container's re-run between pod restarts has done its work,
 	// and the containers after it may run.
-	st.Started = st.Started || s.phase == Initialized
+	st.Started = st.Started || s.phase == contract.PhaseInitialized
 	return st
 }
 
@@ -366,7 +367,7 @@ func (s *supervisor) start() {
 		s.onStartError(err.(*StartError))
 		return
 	}
-	s.phase, s.proc = Running, p
+	s.phase, s.proc = contract.PhaseRunning, p
 	s.handOver = nil
 	s.result.StartErr = nil
 	s.lastStart = p.started
@@ -405,7 +406,7 @@ func (s *supervisor) finish(status int) {
 	s.disarmProbes()
 	s.clearRun(0)
 	s.wait.leave()
-	s.phase = Exited
+	s.phase = contract.PhaseExited
 	s.result.Status = status
 	s.result.Restarts = s.restarts
 	args := []any{"status", status, "restarts", s.restarts}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/rules"
 )
 
@@ -150,8 +151,8 @@ exit 0`, dir))
 		}
 	})
 
-	waitPhase := func(p Phase, restarts int) State { t.Helper(); return waitForState(t, states, p, restarts) }
-	waitPhase(Running, 0)
+	waitPhase := func(p contract.Phase, restarts int) State { t.Helper(); return waitForState(t, states, p, restarts) }
+	waitPhase(contract.PhaseRunning, 0)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		if _, err := os.Stat(filepath.Join(dir, "ready")); err == nil {
 			break
@@ -161,7 +162,7 @@ exit 0`, dir))
 		}
 	}
 	pod.gens <- 1
-	st := waitPhase(Holding, 2)
+	st := waitPhase(contract.PhaseHolding, 2)
 	if st.PodRestarts != 2 || st.LastRestart == nil || st.LastRestart.Code != 88 || st.LastRestart.Action != rules.ActionRestartAllContainers {
 		t.Fatalf("state %+v: want 2 pod restarts, the last caused by exit 88", st)
 	}
@@ -171,7 +172,7 @@ exit 0`, dir))
 	// Generation 2 was the announcement itself: not accepted again.
 	pod.gens <- 2
 	pod.gens <- 3
-	waitPhase(Holding, 3)
+	waitPhase(contract.PhaseHolding, 3)
 	if b, _ := os.ReadFile(filepath.Join(dir, "n")); strings.TrimSpace(string(b)) != "4" {
 		t.Fatalf("workload ran %s times, want 4", b)
 	}
@@ -271,8 +272,8 @@ exit 0`, dir))
 			<-done
 		}
 	})
-	waitPhase := func(p Phase, restarts int) State { t.Helper(); return waitForState(t, states, p, restarts) }
-	if st := waitPhase(Initialized, 0); !st.Started || st.PID != 0 {
+	waitPhase := func(p contract.Phase, restarts int) State { t.Helper(); return waitForState(t, states, p, restarts) }
+	if st := waitPhase(contract.PhaseInitialized, 0); !st.Started || st.PID != 0 {
 		t.Fatalf("first state %+v: want started, no workload", st)
 	}
 	time.Sleep(100 * time.Millisecond)
@@ -280,19 +281,19 @@ exit 0`, dir))
 		t.Fatal("the workload ran before any pod restart")
 	}
 	pod.gens <- 1
-	waitPhase(Initialized, 1)
+	waitPhase(contract.PhaseInitialized, 1)
 	if !reflect.DeepEqual(pod.started, []uint64{1}) || len(pod.failed) != 0 {
 		t.Fatalf("after the first re-run: started %v, failed %v; want [1], []", pod.started, pod.failed)
 	}
 	pod.gens <- 2
-	if st := waitPhase(Holding, 2); st.Started || st.LastExit == nil || st.LastExit.Code != 3 {
+	if st := waitPhase(contract.PhaseHolding, 2); st.Started || st.LastExit == nil || st.LastExit.Code != 3 {
 		t.Fatalf("after the failed re-run: %+v; want held, not started, last exit 3", st)
 	}
 	if !reflect.DeepEqual(pod.started, []uint64{1}) || !reflect.DeepEqual(pod.failed, []uint64{2}) {
 		t.Fatalf("after the failed re-run: started %v, failed %v; want [1], [2]", pod.started, pod.failed)
 	}
 	pod.gens <- 3
-	waitPhase(Initialized, 3)
+	waitPhase(contract.PhaseInitialized, 3)
 	if !reflect.DeepEqual(pod.started, []uint64{1, 3}) {
 		t.Fatalf("started %v, want [1 3]", pod.started)
 	}
@@ -353,12 +354,12 @@ exit $((n+4))`, dir))
 	states := make(chan State, 100)
 	o.OnChange = func(s State) { states <- s }
 	done := runAsync(o)
-	waitPhase := func(p Phase, restarts int) State { t.Helper(); return waitForState(t, states, p, restarts) }
-	if st := waitPhase(Ended, 0); st.LastExit == nil || st.LastExit.Code != 5 {
+	waitPhase := func(p contract.Phase, restarts int) State { t.Helper(); return waitForState(t, states, p, restarts) }
+	if st := waitPhase(contract.PhaseEnded, 0); st.LastExit == nil || st.LastExit.Code != 5 {
 		t.Fatalf("state %+v, want ended after exit 5", st)
 	}
 	pod.gens <- 1
-	if st := waitPhase(Ended, 1); st.LastExit == nil || st.LastExit.Code != 6 || st.PodRestarts != 1 {
+	if st := waitPhase(contract.PhaseEnded, 1); st.LastExit == nil || st.LastExit.Code != 6 || st.PodRestarts != 1 {
 		t.Fatalf("state %+v, want ended again after a pod restart and exit 6", st)
 	}
 	close(pod.othersEnded)
@@ -370,7 +371,7 @@ exit $((n+4))`, dir))
 
 // waitForState reads states until one is in phase p after the given
 // number of restarts, and returns it; it fails the test after 20 s.
-func waitForState(t *testing.T, states <-chan State, p Phase, restarts int) State {
+func waitForState(t *testing.T, states <-chan State, p contract.Phase, restarts int) State {
 	t.Helper()
 	deadline := time.After(20 * time.Second)
 	for {

@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/restart-supervisor/restart-supervisor/contract"
 )
 
 // testTerminatingSignal is what restart-probe prestop sends in a pod
@@ -42,9 +44,9 @@ exit 42`, dir))
 	states := make(chan State, 100)
 	o.OnChange = func(s State) { states <- s }
 	done := runAsync(o)
-	waitForState(t, states, Running, 1)
+	waitForState(t, states, contract.PhaseRunning, 1)
 	signalSelf(t, testTerminatingSignal)
-	for st := waitForState(t, states, Running, 1); !st.Terminating; st = waitForState(t, states, Running, 1) {
+	for st := waitForState(t, states, contract.PhaseRunning, 1); !st.Terminating; st = waitForState(t, states, contract.PhaseRunning, 1) {
 	}
 	if err := os.WriteFile(filepath.Join(dir, "quit"), nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -73,7 +75,7 @@ func TestTerminatingInBackoffExitsAtOnce(t *testing.T) {
 	done := runAsync(o)
 	// The first restart is at once (the kubelet's first step is 0), the
 	// next waits an hour.
-	for st := <-states; st.Phase != BackingOff || time.Until(st.NextStartAt) < time.Minute; st = <-states {
+	for st := <-states; st.Phase != contract.PhaseBackingOff || time.Until(st.NextStartAt) < time.Minute; st = <-states {
 	}
 	before, _ := os.ReadFile(filepath.Join(dir, "runs"))
 	signalSelf(t, testTerminatingSignal)
@@ -108,9 +110,9 @@ exit 5`, dir))
 	states := make(chan State, 100)
 	o.OnChange = func(s State) { states <- s }
 	done := runAsync(o)
-	waitForState(t, states, Running, 0)
+	waitForState(t, states, contract.PhaseRunning, 0)
 	signalSelf(t, testTerminatingSignal)
-	for st := waitForState(t, states, Running, 0); !st.Terminating; st = waitForState(t, states, Running, 0) {
+	for st := waitForState(t, states, contract.PhaseRunning, 0); !st.Terminating; st = waitForState(t, states, contract.PhaseRunning, 0) {
 	}
 	if err := os.Remove(healthy); err != nil {
 		t.Fatal(err)

@@ -213,7 +213,7 @@ func supervisorCmd(args []string) int {
 			}
 		},
 		OnChange: func(st supervise.State) {
-			if st.Phase == supervise.Stopping || st.Phase == supervise.Exited || st.Terminating {
+			if st.Phase == contract.PhaseStopping || st.Phase == contract.PhaseExited || st.Terminating {
 				// No rule decides an exit from here on; an inotify
 				// watch removed now does not hold up the exit.
 				unwatchConfig()
@@ -231,7 +231,7 @@ func supervisorCmd(args []string) int {
 	// Stopped before any run of its own ended, the container exits with
 	// the exit its earlier supervisor handed over.
 	status := pod.ExitStatus(final, res.Status)
-	writeTerminationMessage(term, f.termPolicy, status, pod.Close(final).Summary(), logger)
+	writeTerminationMessage(term, f.termPolicy, status, podstate.Summary(pod.Close(final)), logger)
 	return status
 }
 

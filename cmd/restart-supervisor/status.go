@@ -16,9 +16,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
-	"github.com/restart-supervisor/restart-supervisor/podstate"
 	"github.com/restart-supervisor/restart-supervisor/rules"
-	"github.com/restart-supervisor/restart-supervisor/supervise"
+	"github.com/restart-supervisor/restart-supervisor/statevol"
 )
 
 // Exit codes of the status subcommand.
@@ -67,11 +66,11 @@ func printable(s string) string {
 
 // printableStatus applies printable to every string of a status document
 // for the table.
-func printableStatus(s podstate.Status) podstate.Status {
+func printableStatus(s statevol.Status) statevol.Status {
 	s.Container = printable(s.Container)
-	s.State = supervise.Phase(printable(string(s.State)))
+	s.State = contract.Phase(printable(string(s.State)))
 	s.SupervisorVersion = printable(s.SupervisorVersion)
-	for _, e := range []**podstate.Exit{&s.LastExit, &s.LastRestart} {
+	for _, e := range []**statevol.Exit{&s.LastExit, &s.LastRestart} {
 		if *e != nil {
 			c := **e
 			c.Signal = printable(c.Signal)
@@ -83,7 +82,7 @@ func printableStatus(s podstate.Status) podstate.Status {
 }
 
 // formatTable writes statuses as a table, ages measured against now.
-func formatTable(w io.Writer, statuses []podstate.Status, now time.Time) error {
+func formatTable(w io.Writer, statuses []statevol.Status, now time.Time) error {
 	rows := [][]string{{"CONTAINER", "STATE", "RESTARTS", "POD RESTARTS", "LAST EXIT", "RULE", "ACTION", "STARTED", "UPDATED"}}
 	for _, s := range statuses {
 		s = printableStatus(s)
@@ -104,7 +103,7 @@ func formatTable(w io.Writer, statuses []podstate.Status, now time.Time) error {
 			}
 		}
 		state := string(s.State)
-		if s.State == supervise.BackingOff && !s.NextStartAt.IsZero() {
+		if s.State == contract.PhaseBackingOff && !s.NextStartAt.IsZero() {
 			state += " (" + age(s.NextStartAt, now) + ")"
 		}
 		rows = append(rows, []string{s.Container, state, fmt.Sprint(s.Restarts), fmt.Sprint(s.PodRestarts),
@@ -164,15 +163,15 @@ func age(later, earlier time.Time) string {
 }
 
 // formatJSON writes statuses as {"containers": [...]}.
-func formatJSON(w io.Writer, statuses []podstate.Status) error {
+func formatJSON(w io.Writer, statuses []statevol.Status) error {
 	if statuses == nil {
-		statuses = []podstate.Status{}
+		statuses = []statevol.Status{}
 	}
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetIndent("", "  ")
 	if err := enc.Encode(struct {
-		Containers []podstate.Status `json:"containers"`
+		Containers []statevol.Status `json:"containers"`
 	}{statuses}); err != nil {
 		return err
 	}
@@ -217,7 +216,7 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "restart-supervisor status: unexpected argument %q\n", fs.Arg(0))
 		return statusUsage
 	}
-	statuses, err := podstate.ReadAll(*dir)
+	statuses, err := statevol.ReadAll(*dir)
 	code := statusOK
 	if err != nil {
 		for _, line := range strings.Split(err.Error(), "\n") {

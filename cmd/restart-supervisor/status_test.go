@@ -9,20 +9,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/restart-supervisor/restart-supervisor/podstate"
+	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/rules"
-	"github.com/restart-supervisor/restart-supervisor/supervise"
+	"github.com/restart-supervisor/restart-supervisor/statevol"
 )
 
 func intPtr(i int) *int { return &i }
 
 func TestFormatTableAndJSON(t *testing.T) {
 	now := time.Date(2026, 11, 30, 16, 0, 0, 0, time.UTC)
-	st := []podstate.Status{
-		{Container: "app", State: supervise.Running, Restarts: 2, PodRestarts: 1,
-			LastExit:  &podstate.Exit{Code: 42, Rule: intPtr(1), Action: rules.ActionRestartAllContainers},
+	st := []statevol.Status{
+		{Container: "app", State: contract.PhaseRunning, Restarts: 2, PodRestarts: 1,
+			LastExit:  &statevol.Exit{Code: 42, Rule: intPtr(1), Action: rules.ActionRestartAllContainers},
 			StartedAt: now.Add(-90 * time.Second), UpdatedAt: now.Add(-90 * time.Second)},
-		{Container: "side", State: supervise.BackingOff, Restarts: 1, LastExit: &podstate.Exit{Code: 137, Signal: "SIGKILL", PodRestart: 3},
+		{Container: "side", State: contract.PhaseBackingOff, Restarts: 1, LastExit: &statevol.Exit{Code: 137, Signal: "SIGKILL", PodRestart: 3},
 			NextStartAt: now.Add(10 * time.Second), StartedAt: now.Add(-2 * time.Hour), UpdatedAt: now},
 	}
 	var b bytes.Buffer
@@ -55,7 +55,7 @@ func TestFormatTableAndJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	var doc struct {
-		Containers []podstate.Status `json:"containers"`
+		Containers []statevol.Status `json:"containers"`
 	}
 	if err := json.Unmarshal(b.Bytes(), &doc); err != nil {
 		t.Fatal(err)
@@ -80,15 +80,15 @@ func TestStatusCommand(t *testing.T) {
 	if code, _, stderr := run("--state-dir", dir); code != statusIncomplete || !strings.Contains(stderr, "no supervised container") {
 		t.Fatalf("empty dir: %d %q", code, stderr)
 	}
-	podstate.WriteStatus(dir, podstate.Status{Container: "b", State: supervise.Running, Restarts: 4})
-	podstate.WriteStatus(dir, podstate.Status{Container: "a", State: supervise.Holding})
+	statevol.WriteStatus(dir, statevol.Status{Container: "b", State: contract.PhaseRunning, Restarts: 4})
+	statevol.WriteStatus(dir, statevol.Status{Container: "a", State: contract.PhaseHolding})
 	code, out, _ := run("--state-dir", dir)
 	if code != statusOK || strings.Index(out, "a ") > strings.Index(out, "b ") || !strings.Contains(out, "held") {
 		t.Fatalf("table: %d\n%s", code, out)
 	}
 	t.Setenv("RESTART_SUPERVISOR_STATE_DIR", dir)
 	code, out, _ = run("--json")
-	var doc struct{ Containers []podstate.Status }
+	var doc struct{ Containers []statevol.Status }
 	if code != statusOK || json.Unmarshal([]byte(out), &doc) != nil || len(doc.Containers) != 2 || doc.Containers[1].Restarts != 4 {
 		t.Fatalf("json via env: %d %s", code, out)
 	}

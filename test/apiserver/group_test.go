@@ -27,7 +27,7 @@ import (
 	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/internal/testutil"
 	"github.com/restart-supervisor/restart-supervisor/nodeagent"
-	"github.com/restart-supervisor/restart-supervisor/podstate"
+	"github.com/restart-supervisor/restart-supervisor/statevol"
 )
 
 // jobUID is the UID of the Job rank 0 names as its controller.
@@ -300,7 +300,7 @@ while :; do sleep 0.1; done`, m.log, i)
 		t.Errorf("group generation %d, want 1 (the second exit was past the limit)", gen)
 	}
 	for _, m := range members {
-		if n, ok := podstate.GroupRound(m.state, 1); !ok {
+		if n, ok := statevol.GroupRound(m.state, 1); !ok {
 			t.Errorf("%s: group generation 1 not delivered", m.pod.Name)
 		} else {
 			t.Logf("%s: group generation 1 is its pod generation %d", m.pod.Name, n)
@@ -475,7 +475,7 @@ while :; do sleep 0.1; done`, logs[i], i)
 			t.Fatalf("m-%d ran %d times while member m-3 had not stopped; want 1 (the barrier holds)", i, len(r))
 		}
 	}
-	if _, ok := podstate.GroupRound(states[3], 1); !ok {
+	if _, ok := statevol.GroupRound(states[3], 1); !ok {
 		t.Fatal("m-3 never got generation 1")
 	}
 	// Deleting m-3 (no kubelet finishes it: it stays with its deletion
@@ -561,7 +561,7 @@ while :; do sleep 0.1; done`, logs[i])
 	reqDir := filepath.Join(states[0], contract.GroupDir)
 	must(t, os.MkdirAll(reqDir, 0o777))
 	for n, end := 0, time.Now().Add(3*time.Second); time.Now().Before(end); n++ {
-		req := fmt.Sprintf(`{"id":"flood-%d","container":"rank","exitCode":42,"observed":%d}`, n, podstate.LastGroup(states[0]))
+		req := fmt.Sprintf(`{"id":"flood-%d","container":"rank","exitCode":42,"observed":%d}`, n, statevol.LastGroup(states[0]))
 		must(t, os.WriteFile(filepath.Join(reqDir, ".tmp"), []byte(req), 0o644))
 		must(t, os.Rename(filepath.Join(reqDir, ".tmp"), filepath.Join(reqDir, contract.GroupRequestPrefix+"rank")))
 		time.Sleep(10 * time.Millisecond)

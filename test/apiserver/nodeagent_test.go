@@ -26,9 +26,8 @@ import (
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/nodeagent"
-	"github.com/restart-supervisor/restart-supervisor/podstate"
 	"github.com/restart-supervisor/restart-supervisor/rules"
-	"github.com/restart-supervisor/restart-supervisor/supervise"
+	"github.com/restart-supervisor/restart-supervisor/statevol"
 )
 
 // agentNode is the node the agent under test runs on; pods elsewhere are
@@ -153,16 +152,16 @@ func writeStatusTotal(t *testing.T, dir, container string, restarts, total int, 
 	t.Helper()
 	now := time.Now()
 	rule := 0
-	exit := &podstate.Exit{Code: 3, Rule: &rule, Action: rules.ActionRestart, At: now}
-	s := podstate.Status{Container: container, State: supervise.Running, Restarts: restarts, Generation: gen,
+	exit := &statevol.Exit{Code: 3, Rule: &rule, Action: rules.ActionRestart, At: now}
+	s := statevol.Status{Container: container, State: contract.PhaseRunning, Restarts: restarts, Generation: gen,
 		PodRestarts: int(gen), LastExit: exit, StartedAt: now, SupervisorPID: 1, UpdatedAt: now, RestartsTotal: total}
 	if restarts > 0 {
 		s.LastRestart = exit
 	}
 	if backoff {
-		s.State, s.NextStartAt = supervise.BackingOff, now.Add(10*time.Second)
+		s.State, s.NextStartAt = contract.PhaseBackingOff, now.Add(10*time.Second)
 	}
-	if err := podstate.WriteStatus(dir, s); err != nil {
+	if err := statevol.WriteStatus(dir, s); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -29,8 +29,7 @@ import (
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/injector"
-	"github.com/restart-supervisor/restart-supervisor/podstate"
-	"github.com/restart-supervisor/restart-supervisor/supervise"
+	"github.com/restart-supervisor/restart-supervisor/statevol"
 )
 
 // versionVar is the symbol every build stamps; building with it here
@@ -327,13 +326,13 @@ func TestInjectedPodRestartsInPlace(t *testing.T) {
 	if err != nil {
 		t.Fatalf("status document: %v", err)
 	}
-	var st podstate.Status
+	var st statevol.Status
 	if err := json.Unmarshal(data, &st); err != nil {
 		t.Fatalf("status document %s: %v", data, err)
 	}
-	if st.Container != name || st.State != supervise.Exited || st.Restarts != 1 || st.SupervisorVersion != testVersion {
+	if st.Container != name || st.State != contract.PhaseExited || st.Restarts != 1 || st.SupervisorVersion != testVersion {
 		t.Errorf("status: container %q state %q restarts %d version %q; want %q %q 1 %q",
-			st.Container, st.State, st.Restarts, st.SupervisorVersion, name, supervise.Exited, testVersion)
+			st.Container, st.State, st.Restarts, st.SupervisorVersion, name, contract.PhaseExited, testVersion)
 	}
 	if r := st.LastRestart; r == nil || r.Code != 42 || r.Rule == nil || *r.Rule != 0 || r.Action != "Restart" {
 		t.Errorf("status lastRestart = %+v, want exit 42 by rule 0 (Restart)", r)
@@ -460,15 +459,15 @@ func TestInjectedPodRestartsTogether(t *testing.T) {
 			}
 		})
 	}
-	status := func(name string) podstate.Status {
-		var st podstate.Status
+	status := func(name string) statevol.Status {
+		var st statevol.Status
 		data, _ := os.ReadFile(filepath.Join(host, contract.StatusDir, name+contract.StatusExt))
 		json.Unmarshal(data, &st)
 		return st
 	}
 	settled := func(restarts int) bool {
 		for _, c := range members {
-			if st := status(c.Name); st.State != supervise.Running || st.PodRestarts != restarts || st.StartedAt.IsZero() {
+			if st := status(c.Name); st.State != contract.PhaseRunning || st.PodRestarts != restarts || st.StartedAt.IsZero() {
 				return false
 			}
 		}

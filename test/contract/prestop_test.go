@@ -13,7 +13,7 @@ import (
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/injector"
-	"github.com/restart-supervisor/restart-supervisor/podstate"
+	"github.com/restart-supervisor/restart-supervisor/statevol"
 )
 
 // TestInjectedPreStopEndsRestarts injects the golden lifecycle.yaml, whose
@@ -64,7 +64,7 @@ func TestInjectedPreStopEndsRestarts(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	doc := hostPath(mounts, podstate.StatusPath(contract.StateDir, "web"))
+	doc := hostPath(mounts, statevol.StatusPath(contract.StateDir, "web"))
 	for {
 		var st struct{ State string }
 		if b, err := os.ReadFile(doc); err == nil && json.Unmarshal(b, &st) == nil && st.State == "running" {

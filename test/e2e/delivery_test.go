@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/restart-supervisor/restart-supervisor/podstate"
+	"github.com/restart-supervisor/restart-supervisor/statevol"
 	"github.com/restart-supervisor/restart-supervisor/test/e2e/cluster"
 )
 
@@ -71,7 +72,7 @@ func TestGroupDeliveryCandidates(t *testing.T) {
 	var file, downward []time.Duration
 	for i := 1; i <= samples; i++ {
 		start := time.Now()
-		if _, _, err := podstate.DeliverGroup(state, podstate.GroupCause{Generation: uint64(i), Group: "g", Pod: "p", Container: "c", ExitCode: 42}); err != nil {
+		if _, _, err := statevol.DeliverGroup(state, statevol.GroupCause{Generation: uint64(i), Group: "g", Pod: "p", Container: "c", ExitCode: 42}); err != nil {
 			t.Fatal(err)
 		}
 		select {

@@ -1,23 +1,30 @@
-// Package podstate owns the state that the supervisors of one pod share
-// through the pod's state volume (RESTART_SUPERVISOR_STATE_DIR): a status
-// document per supervised container, the generations of pod-wide restarts
-// (the RestartAllContainers emulation), and the summary written to the
-// container's termination message on final exit.
+// Package statevol owns the files of a pod's state volume
+// (RESTART_SUPERVISOR_STATE_DIR) and the atomic operations on them: the
+// status document of each supervised container (WriteStatus, ReadAll), the
+// generation files of pod-wide restarts and the exactly-once rule that
+// creates them (AnnounceWith), the markers of a round, and the group
+// restart's requests, answers, deliveries and releases (group.go). It is
+// what both sides of the volume read and write: the supervisors of the pod
+// (package podstate, which runs a container's part on top of these files)
+// and the node agent (package nodeagent), which links nothing of the
+// supervisor loop.
 //
-// The supervisors run in different containers: different PID and mount
+// The writers run in different containers: different PID and mount
 // namespaces, possibly different UIDs, sharing nothing but this directory.
 // Everything here is therefore built from operations that are atomic on a
 // local filesystem (rename, link) and needs no daemon and no cooperation
-// beyond the files themselves. The one lock, each supervisor's flock on
-// its liveness file, is never waited for: it tells the others that the
-// supervisor lives (liveness.go).
+// beyond the files themselves, and everything read is read as an
+// adversary's: bounded, never through a link, refused from the wrong owner
+// where the owner matters.
 //
 // Layout of the directory:
 //
 //	status/<container>.json     one status document per container
-//	live/<container>.lock       flock(2)ed by the container's supervisor while it lives
+//	live/<container>.lock       flock(2)ed by the container's supervisor while it lives (podstate)
 //	pod-restarts/<generation>   one file per pod restart, 20 digits
-package podstate
+//	pod-restarts/<generation>.<what>.<container>   a member's marker for it
+//	group/request.<container>, group/answer.<container>   group restarts
+package statevol
 
 import (
 	"encoding/json"
@@ -35,7 +42,6 @@ import (
 	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/internal/boundedfile"
 	"github.com/restart-supervisor/restart-supervisor/rules"
-	"github.com/restart-supervisor/restart-supervisor/supervise"
 )
 
 // Exit describes one exit of the workload and the decision taken on it.
@@ -68,8 +74,8 @@ type Exit struct {
 // Status is one container's status document.
 type Status struct {
 	Container string `json:"container"`
-	// State is what the supervisor is doing: the supervise.Phase names.
-	State supervise.Phase `json:"state"`
+	// State is what the supervisor is doing: the contract.Phase names.
+	State contract.Phase `json:"state"`
 	// Restarts counts in-place restarts of the workload, whatever caused
 	// them; the kubelet's restartCount does not see these.
 	Restarts int `json:"restarts"`
@@ -159,7 +165,7 @@ const (
 	// refused with EPERM unless the caller owns the file or the
 	// directory, or has CAP_FOWNER.
 	sharedDirMode = 0o777 | unix.S_ISVTX
-	fileMode      = 0o644
+	FileMode      = 0o644
 )
 
 // StatusPath returns where the status document of container lives.
@@ -193,25 +199,25 @@ func WriteStatus(dir string, s Status) error {
 	if err != nil {
 		return fmt.Errorf("status of %s: %w", s.Container, err)
 	}
-	if _, err := sharedSubdir(dir, contract.StatusDir); err != nil {
+	if _, err := SharedSubdir(dir, contract.StatusDir); err != nil {
 		return err
 	}
-	return writeAtomicBeneath(dir, contract.StatusDir, s.Container+contract.StatusExt, append(data, '\n'))
+	return WriteAtomicBeneath(dir, contract.StatusDir, s.Container+contract.StatusExt, append(data, '\n'))
 }
 
-// writeAtomicBeneath writes data to dir/sub/name through a synced
+// WriteAtomicBeneath writes data to dir/sub/name through a synced
 // temporary file and rename(2), so a reader sees the old document or the
 // new one, without following a symbolic link at sub or at the file: any
 // container of the pod can replace status/ by a link, and the writer,
 // possibly root, would then replace <name>.json wherever the link leads.
 // rename(2) replaces a link at the name rather than its target.
-func writeAtomicBeneath(dir, sub, name string, data []byte) error {
-	dfd, err := openSubdir(dir, sub, name)
+func WriteAtomicBeneath(dir, sub, name string, data []byte) error {
+	dfd, err := OpenSubdir(dir, sub, name)
 	if err != nil {
 		return err
 	}
 	defer unix.Close(dfd)
-	tmp, err := createTempAt(dfd, name, data)
+	tmp, err := CreateTempAt(dfd, name, data)
 	if err != nil {
 		return err
 	}
@@ -222,9 +228,9 @@ func writeAtomicBeneath(dir, sub, name string, data []byte) error {
 	return nil
 }
 
-// openSubdir opens dir/sub, refusing a symbolic link, for operations
+// OpenSubdir opens dir/sub, refusing a symbolic link, for operations
 // relative to it that a link swapped in later cannot redirect.
-func openSubdir(dir, sub, name string) (int, error) {
+func OpenSubdir(dir, sub, name string) (int, error) {
 	dfd, err := unix.Open(filepath.Join(dir, sub), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err == unix.ELOOP || err == unix.ENOTDIR {
 		return -1, fmt.Errorf("write %s: %s is not a directory", name, filepath.Join(dir, sub))
@@ -235,7 +241,7 @@ func openSubdir(dir, sub, name string) (int, error) {
 	return dfd, nil
 }
 
-// createTempAt writes data into a new hidden file in the directory dfd,
+// CreateTempAt writes data into a new hidden file in the directory dfd,
 // readable by every UID, and returns its name.
 //
 // The file is not synced: an fsync costs about 0.5 ms on a node's disk,
@@ -245,13 +251,13 @@ func openSubdir(dir, sub, name string) (int, error) {
 // after a node restart every container of the pod starts again. A document
 // or generation file torn by one is read as invalid and ignored, as any
 // malformed file in the volume is.
-func createTempAt(dfd int, name string, data []byte) (string, error) {
+func CreateTempAt(dfd int, name string, data []byte) (string, error) {
 	var tmp string
 	var fd int
 	var err error
 	for i := 0; ; i++ {
 		tmp = fmt.Sprintf(".%s.%d.%d.tmp", name, os.Getpid(), time.Now().UnixNano()+int64(i))
-		fd, err = unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, fileMode)
+		fd, err = unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, FileMode)
 		if err != unix.EEXIST || i == 100 {
 			break
 		}
@@ -263,7 +269,7 @@ func createTempAt(dfd int, name string, data []byte) (string, error) {
 	_, err = f.Write(data)
 	if err == nil {
 		// The umask may have narrowed the mode; every UID must read it.
-		err = f.Chmod(fileMode)
+		err = f.Chmod(FileMode)
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -295,9 +301,9 @@ func ReadAll(dir string) ([]Status, error) {
 	var errs []error
 	for _, name := range names {
 		if strings.HasPrefix(name, ".") || !strings.HasSuffix(name, contract.StatusExt) {
-			continue // a directory of that name fails readBounded's check
+			continue // a directory of that name fails ReadBounded's check
 		}
-		data, err := readBounded(filepath.Join(sdir, name), maxStatusSize)
+		data, err := ReadBounded(filepath.Join(sdir, name), MaxStatusSize)
 		if errors.Is(err, os.ErrNotExist) {
 			continue // removed since the listing
 		}
@@ -319,15 +325,15 @@ func ReadAll(dir string) ([]Status, error) {
 	return out, errors.Join(errs...)
 }
 
-// maxStatusSize bounds a status document. A real one is well under 2 KiB;
+// MaxStatusSize bounds a status document. A real one is well under 2 KiB;
 // every container of the pod can write to the directory, so a document is
 // read as an adversary's file.
-const maxStatusSize = 64 << 10
+const MaxStatusSize = 64 << 10
 
-// readStatus reads the status document of container.
-func readStatus(dir, container string) (Status, error) {
+// ReadStatus reads the status document of container.
+func ReadStatus(dir, container string) (Status, error) {
 	var s Status
-	data, err := readBounded(StatusPath(dir, container), maxStatusSize)
+	data, err := ReadBounded(StatusPath(dir, container), MaxStatusSize)
 	if err != nil {
 		return s, err
 	}
@@ -337,28 +343,28 @@ func readStatus(dir, container string) (Status, error) {
 	return s, nil
 }
 
-// readBounded reads a regular file of at most max bytes. It refuses a
+// ReadBounded reads a regular file of at most max bytes. It refuses a
 // symbolic link (which could point anywhere in the reader's filesystem) and
 // any special file (a FIFO would block the reader for ever), without
 // opening anything but the file itself.
-func readBounded(path string, max int64) ([]byte, error) {
+func ReadBounded(path string, max int64) ([]byte, error) {
 	return boundedfile.Read(path, filepath.Base(path), max, false)
 }
 
-// sharedSubdir creates dir/name if needed, writable by every UID of the
+// SharedSubdir creates dir/name if needed, writable by every UID of the
 // pod and sticky. The directory is made under a temporary name, given its
 // mode (which mkdir's umask would have narrowed) and moved into place with
 // RENAME_NOREPLACE, so no container ever sees it with a narrower mode or
 // without the sticky bit, and a directory another container already uses
 // (and watches) is never replaced. A directory that exists without the
 // sticky bit (made by an older supervisor) gets it when this process may
-// change its mode, and is used as it is otherwise; see seal.
-func sharedSubdir(dir, name string) (string, error) {
+// change its mode, and is used as it is otherwise; see Seal.
+func SharedSubdir(dir, name string) (string, error) {
 	p := filepath.Join(dir, name)
 	// Lstat: a link planted by another container is not our directory.
 	if fi, err := os.Lstat(p); err == nil && fi.IsDir() {
 		if !sealed(fi) {
-			seal(p, true)
+			Seal(p, true)
 		}
 		return p, nil
 	}
@@ -404,7 +410,7 @@ func chmodDir(path string, mode uint32) error {
 	return nil
 }
 
-// sealed reports whether seal has nothing left to do on the directory fi
+// sealed reports whether Seal has nothing left to do on the directory fi
 // describes, as far as this process can tell without opening it.
 func sealed(fi os.FileInfo) bool {
 	if fi.Mode()&os.ModeSticky == 0 {
@@ -414,7 +420,7 @@ func sealed(fi os.FileInfo) bool {
 	return !ok || st.Uid == 0 || os.Geteuid() != 0
 }
 
-// seal adds the sticky bit to the shared directory path when it is
+// Seal adds the sticky bit to the shared directory path when it is
 // writable by every UID and lacks it: the state volume's root (an
 // emptyDir is 0777), or a subdirectory an older supervisor made 0777.
 // Only the directory's owner or a process with CAP_FOWNER may change its
@@ -424,7 +430,7 @@ func sealed(fi os.FileInfo) bool {
 // a subdirectory to root, so that no container's UID owns it (the volume's
 // root, which the kubelet makes root's, is not given away). A directory
 // that is not world-writable is not shared and is left alone.
-func seal(path string, ours bool) {
+func Seal(path string, ours bool) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return

@@ -1,4 +1,4 @@
-package podstate
+package statevol
 
 import (
 	"os"

@@ -1,0 +1,48 @@
+package statevol
+
+import "strings"
+
+// A marker is a file of pod-restarts/ named <generation>.<what>.<container>:
+// one member's word on its part in a pod restart's round, made like a
+// generation by link(2) from a complete file and pruned with it.
+const (
+	// MarkStopped: the member's workload is stopped for the generation.
+	MarkStopped = "stopped"
+	// MarkStarted: the member's run of the generation has started.
+	MarkStarted = "started"
+	// MarkFailed: an init container's re-run failed for good; the file
+	// holds its exit code.
+	MarkFailed = "failed"
+	// MarkGrouped: the pod's members have stopped for a group generation
+	// (written by each member past the pod's stop barrier).
+	MarkGrouped = "grouped"
+	// MarkReleased: every pod of the group has stopped; the members may
+	// start (written by the node agent, as root).
+	MarkReleased = "released"
+	// ReleasedBy is the container-name part of a release marker.
+	ReleasedBy = "node-agent"
+)
+
+func MarkerName(n uint64, what, container string) string {
+	return GenName(n) + "." + what + "." + container
+}
+
+// ParseMarker reads a marker's file name.
+func ParseMarker(name string) (n uint64, what, container string, ok bool) {
+	if len(name) < 22 || name[20] != '.' {
+		return 0, "", "", false
+	}
+	if n, ok = ParseGenName(name[:20]); !ok {
+		return 0, "", "", false
+	}
+	what, container, ok = strings.Cut(name[21:], ".")
+	switch what {
+	case MarkStopped, MarkStarted, MarkFailed, MarkGrouped, MarkReleased:
+	default:
+		ok = false
+	}
+	if !ok || CheckContainerName(container) != nil {
+		return 0, "", "", false
+	}
+	return n, what, container, true
+}
