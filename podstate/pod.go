@@ -28,7 +28,6 @@ import (
 	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/rules"
 	"github.com/restart-supervisor/restart-supervisor/statevol"
-
 	"github.com/restart-supervisor/restart-supervisor/supervise"
 )
 
