@@ -91,7 +91,7 @@ $(GOLANGCI_LINT):
 # `make fuzz` (and so of `make test`). The counts give each target about 20 s
 # here (2 cores, Go 1.26): count budgets have no deadline for the
 # coordinator to race (FUZZTIME above).
-FUZZ_TARGETS := rules:FuzzParse:250000 injector:FuzzReadManifests:20000 \
+FUZZ_TARGETS := rules:FuzzParse:250000 manifests:FuzzReadManifests:20000 \
 	injector:FuzzRulesAnnotation:80000 statevol:FuzzStateFiles:200000 \
 	webhook:FuzzAdmissionReview:40000 compose:FuzzGenerate:90000
 

@@ -186,6 +186,14 @@ const (
 	// ReadinessOn, ReadinessOff, or (absent) the injector's rule: when
 	// the pod restarts always and has labels, which a Service needs.
 	AnnotationReadiness = "restart-supervisor.dev/readiness"
+	// AnnotationUndo is where `restart-injector inject` keeps, on each object
+	// it changed (the document's root, or an item of a List), what `uninject`
+	// needs to give the object back as it was: for every edit of the
+	// injection, the path, a digest of what was written there, and the text
+	// of what it replaced or removed, in the document's own format. The
+	// webhook does not write it: a pod admitted by the webhook is never
+	// turned back.
+	AnnotationUndo = "restart-supervisor.dev/uninject"
 )
 
 // PodMembersFieldPath is the downward API field path of

@@ -54,4 +54,15 @@ while read -r file name; do
 		;;
 	esac
 done < <(git grep -E '^func Fuzz[A-Za-z0-9_]*\(' -- '*_test.go' | sed -E 's/^([^:]+):func (Fuzz[A-Za-z0-9_]*)\(.*/\1 \2/')
+# ...and every entry of FUZZ_TARGETS names a Fuzz function that exists
+# where it says, or make fuzz would stop at it.
+for target in "$@"; do
+	pkg=${target%%:*}
+	rest=${target#*:}
+	name=${rest%%:*}
+	if ! grep -qE "^func $name\(" "$pkg"/*_test.go 2>/dev/null; then
+		echo "FUZZ_TARGETS: $target: no func $name in $pkg/*_test.go" >&2
+		missing=1
+	fi
+done
 exit $missing

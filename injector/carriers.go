@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	// The library for YAML text (see the package documentation); the
 	// annotation is decoded with the same one that reads the manifests.
@@ -14,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
+	"github.com/restart-supervisor/restart-supervisor/internal/oneline"
 	"github.com/restart-supervisor/restart-supervisor/rules"
 )
 
@@ -442,7 +442,7 @@ func parseRulesAnnotation(ann map[string]string) (map[string]carried, error) {
 		if err.Error() == "EOF" {
 			return nil, fmt.Errorf("%s: is empty: want a map from container name to {restartPolicy, restartPolicyRules}", field)
 		}
-		return nil, fmt.Errorf("%s: %s", field, oneLine(err))
+		return nil, fmt.Errorf("%s: %s", field, oneline.Error(err))
 	}
 	root := &doc
 	if root.Kind == textyaml.DocumentNode && len(root.Content) == 1 {
@@ -458,7 +458,7 @@ func parseRulesAnnotation(ann map[string]string) (map[string]carried, error) {
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		var c annEntry
 		if err := root.Content[i+1].Decode(&c); err != nil {
-			return nil, fmt.Errorf("%s: %s", field, oneLine(err))
+			return nil, fmt.Errorf("%s: %s", field, oneline.Error(err))
 		}
 		e, err := c.carried()
 		if err != nil {
@@ -704,22 +704,5 @@ func fromCore(c *corev1.Container) rules.Container {
 	return out
 }
 
-// oneLine joins a multi-line error and cuts it to 1 KiB: errors end up in
-// API responses and must never echo a document back.
-func oneLine(err error) string {
-	return clipLen(strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " "), 1024)
-}
-
 // clip shortens a value quoted from the annotation for an error message.
-func clip(s string) string { return clipLen(s, 64) }
-
-func clipLen(s string, max int) string {
-	if len(s) <= max {
-		return s
-	}
-	cut := max - len("…")
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
-}
+func clip(s string) string { return oneline.Clip(s, 64) }

@@ -318,7 +318,7 @@ type ObjectPlan struct {
 func ExplainObject(obj map[string]any, v rules.KubeVersion) ([]ObjectPlan, error) {
 	u := &unstructured.Unstructured{Object: obj}
 	ts, _, err := templatesOf(obj, u.GetAPIVersion(), u.GetKind())
-	object := objectName(u.GetKind(), u.GetNamespace(), u.GetName(), u.GetGenerateName())
+	object := ObjectName(u.GetKind(), u.GetNamespace(), u.GetName(), u.GetGenerateName())
 	if err != nil {
 		return nil, fmt.Errorf("%s: %v", object, err)
 	}

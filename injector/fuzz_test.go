@@ -1,61 +1,11 @@
 package injector
 
 import (
-	"bytes"
-	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
 )
-
-// FuzzReadManifests: the reader never panics, writing an untouched stream
-// reproduces the input byte for byte, injecting whatever it read never
-// panics either (errors are fine), and what inject wrote uninject takes
-// back.
-func FuzzReadManifests(f *testing.F) {
-	files, _ := filepath.Glob("testdata/in/*")
-	for _, file := range files {
-		if b, err := os.ReadFile(file); err == nil {
-			f.Add(b)
-		}
-	}
-	f.Add([]byte("---\n---\n"))
-	f.Add([]byte(`{"kind":"Pod"} {"a":1}`))
-	f.Add([]byte("a: [1\n"))
-	f.Add([]byte("--- # c\nkind: List\napiVersion: v1\nitems: [1, {kind: Pod, apiVersion: v1}]\n"))
-	inj := New(Options{})
-	f.Fuzz(func(t *testing.T, data []byte) {
-		m, _ := ReadManifests(data)
-		if m == nil {
-			return
-		}
-		// Documents that cannot be read are kept as they were: the
-		// stream still round-trips.
-		var out bytes.Buffer
-		if _, err := m.WriteTo(&out); err != nil {
-			t.Fatalf("WriteTo: %v", err)
-		}
-		if !bytes.Equal(out.Bytes(), data) {
-			t.Fatalf("round trip changed the stream:\n%q\n%q", data, out.Bytes())
-		}
-		if _, err := inj.InjectManifests(context.Background(), m); err == nil {
-			out.Reset()
-			if _, err := m.WriteTo(&out); err != nil {
-				t.Fatalf("WriteTo after inject: %v", err)
-			}
-			// What inject wrote, uninject takes back without an error.
-			back, _ := ReadManifests(out.Bytes())
-			if back != nil {
-				if _, err := UninjectManifests(back); err != nil {
-					t.Fatalf("uninject of the injected stream: %v", err)
-				}
-			}
-		}
-	})
-}
 
 // FuzzRulesAnnotation feeds arbitrary text to the rules annotation parser.
 // Whatever the input, it must not panic, an error must be one short line,

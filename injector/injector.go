@@ -5,18 +5,16 @@
 // would, asks an imagelookup.Resolver for the image entrypoint of a
 // container without command, and records the injection as RFC 6902
 // operations; that patch is its one output, and a mutated object
-// (Result.Pod, the CLI's documents) is the patch applied. It also owns the rewrite of workload pod templates that
-// carries their rules in the annotation (CarryTemplateRules), explain's
-// plans, and reading and writing manifest streams. It does no I/O of its
-// own (imagelookup/registry is the Resolver that reads registries) and
-// never touches a cluster.
+// (Result.Pod) is the patch applied. It also owns the rewrite of workload
+// pod templates that carries their rules in the annotation
+// (CarryTemplateRules) and explain's plans. It does no I/O of its own
+// (imagelookup/registry is the Resolver that reads registries), never
+// touches a cluster and reads no manifest streams: package manifests
+// applies its patches to the documents of inject and uninject.
 //
-// YAML goes through two libraries, each with one job and an import name
-// that says which: textyaml (go.yaml.in/yaml/v3) works on YAML text, the
-// node trees that keep a manifest's comments, key order and styles, and
-// the strict decoding of the rules annotation; kubeyaml (sigs.k8s.io/yaml)
-// writes a whole object the way kubectl does, through JSON with sorted
-// keys, for the documents that cannot be patched in place.
+// The rules annotation is decoded strictly with go.yaml.in/yaml/v3
+// (textyaml); manifests writes documents through node trees of the same
+// library so that comments, key order and styles stay.
 package injector
 
 import (

@@ -16,6 +16,7 @@ import (
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/imagelookup"
+	"github.com/restart-supervisor/restart-supervisor/internal/yamledit"
 	"github.com/restart-supervisor/restart-supervisor/rules"
 )
 
@@ -48,10 +49,10 @@ func (i *Injector) PodPatch(ctx context.Context, pod *corev1.Pod) (*Result, erro
 }
 
 func podObjectName(pod *corev1.Pod) string {
-	return objectName("pod", pod.Namespace, pod.Name, pod.GenerateName)
+	return ObjectName("pod", pod.Namespace, pod.Name, pod.GenerateName)
 }
 
-func objectName(kind, ns, name, generateName string) string {
+func ObjectName(kind, ns, name, generateName string) string {
 	if name == "" && generateName != "" {
 		name = generateName + "*"
 	}
@@ -72,7 +73,7 @@ func patchedPod(pod *corev1.Pod, ops []PatchOp) (*corev1.Pod, error) {
 	if err != nil {
 		return nil, err
 	}
-	if raw, err = applyOps(raw, ops); err != nil {
+	if raw, err = ApplyPatchJSON(raw, ops); err != nil {
 		return nil, err
 	}
 	out := &corev1.Pod{}
@@ -757,11 +758,6 @@ func escapeAll(in []string) []string {
 	return out
 }
 
-// escapePointer escapes a JSON Pointer reference token (RFC 6901).
-func escapePointer(s string) string {
-	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
-}
-
 type patchBuilder struct{ ops []PatchOp }
 
 func (p *patchBuilder) add(path string, v any) {
@@ -793,7 +789,7 @@ func (p *patchBuilder) setAnnotations(meta *metav1.ObjectMeta, kv ...[2]string) 
 		p.add("/metadata/annotations", all)
 	default:
 		for _, e := range kv {
-			p.add("/metadata/annotations/"+escapePointer(e[0]), e[1])
+			p.add("/metadata/annotations/"+yamledit.EscapeToken(e[0]), e[1])
 		}
 	}
 }

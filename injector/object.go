@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
+
+	"github.com/restart-supervisor/restart-supervisor/internal/oneline"
 )
 
 // ObjectResult is the outcome of MutateObject.
@@ -38,11 +40,18 @@ func (i *Injector) MutateObject(ctx context.Context, obj *unstructured.Unstructu
 	return i.mutateObject(ctx, obj, true)
 }
 
+// ObjectPatch is MutateObject without applying the patch to the object:
+// the manifest writer (package manifests) applies it to the document's
+// text instead, so that the user's layout and comments stay.
+func (i *Injector) ObjectPatch(ctx context.Context, obj *unstructured.Unstructured) (*ObjectResult, error) {
+	return i.mutateObject(ctx, obj, false)
+}
+
 // mutateObject applies the patch to the object only when apply is set; the
 // manifest writer applies it to the document text instead.
 func (i *Injector) mutateObject(ctx context.Context, obj *unstructured.Unstructured, apply bool) (*ObjectResult, error) {
 	ts, known, err := templatesOf(obj.Object, obj.GetAPIVersion(), obj.GetKind())
-	object := objectName(obj.GetKind(), obj.GetNamespace(), obj.GetName(), obj.GetGenerateName())
+	object := ObjectName(obj.GetKind(), obj.GetNamespace(), obj.GetName(), obj.GetGenerateName())
 	if err != nil {
 		return nil, fmt.Errorf("%s: %v", object, err)
 	}
@@ -68,7 +77,7 @@ func (i *Injector) mutateObject(ctx context.Context, obj *unstructured.Unstructu
 			}
 			out.Containers = append(out.Containers, c)
 		}
-		out.Patch = append(out.Patch, docOps(res.Patch, pointer(t.path))...)
+		out.Patch = append(out.Patch, PrefixOps(res.Patch, pointer(t.path))...)
 	}
 	if len(out.Containers) == 0 && carriesRules(obj.Object, 0) {
 		switch {
@@ -100,7 +109,7 @@ func ApplyPatch(doc map[string]any, ops []PatchOp) (map[string]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	raw, err = applyOps(raw, ops)
+	raw, err = ApplyPatchJSON(raw, ops)
 	if err != nil {
 		return nil, err
 	}
@@ -111,9 +120,9 @@ func ApplyPatch(doc map[string]any, ops []PatchOp) (map[string]any, error) {
 	return out, nil
 }
 
-// applyOps applies ops to a JSON document with the RFC 6902 implementation
+// ApplyPatchJSON applies ops to a JSON document with the RFC 6902 implementation
 // the Kubernetes libraries use.
-func applyOps(raw []byte, ops []PatchOp) ([]byte, error) {
+func ApplyPatchJSON(raw []byte, ops []PatchOp) ([]byte, error) {
 	opsJSON, err := json.Marshal(ops)
 	if err != nil {
 		return nil, err
@@ -133,7 +142,7 @@ func templatePod(t podTemplate, object string) (*corev1.Pod, error) {
 		if t.path != nil {
 			where = t.label()
 		}
-		return nil, fmt.Errorf("%s: %s: %s", object, where, oneLine(err))
+		return nil, fmt.Errorf("%s: %s: %s", object, where, oneline.Error(err))
 	}
 	if t.derived != nil {
 		pod.Spec.RestartPolicy = corev1.RestartPolicy(t.derived.policy)
@@ -155,8 +164,8 @@ func policyWarning(t podTemplate, object string) string {
 	return fmt.Sprintf("%s: %s.restartPolicy %q is not what its pods get: %s (%s)", object, t.specPath(), clip(own), t.derived.policy, t.derived.from)
 }
 
-// docOps rebases a patch onto prefix, a JSON Pointer.
-func docOps(ops []PatchOp, prefix string) []PatchOp {
+// PrefixOps rebases a patch onto prefix, a JSON Pointer.
+func PrefixOps(ops []PatchOp, prefix string) []PatchOp {
 	if prefix == "" {
 		return ops
 	}
@@ -168,6 +177,6 @@ func docOps(ops []PatchOp, prefix string) []PatchOp {
 	return out
 }
 
-func isList(obj *unstructured.Unstructured) bool {
+func IsList(obj *unstructured.Unstructured) bool {
 	return strings.HasSuffix(obj.GetKind(), "List")
 }

@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
+	"github.com/restart-supervisor/restart-supervisor/internal/yamledit"
 )
 
 // goldenPods returns every Pod and pod template of the golden inputs.
@@ -26,10 +27,6 @@ func goldenPods(t *testing.T) map[string]*corev1.Pod {
 	pods := map[string]*corev1.Pod{}
 	for _, f := range goldenInputs(t) {
 		src, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := ReadManifests(src)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -46,7 +43,7 @@ func goldenPods(t *testing.T) map[string]*corev1.Pod {
 			if err != nil {
 				t.Fatal(err)
 			}
-			object := objectName(u.GetKind(), u.GetNamespace(), u.GetName(), u.GetGenerateName())
+			object := ObjectName(u.GetKind(), u.GetNamespace(), u.GetName(), u.GetGenerateName())
 			for _, tm := range ts {
 				pod, err := templatePod(tm, object)
 				if err != nil {
@@ -55,10 +52,8 @@ func goldenPods(t *testing.T) map[string]*corev1.Pod {
 				pods[f+" "+object+" "+tm.label()] = pod
 			}
 		}
-		for _, d := range m.Docs {
-			if d.Object != nil {
-				visit(d.Object)
-			}
+		for _, obj := range readDocs(t, src) {
+			visit(obj)
 		}
 	}
 	if len(pods) < 15 {
@@ -337,7 +332,7 @@ func TestPatchArrayTraps(t *testing.T) {
 	if len(want) != 0 {
 		t.Errorf("missing append/insert operations %v in %v", want, res.Patch)
 	}
-	if got := escapePointer("a/b~c"); got != "a~1b~0c" {
+	if got := yamledit.EscapeToken("a/b~c"); got != "a~1b~0c" {
 		t.Errorf("escapePointer = %q", got)
 	}
 }

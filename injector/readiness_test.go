@@ -49,11 +49,7 @@ spec:
 		{"own probe and the annotation off", doc("Deployment", "{annotations: {"+contract.AnnotationReadiness+": \"off\"}}", "", ownProbe), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m, err := ReadManifests([]byte(tc.doc))
-			if err != nil {
-				t.Fatal(err)
-			}
-			res, err := New(Options{}).MutateObject(context.Background(), &unstructured.Unstructured{Object: m.Docs[0].Object})
+			res, err := New(Options{}).MutateObject(context.Background(), &unstructured.Unstructured{Object: readDocs(t, []byte(tc.doc))[0]})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -68,11 +64,8 @@ spec:
 			}
 		})
 	}
-	m, err := ReadManifests([]byte(doc("Deployment", "{annotations: {"+contract.AnnotationReadiness+": \"no\"}}", "", "")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = New(Options{}).MutateObject(context.Background(), &unstructured.Unstructured{Object: m.Docs[0].Object})
+	obj := readDocs(t, []byte(doc("Deployment", "{annotations: {"+contract.AnnotationReadiness+": \"no\"}}", "", "")))[0]
+	_, err := New(Options{}).MutateObject(context.Background(), &unstructured.Unstructured{Object: obj})
 	want := `Deployment "w": spec.template.metadata.annotations[restart-supervisor.dev/readiness]: Unsupported value: "no": supported values: "on", "off"`
 	if err == nil || err.Error() != want {
 		t.Errorf("error %v, want %s", err, want)

@@ -2,8 +2,6 @@ package injector
 
 import (
 	"context"
-	"encoding/json"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -322,46 +320,5 @@ func TestRerunNameWarnings(t *testing.T) {
 	wantNames := []string{contract.InstallContainer, long, fits, fits + "-rerun", "init-a", "init-b", "init-c", "init-a-rerun", "init-a-rerun-rerun"}
 	if !slices.Equal(names, wantNames) {
 		t.Errorf("init containers %q, want %q", names, wantNames)
-	}
-}
-
-// TestRerunSameOnBothPaths: the webhook's patch and the offline inject
-// write the same re-run sidecars, for every pod of rerun.yaml.
-func TestRerunSameOnBothPaths(t *testing.T) {
-	inj, _ := goldenInjector(t)
-	src, err := os.ReadFile("testdata/in/rerun.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, _ := injectBytes(t, inj, src)
-	m, err := ReadManifests(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	checked := 0
-	for _, d := range m.Docs {
-		if d.Object == nil || d.Object["kind"] != "Pod" {
-			continue
-		}
-		raw, _ := json.Marshal(d.Object)
-		var offline corev1.Pod
-		if err := json.Unmarshal(raw, &offline); err != nil {
-			t.Fatal(err)
-		}
-		// The undo record is inject's alone (the webhook's patch is undone
-		// by deleting the pod).
-		delete(offline.Annotations, AnnotationUndo)
-		res, err := inj.MutatePod(context.Background(), rerunGoldenPod(t, offline.Name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !apiequality.Semantic.DeepEqual(res.Pod, &offline) {
-			a, _ := json.Marshal(res.Pod)
-			t.Errorf("pod %s: webhook and inject differ:\n%s\n%s", offline.Name, a, raw)
-		}
-		checked++
-	}
-	if checked != 3 {
-		t.Errorf("checked %d pods, want 3", checked)
 	}
 }

@@ -35,7 +35,7 @@ type TemplateRules struct {
 // copy yield no patch. obj is not modified.
 func CarryTemplateRules(obj *unstructured.Unstructured) (*TemplateRules, error) {
 	ts, _, err := templatesOf(obj.Object, obj.GetAPIVersion(), obj.GetKind())
-	object := objectName(obj.GetKind(), obj.GetNamespace(), obj.GetName(), obj.GetGenerateName())
+	object := ObjectName(obj.GetKind(), obj.GetNamespace(), obj.GetName(), obj.GetGenerateName())
 	if err != nil {
 		return nil, fmt.Errorf("%s: %v", object, err)
 	}
@@ -45,7 +45,7 @@ func CarryTemplateRules(obj *unstructured.Unstructured) (*TemplateRules, error) 
 		if err != nil {
 			return nil, err
 		}
-		out.Patch = append(out.Patch, docOps(ops, pointer(t.path))...)
+		out.Patch = append(out.Patch, PrefixOps(ops, pointer(t.path))...)
 		for _, c := range moved {
 			if len(ts) > 1 {
 				c = t.label() + "/" + c

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
@@ -278,11 +279,33 @@ func carriesRules(v any, depth int) bool {
 	return false
 }
 
+// Template is one pod template of an object: its JSON Pointer from the
+// object's root ("" for a Pod) and the template as the object holds it.
+type Template struct {
+	Pointer string
+	Object  map[string]any
+}
+
+// Templates lists the pod templates of obj that MutateObject wraps, in
+// the same order.
+func Templates(obj map[string]any) ([]Template, error) {
+	u := &unstructured.Unstructured{Object: obj}
+	ts, _, err := templatesOf(obj, u.GetAPIVersion(), u.GetKind())
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Template, 0, len(ts))
+	for _, t := range ts {
+		out = append(out, Template{Pointer: pointer(t.path), Object: t.m})
+	}
+	return out, nil
+}
+
 // pointer renders a path as a JSON Pointer (RFC 6901).
 func pointer(path []string) string {
 	var b strings.Builder
 	for _, p := range path {
-		b.WriteString("/" + escapePointer(p))
+		b.WriteString("/" + yamledit.EscapeToken(p))
 	}
 	return b.String()
 }

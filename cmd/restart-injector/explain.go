@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/restart-supervisor/restart-supervisor/injector"
+	"github.com/restart-supervisor/restart-supervisor/manifests"
 	"github.com/restart-supervisor/restart-supervisor/rules"
 )
 
@@ -49,12 +50,12 @@ func runExplain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	first := true
 	for _, in := range inputs {
-		m, err := injector.ReadManifests(in.data)
+		m, err := manifests.ReadManifests(in.data)
 		if err != nil {
 			fmt.Fprintf(stderr, "restart-injector explain: %s: %v\n", in.name, err)
 			return exitFailure
 		}
-		objs, err := injector.ExplainManifests(m, kubeVersion)
+		objs, err := manifests.ExplainManifests(m, kubeVersion)
 		if err != nil {
 			fmt.Fprintf(stderr, "restart-injector explain: %s: %v\n", in.name, err)
 			return exitFailure

@@ -18,6 +18,7 @@ import (
 	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/imagelookup/registry"
 	"github.com/restart-supervisor/restart-supervisor/injector"
+	"github.com/restart-supervisor/restart-supervisor/manifests"
 	"github.com/restart-supervisor/restart-supervisor/rules"
 )
 
@@ -124,9 +125,9 @@ func runInject(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 
 	run := streamRun{name: "inject", files: files, stdin: stdin, stdout: stdout, stderr: stderr,
 		outFile: string(outFile), diff: *diff, keepGoing: *keepGoing, diffLabel: "injected"}
-	return run.run(func(r io.Reader, w io.Writer, emit func(*injector.Document, []injector.ObjectReport)) error {
-		return inj.InjectStream(ctx, r, w, emit)
-	}, func(name string, r injector.ObjectReport) {
+	return run.run(func(r io.Reader, w io.Writer, emit func(*manifests.Document, []manifests.ObjectReport)) error {
+		return manifests.InjectStream(ctx, inj, r, w, emit)
+	}, func(name string, r manifests.ObjectReport) {
 		for _, w := range r.Warnings {
 			fmt.Fprintf(stderr, "warning: %s: %s\n", name, w)
 		}

@@ -20,7 +20,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
-	"github.com/restart-supervisor/restart-supervisor/injector"
 )
 
 const deployYAML = `apiVersion: apps/v1
@@ -131,7 +130,7 @@ func TestInjectFileKeepsOtherDocuments(t *testing.T) {
 		}
 	}
 	// The undo record keeps them as text; the containers must not.
-	withoutRecord := regexp.MustCompile(`(?m)^ *`+regexp.QuoteMeta(injector.AnnotationUndo)+`: .*\n`).ReplaceAllString(out, "")
+	withoutRecord := regexp.MustCompile(`(?m)^ *`+regexp.QuoteMeta(contract.AnnotationUndo)+`: .*\n`).ReplaceAllString(out, "")
 	if strings.Contains(withoutRecord, "restartPolicyRules:\n") || strings.Contains(withoutRecord, "restartPolicy: Never") {
 		t.Errorf("translated fields left in the output:\n%s", out)
 	}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/pmezard/go-difflib/difflib"
 
-	"github.com/restart-supervisor/restart-supervisor/injector"
+	"github.com/restart-supervisor/restart-supervisor/manifests"
 )
 
 // streamRun is one run of inject or uninject over its -f inputs: each file
@@ -33,14 +33,14 @@ type streamRun struct {
 	failed          bool
 }
 
-type processFunc func(r io.Reader, w io.Writer, emit func(*injector.Document, []injector.ObjectReport)) error
+type processFunc func(r io.Reader, w io.Writer, emit func(*manifests.Document, []manifests.ObjectReport)) error
 
 func (s *streamRun) fail(format string, args ...any) int {
 	fmt.Fprintf(s.stderr, "restart-injector "+s.name+": "+format+"\n", args...)
 	return exitFailure
 }
 
-func (s *streamRun) run(process processFunc, report func(name string, r injector.ObjectReport)) int {
+func (s *streamRun) run(process processFunc, report func(name string, r manifests.ObjectReport)) int {
 	inputs, err := collectInputs(s.files)
 	if err != nil {
 		return s.fail("%v", err)
@@ -112,13 +112,13 @@ func (s *streamRun) run(process processFunc, report func(name string, r injector
 }
 
 // one processes input n into w.
-func (s *streamRun) one(n int, in input, w *trackingWriter, process processFunc, report func(string, injector.ObjectReport)) int {
+func (s *streamRun) one(n int, in input, w *trackingWriter, process processFunc, report func(string, manifests.ObjectReport)) int {
 	r, closeIn, err := in.open(s.stdin)
 	if err != nil {
 		return s.fail("%v", err)
 	}
 	defer closeIn()
-	emit := func(d *injector.Document, reports []injector.ObjectReport) {
+	emit := func(d *manifests.Document, reports []manifests.ObjectReport) {
 		if d.Err != nil {
 			// Every failed document is named, one line each, not only
 			// the first.

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/restart-supervisor/restart-supervisor/injector"
+	"github.com/restart-supervisor/restart-supervisor/manifests"
 )
 
 const uninjectUsage = `usage: restart-injector uninject -f FILE|DIR|- [-f ...] [flags]
@@ -50,9 +50,9 @@ func runUninject(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	}
 	run := streamRun{name: "uninject", files: files, stdin: stdin, stdout: stdout, stderr: stderr,
 		outFile: string(outFile), diff: *diff, keepGoing: *keepGoing, diffLabel: "uninjected"}
-	return run.run(func(r io.Reader, w io.Writer, emit func(*injector.Document, []injector.ObjectReport)) error {
-		return injector.UninjectStream(ctx, r, w, emit)
-	}, func(name string, r injector.ObjectReport) {
+	return run.run(func(r io.Reader, w io.Writer, emit func(*manifests.Document, []manifests.ObjectReport)) error {
+		return manifests.UninjectStream(ctx, r, w, emit)
+	}, func(name string, r manifests.ObjectReport) {
 		for _, w := range r.Warnings {
 			fmt.Fprintf(stderr, "warning: %s: %s\n", name, w)
 		}

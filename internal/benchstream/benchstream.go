@@ -1,5 +1,5 @@
 // Package benchstream generates the manifest streams the injector's
-// benchmarks read, so that the in-process benchmark (injector) and the
+// benchmarks read, so that the in-process benchmark (manifests) and the
 // process benchmark (bench/injector) measure the same input.
 package benchstream
 

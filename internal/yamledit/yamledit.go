@@ -42,6 +42,12 @@ func DeleteMember(n *textyaml.Node, key string) {
 	}
 }
 
+// EscapeToken is one token of a JSON Pointer as RFC 6901 writes it: "~"
+// as "~0", "/" as "~1"; PointerTokens reads it back.
+func EscapeToken(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
+}
+
 // PointerTokens splits a JSON Pointer into its unescaped reference tokens;
 // "" (the whole document) has none.
 func PointerTokens(p string) ([]string, error) {

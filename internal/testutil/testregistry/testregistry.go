@@ -203,3 +203,17 @@ func DockerConfigSecret(name, host, user, pass string) corev1.Secret {
 		Data: map[string][]byte{corev1.DockerConfigJsonKey: []byte(cfg)},
 	}
 }
+
+// GoldenPullSecrets answers the pull secrets of the injector's golden
+// pods as the webhook would read them from the API: private-pull holds
+// the credentials of private.test, which SeedGoldenImages's private image
+// needs.
+func GoldenPullSecrets(_ context.Context, _ string, names []string) ([]corev1.Secret, error) {
+	var out []corev1.Secret
+	for _, n := range names {
+		if n == "private-pull" {
+			out = append(out, DockerConfigSecret(n, "private.test", PrivateUser, PrivatePass))
+		}
+	}
+	return out, nil
+}

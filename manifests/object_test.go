@@ -1,17 +1,18 @@
-package injector
+package manifests
 
 import (
 	"strings"
 	"testing"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
+	"github.com/restart-supervisor/restart-supervisor/injector"
 )
 
 // TestNamespacedTemplateWithoutMetadata: a pod template without metadata
 // gets the whole member, also when its workload has a namespace, which
 // the template uses for pull secrets but does not carry.
 func TestNamespacedTemplateWithoutMetadata(t *testing.T) {
-	out, reports := injectBytes(t, New(Options{}), []byte(`apiVersion: batch/v1
+	out, reports := injectBytes(t, injector.New(injector.Options{}), []byte(`apiVersion: batch/v1
 kind: CronJob
 metadata: {name: nightly, namespace: shop}
 spec:

@@ -1,4 +1,4 @@
-package injector
+package manifests
 
 import (
 	"bytes"
@@ -29,7 +29,7 @@ func TestInjectStreamMatchesManifests(t *testing.T) {
 			}
 			var out bytes.Buffer
 			var reports []ObjectReport
-			err := inj.InjectStream(context.Background(), r, &out, func(d *Document, rs []ObjectReport) {
+			err := InjectStream(context.Background(), inj, r, &out, func(d *Document, rs []ObjectReport) {
 				reports = append(reports, rs...)
 			})
 			if err != nil {

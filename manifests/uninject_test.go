@@ -1,4 +1,4 @@
-package injector
+package manifests
 
 import (
 	"bytes"
@@ -12,6 +12,8 @@ import (
 
 	textyaml "go.yaml.in/yaml/v3"
 	kubeyaml "sigs.k8s.io/yaml"
+
+	"github.com/restart-supervisor/restart-supervisor/contract"
 )
 
 func uninjectBytes(t testing.TB, in []byte) ([]byte, []ObjectReport, error) {
@@ -190,7 +192,7 @@ func TestUninjectEdits(t *testing.T) {
 // webhook) is left as it is, with a warning naming it; one never wrapped
 // passes without a word.
 func TestUninjectWithoutRecord(t *testing.T) {
-	src, err := os.ReadFile("testdata/in/already-injected.yaml")
+	src, err := os.ReadFile(filepath.Join(goldenDir, "in", "already-injected.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +223,7 @@ func TestUninjectWithoutRecord(t *testing.T) {
 // edit made since is kept, in the object's form.
 func TestUninjectAnchorsEdited(t *testing.T) {
 	inj, _ := goldenInjector(t)
-	src, err := os.ReadFile("testdata/in/anchors.yaml")
+	src, err := os.ReadFile(filepath.Join(goldenDir, "in", "anchors.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +267,7 @@ func TestUninjectListNamesTheItem(t *testing.T) {
 	}
 	list := "apiVersion: v1\nkind: List\nitems:\n" + item("first") + item("second")
 	injected, _ := injectBytes(t, inj, []byte(list))
-	webhook, err := os.ReadFile("testdata/in/already-injected.yaml")
+	webhook, err := os.ReadFile(filepath.Join(goldenDir, "in", "already-injected.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,7 +306,7 @@ func TestUninjectRefusesForeignRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	ann := obj["metadata"].(map[string]any)["annotations"].(map[string]any)
-	record := ann[AnnotationUndo].(string)
+	record := ann[contract.AnnotationUndo].(string)
 	for _, tc := range []struct {
 		name string
 		op   undoOp
@@ -341,7 +343,7 @@ func TestUninjectRefusesForeignRecord(t *testing.T) {
 			// Undone last first: the forged operation goes first.
 			rec.Undo = append(rec.Undo, tc.op)
 			b, _ := json.Marshal(rec)
-			ann[AnnotationUndo] = string(b)
+			ann[contract.AnnotationUndo] = string(b)
 			edited, err := kubeyaml.Marshal(obj)
 			if err != nil {
 				t.Fatal(err)

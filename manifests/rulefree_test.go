@@ -1,4 +1,4 @@
-package injector
+package manifests
 
 import (
 	"bytes"
@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/restart-supervisor/restart-supervisor/injector"
 )
 
 // A Deployment as public manifests carry it: `selector` given twice, which
@@ -43,10 +45,10 @@ spec:
 
 func injectStream(t *testing.T, in string) (string, []*Document) {
 	t.Helper()
-	inj := New(Options{SupervisorImage: "registry.test/restart-supervisor:t"})
+	inj := injector.New(injector.Options{SupervisorImage: "registry.test/restart-supervisor:t"})
 	var out bytes.Buffer
 	var docs []*Document
-	err := inj.InjectStream(context.Background(), strings.NewReader(in), &out, func(d *Document, _ []ObjectReport) {
+	err := InjectStream(context.Background(), inj, strings.NewReader(in), &out, func(d *Document, _ []ObjectReport) {
 		docs = append(docs, d)
 	})
 	if err != nil {

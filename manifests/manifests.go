@@ -1,4 +1,20 @@
-package injector
+// Package manifests owns the manifest streams of restart-injector inject,
+// uninject and explain: a stream of YAML or JSON documents read document
+// by document (or whole), each Pod and workload handed to the injector's
+// mutation, and the patch applied to the document's own node tree, so that
+// comments, key order, styles and the untouched documents stay byte for
+// byte; the undo record each changed object carries, and uninject, which
+// follows it back and refuses what inject would not have written. The
+// injector never imports this package: the webhook's mutation is the same
+// code without any of it.
+//
+// YAML goes through two libraries, each with one job and an import name
+// that says which: textyaml (go.yaml.in/yaml/v3) works on YAML text, the
+// node trees that keep a manifest's comments, key order and styles;
+// kubeyaml (sigs.k8s.io/yaml) writes a whole object the way kubectl does,
+// through JSON with sorted keys, for the documents that cannot be patched
+// in place.
+package manifests
 
 import (
 	"bytes"
@@ -18,6 +34,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	kubeyaml "sigs.k8s.io/yaml"
 
+	"github.com/restart-supervisor/restart-supervisor/injector"
+	"github.com/restart-supervisor/restart-supervisor/internal/oneline"
 	"github.com/restart-supervisor/restart-supervisor/internal/yamlbound"
 	"github.com/restart-supervisor/restart-supervisor/internal/yamledit"
 	"github.com/restart-supervisor/restart-supervisor/rules"
@@ -53,7 +71,7 @@ type Document struct {
 	// Ops, when not empty, change the document: it is written as Raw
 	// with Ops applied, so that key order, comments and formatting of
 	// the parts they do not touch survive.
-	Ops []PatchOp
+	Ops []injector.PatchOp
 	// Err is why the document could not be read or injected; such a
 	// document is written back as it was.
 	Err error
@@ -75,7 +93,7 @@ type Document struct {
 func (d *Document) Changed() bool { return len(d.Ops) > 0 || d.out != nil }
 
 // Result returns the changed object (Object with Ops applied).
-func (d *Document) Result() (map[string]any, error) { return ApplyPatch(d.Object, d.Ops) }
+func (d *Document) Result() (map[string]any, error) { return injector.ApplyPatch(d.Object, d.Ops) }
 
 // ReadManifests parses a stream. JSON is recognised by a leading '{'.
 // A document that cannot be parsed does not end the reading: it is kept
@@ -110,7 +128,7 @@ func ReadManifests(data []byte) (*Manifests, error) {
 func decodeYAMLDoc(doc *Document) error {
 	var node textyaml.Node
 	if err := textyaml.Unmarshal(doc.Raw, &node); err != nil {
-		return fmt.Errorf("document at line %d: %s", doc.Line, oneLine(err))
+		return fmt.Errorf("document at line %d: %s", doc.Line, oneline.Error(err))
 	}
 	// A document without rules is written back whatever it holds: what
 	// cannot be decoded below is no error for it (rulefree.go).
@@ -129,7 +147,7 @@ func decodeYAMLDoc(doc *Document) error {
 	if node.Kind == textyaml.DocumentNode && len(node.Content) == 1 && node.Content[0].Kind == textyaml.MappingNode {
 		var obj any
 		if err := node.Decode(&obj); err != nil {
-			return fail(errors.New(oneLine(err)))
+			return fail(errors.New(oneline.Error(err)))
 		}
 		o, err := jsonValue(obj)
 		if err != nil {
@@ -217,7 +235,7 @@ func (m *Manifests) encode(d Document) ([]byte, error) {
 			if err != nil {
 				return nil, err
 			}
-			ops = append(append([]PatchOp(nil), ops...), rec...)
+			ops = append(append([]injector.PatchOp(nil), ops...), rec...)
 		}
 		return patchJSON(d.Raw, ops)
 	}
@@ -266,9 +284,9 @@ func marshalResult(d Document) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		ops = append(append([]PatchOp(nil), ops...), rec...)
+		ops = append(append([]injector.PatchOp(nil), ops...), rec...)
 	}
-	out, err := ApplyPatch(d.Object, ops)
+	out, err := injector.ApplyPatch(d.Object, ops)
 	if err != nil {
 		return nil, err
 	}
@@ -277,8 +295,8 @@ func marshalResult(d Document) ([]byte, error) {
 
 // patchJSON applies ops to a JSON document, keeping its key order and,
 // when it was indented, indenting the result.
-func patchJSON(raw []byte, ops []PatchOp) ([]byte, error) {
-	out, err := applyOps(raw, ops)
+func patchJSON(raw []byte, ops []injector.PatchOp) ([]byte, error) {
+	out, err := injector.ApplyPatchJSON(raw, ops)
 	if err != nil {
 		return nil, err
 	}
@@ -356,19 +374,19 @@ type ObjectReport struct {
 	Injected   bool
 	Warnings   []string
 	// Skipped says why an object carrying restart rules was left as it
-	// is (see ObjectResult.Skipped).
+	// is (see injector.ObjectResult.Skipped).
 	Skipped string
 }
 
-// InjectManifests mutates every Pod and workload in m (including the items
+// Inject mutates, with i, every Pod and workload in m (including the items
 // of List objects), recording the changes in the documents' Ops. A
 // document that cannot be injected gets its Err set and no Ops; the
 // others are injected all the same, and the error returned joins those of
 // every failed document.
-func (i *Injector) InjectManifests(ctx context.Context, m *Manifests) ([]ObjectReport, error) {
+func Inject(ctx context.Context, i *injector.Injector, m *Manifests) ([]ObjectReport, error) {
 	perDoc := make([][]ObjectReport, len(m.Docs))
 	errs := parallel(len(m.Docs), func(di int) (err error) {
-		perDoc[di], err = i.injectDoc(ctx, &m.Docs[di])
+		perDoc[di], err = injectDoc(ctx, i, &m.Docs[di])
 		return err
 	})
 	var reports []ObjectReport
@@ -387,20 +405,20 @@ func (i *Injector) InjectManifests(ctx context.Context, m *Manifests) ([]ObjectR
 }
 
 // injectDoc records the injection of every object of d in d.Ops.
-func (i *Injector) injectDoc(ctx context.Context, d *Document) ([]ObjectReport, error) {
+func injectDoc(ctx context.Context, i *injector.Injector, d *Document) ([]ObjectReport, error) {
 	d.Ops, d.roots, d.out = nil, nil, nil
 	if d.Object == nil || d.ruleFree {
 		return nil, nil
 	}
 	var reports []ObjectReport
 	obj := &unstructured.Unstructured{Object: d.Object}
-	if items, ok := d.Object["items"].([]any); ok && isList(obj) {
+	if items, ok := d.Object["items"].([]any); ok && injector.IsList(obj) {
 		for k, it := range items {
 			im, ok := it.(map[string]any)
 			if !ok {
 				continue
 			}
-			r, err := i.mutateObject(ctx, &unstructured.Unstructured{Object: im}, false)
+			r, err := i.ObjectPatch(ctx, &unstructured.Unstructured{Object: im})
 			if err != nil {
 				d.Ops, d.roots = nil, nil
 				return nil, fmt.Errorf("line %d: items[%d]: %v", d.Line, k, err)
@@ -408,13 +426,13 @@ func (i *Injector) injectDoc(ctx context.Context, d *Document) ([]ObjectReport, 
 			reports = append(reports, report(r, d.Line))
 			if r.Injected {
 				root := "/items/" + strconv.Itoa(k)
-				d.Ops = append(d.Ops, docOps(r.Patch, root)...)
+				d.Ops = append(d.Ops, injector.PrefixOps(r.Patch, root)...)
 				d.roots = append(d.roots, root)
 			}
 		}
 		return reports, nil
 	}
-	r, err := i.mutateObject(ctx, obj, false)
+	r, err := i.ObjectPatch(ctx, obj)
 	if err != nil {
 		return nil, fmt.Errorf("line %d: %v", d.Line, err)
 	}
@@ -425,10 +443,10 @@ func (i *Injector) injectDoc(ctx context.Context, d *Document) ([]ObjectReport, 
 	return reports, nil
 }
 
-func report(r *ObjectResult, line int) ObjectReport {
+func report(r *injector.ObjectResult, line int) ObjectReport {
 	o := r.Object
 	return ObjectReport{
-		Object:     objectName(o.GetKind(), o.GetNamespace(), o.GetName(), o.GetGenerateName()),
+		Object:     injector.ObjectName(o.GetKind(), o.GetNamespace(), o.GetName(), o.GetGenerateName()),
 		Line:       line,
 		Containers: r.Containers,
 		Injected:   r.Injected,
@@ -439,12 +457,12 @@ func report(r *ObjectResult, line int) ObjectReport {
 
 // ExplainManifests explains every Pod and workload template in m,
 // including the items of List objects, validated like release v.
-func ExplainManifests(m *Manifests, v rules.KubeVersion) ([]ObjectPlan, error) {
-	var out []ObjectPlan
+func ExplainManifests(m *Manifests, v rules.KubeVersion) ([]injector.ObjectPlan, error) {
+	var out []injector.ObjectPlan
 	var visit func(obj map[string]any, line int) error
 	visit = func(obj map[string]any, line int) error {
 		u := &unstructured.Unstructured{Object: obj}
-		if items, ok := obj["items"].([]any); ok && isList(u) {
+		if items, ok := obj["items"].([]any); ok && injector.IsList(u) {
 			for _, it := range items {
 				if im, ok := it.(map[string]any); ok {
 					if err := visit(im, line); err != nil {
@@ -454,7 +472,7 @@ func ExplainManifests(m *Manifests, v rules.KubeVersion) ([]ObjectPlan, error) {
 			}
 			return nil
 		}
-		plans, err := ExplainObject(obj, v)
+		plans, err := injector.ExplainObject(obj, v)
 		out = append(out, plans...)
 		if err != nil {
 			return fmt.Errorf("line %d: %v", line, err)

@@ -1,4 +1,4 @@
-package injector
+package manifests
 
 import (
 	"bytes"
@@ -10,41 +10,34 @@ import (
 	"strings"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/restart-supervisor/restart-supervisor/imagelookup/registry"
+	"github.com/restart-supervisor/restart-supervisor/injector"
 	"github.com/restart-supervisor/restart-supervisor/internal/testutil/testregistry"
 )
 
-var update = flag.Bool("update", false, "rewrite testdata/out from the current output")
+var update = flag.Bool("update", false, "rewrite ../injector/testdata/out from the current output")
 
-// goldenInjector injects with the registry of testregistry.SeedGoldenImages; the pull
-// secret for private.test is what the webhook would read from the API.
-func goldenInjector(t testing.TB) (*Injector, *testregistry.Registry) {
+// goldenDir holds the golden manifests: the injector's corpus of rule
+// carriers (its own tests read the inputs as pods), injected here through
+// the manifest path and compared with out/.
+const goldenDir = "../injector/testdata"
+
+// goldenInjector injects with the registry of testregistry.SeedGoldenImages
+// and its pull secrets.
+func goldenInjector(t testing.TB) (*injector.Injector, *testregistry.Registry) {
 	tr := testregistry.New(t)
 	testregistry.SeedGoldenImages(t, tr)
-	res := registry.New(registry.Options{
-		Transport: tr.Transport,
-		PullSecrets: func(_ context.Context, ns string, names []string) ([]corev1.Secret, error) {
-			var out []corev1.Secret
-			for _, n := range names {
-				if n == "private-pull" {
-					out = append(out, testregistry.DockerConfigSecret(n, "private.test", testregistry.PrivateUser, testregistry.PrivatePass))
-				}
-			}
-			return out, nil
-		},
-	})
-	return New(Options{SupervisorImage: "registry.test/restart-supervisor:golden", Resolver: res}), tr
+	res := registry.New(registry.Options{Transport: tr.Transport, PullSecrets: testregistry.GoldenPullSecrets})
+	return injector.New(injector.Options{SupervisorImage: "registry.test/restart-supervisor:golden", Resolver: res}), tr
 }
 
-func injectBytes(t testing.TB, inj *Injector, in []byte) ([]byte, []ObjectReport) {
+func injectBytes(t testing.TB, inj *injector.Injector, in []byte) ([]byte, []ObjectReport) {
 	t.Helper()
 	m, err := ReadManifests(in)
 	if err != nil {
 		t.Fatalf("ReadManifests: %v", err)
 	}
-	reports, err := inj.InjectManifests(context.Background(), m)
+	reports, err := Inject(context.Background(), inj, m)
 	if err != nil {
 		t.Fatalf("InjectManifests: %v", err)
 	}
@@ -56,15 +49,15 @@ func injectBytes(t testing.TB, inj *Injector, in []byte) ([]byte, []ObjectReport
 }
 
 func goldenInputs(t testing.TB) []string {
-	files, err := filepath.Glob("testdata/in/*")
+	files, err := filepath.Glob(filepath.Join(goldenDir, "in", "*"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no golden inputs: %v", err)
 	}
 	return files
 }
 
-// TestGolden runs every manifest in testdata/in through the offline path
-// and compares with testdata/out; run with -update to accept new output.
+// TestGolden runs every manifest in ../injector/testdata/in through the offline path
+// and compares with ../injector/testdata/out; run with -update to accept new output.
 // Injecting the output again must change nothing.
 func TestGolden(t *testing.T) {
 	inj, _ := goldenInjector(t)
@@ -76,7 +69,7 @@ func TestGolden(t *testing.T) {
 				t.Fatal(err)
 			}
 			got, _ := injectBytes(t, inj, src)
-			want := filepath.Join("testdata", "out", name)
+			want := filepath.Join(goldenDir, "out", name)
 			if *update {
 				if err := os.WriteFile(want, got, 0o644); err != nil {
 					t.Fatal(err)

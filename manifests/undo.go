@@ -1,4 +1,4 @@
-package injector
+package manifests
 
 import (
 	"bytes"
@@ -10,19 +10,12 @@ import (
 
 	textyaml "go.yaml.in/yaml/v3"
 
+	"github.com/restart-supervisor/restart-supervisor/contract"
+	"github.com/restart-supervisor/restart-supervisor/injector"
 	"github.com/restart-supervisor/restart-supervisor/internal/yamledit"
 )
 
-// AnnotationUndo is where `restart-injector inject` keeps, on each object
-// it changed (the document's root, or an item of a List), what `uninject`
-// needs to give the object back as it was: for every edit of the
-// injection, the path, a digest of what was written there, and the text
-// of what it replaced or removed, in the document's own format. The
-// webhook does not write it: a pod admitted by the webhook is never
-// turned back.
-const AnnotationUndo = "restart-supervisor.dev/uninject"
-
-// undoRecord is the value of AnnotationUndo.
+// undoRecord is the value of contract.AnnotationUndo.
 type undoRecord struct {
 	// Made is what the record's own annotation created: "metadata",
 	// "annotations" or "" (the annotations existed).
@@ -72,7 +65,7 @@ func (r *undoRecorder) added(path, sum string) error {
 }
 
 // replaced records an edit that wrote the value of digest sum over old.
-func (r *undoRecorder) replaced(op PatchOp, sum string, key, old *textyaml.Node) error {
+func (r *undoRecorder) replaced(op injector.PatchOp, sum string, key, old *textyaml.Node) error {
 	if r == nil {
 		return nil
 	}
@@ -218,16 +211,16 @@ func jsonString(b *bytes.Buffer, s string) error {
 // applyWithUndo applies ops to the document tree root (its top node, owned
 // by the caller) and, for every object root in roots ("" for the document,
 // "/items/K" for an item of a List), records how to undo the ops below it
-// in AnnotationUndo on that object. It returns the operations that add
+// in contract.AnnotationUndo on that object. It returns the operations that add
 // those annotations, which it has applied too.
-func applyWithUndo(root *textyaml.Node, owned map[*textyaml.Node]bool, ops []PatchOp, roots []string, asJSON, compact bool) ([]PatchOp, error) {
+func applyWithUndo(root *textyaml.Node, owned map[*textyaml.Node]bool, ops []injector.PatchOp, roots []string, asJSON, compact bool) ([]injector.PatchOp, error) {
 	return applyWithUndoText(root, owned, ops, roots, asJSON, compact, "")
 }
 
 // applyWithUndoText is applyWithUndo keeping text, the document as it
 // was, in the record of a document with one object.
-func applyWithUndoText(root *textyaml.Node, owned map[*textyaml.Node]bool, ops []PatchOp, roots []string, asJSON, compact bool, text string) ([]PatchOp, error) {
-	var recordOps []PatchOp
+func applyWithUndoText(root *textyaml.Node, owned map[*textyaml.Node]bool, ops []injector.PatchOp, roots []string, asJSON, compact bool, text string) ([]injector.PatchOp, error) {
+	var recordOps []injector.PatchOp
 	done := 0
 	for ri, r := range roots {
 		rec := &undoRecorder{prefix: r, asJSON: asJSON, compact: compact}
@@ -277,10 +270,10 @@ func under(path, r string, later []string) bool {
 
 // recordOp is the operation that stores rec on the object at r, whose
 // metadata or annotations may be missing.
-func recordOp(root *textyaml.Node, r string, rec *undoRecorder, text string) (PatchOp, error) {
+func recordOp(root *textyaml.Node, r string, rec *undoRecorder, text string) (injector.PatchOp, error) {
 	obj, err := yamledit.NodeAt(root, r)
 	if err != nil {
-		return PatchOp{}, err
+		return injector.PatchOp{}, err
 	}
 	record := undoRecord{Undo: rec.ops, Text: text}
 	meta := yamledit.Member(obj, "metadata")
@@ -290,18 +283,20 @@ func recordOp(root *textyaml.Node, r string, rec *undoRecorder, text string) (Pa
 	case meta == nil || meta.Kind != textyaml.MappingNode:
 		record.Made = "metadata"
 		path = r + "/metadata"
-		value = func(s string) any { return map[string]any{"annotations": map[string]string{AnnotationUndo: s}} }
+		value = func(s string) any {
+			return map[string]any{"annotations": map[string]string{contract.AnnotationUndo: s}}
+		}
 	case yamledit.Member(meta, "annotations") == nil || yamledit.Member(meta, "annotations").Kind != textyaml.MappingNode:
 		record.Made = "annotations"
 		path = r + "/metadata/annotations"
-		value = func(s string) any { return map[string]string{AnnotationUndo: s} }
+		value = func(s string) any { return map[string]string{contract.AnnotationUndo: s} }
 	default:
-		path = r + "/metadata/annotations/" + escapePointer(AnnotationUndo)
+		path = r + "/metadata/annotations/" + yamledit.EscapeToken(contract.AnnotationUndo)
 		value = func(s string) any { return s }
 	}
 	b, err := json.Marshal(record)
 	if err != nil {
-		return PatchOp{}, err
+		return injector.PatchOp{}, err
 	}
-	return PatchOp{Op: "add", Path: path, Value: value(string(b))}, nil
+	return injector.PatchOp{Op: "add", Path: path, Value: value(string(b))}, nil
 }

@@ -1,4 +1,4 @@
-package injector
+package manifests
 
 import (
 	"encoding/json"
@@ -10,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	kubeyaml "sigs.k8s.io/yaml"
+
+	"github.com/restart-supervisor/restart-supervisor/injector"
 )
 
 // applyDeployment is a Deployment whose container has a readiness and a
@@ -72,7 +74,7 @@ func handlers(p *corev1.Probe) []string {
 // be the injected one: one handler per probe (the API server refuses two),
 // no liveness probe and no restart fields left on the container.
 func TestApplyRoundTrip(t *testing.T) {
-	inj := New(Options{SupervisorImage: "registry.test/restart-supervisor:t"})
+	inj := injector.New(injector.Options{SupervisorImage: "registry.test/restart-supervisor:t"})
 	meta, err := strategicpatch.NewPatchMetaFromStruct(&appsv1.Deployment{})
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package injector
+package manifests
 
 import (
 	"bufio"
@@ -10,6 +10,9 @@ import (
 	"sync"
 
 	utiljson "k8s.io/apimachinery/pkg/util/json"
+
+	"github.com/restart-supervisor/restart-supervisor/injector"
+	"github.com/restart-supervisor/restart-supervisor/internal/oneline"
 )
 
 // MaxDocumentBytes bounds one document of a stream: the reader holds one
@@ -245,7 +248,7 @@ func (d *Document) Decode() error {
 		}
 		var obj any
 		if err := utiljson.Unmarshal(d.Raw, &obj); err != nil {
-			return fmt.Errorf("document at line %d: %s", d.Line, oneLine(err))
+			return fmt.Errorf("document at line %d: %s", d.Line, oneline.Error(err))
 		}
 		d.Object, _ = obj.(map[string]any)
 		d.ruleFree = ruleFreeValue(obj, false, 0)
@@ -398,10 +401,10 @@ func encodeDoc(d Document) ([]byte, error) {
 	return (&Manifests{Format: d.format}).encode(d)
 }
 
-// InjectStream is InjectManifests on a stream, written to w as it goes;
+// InjectStream is Inject on a stream, written to w as it goes;
 // see Process.
-func (i *Injector) InjectStream(ctx context.Context, r io.Reader, w io.Writer, emit func(*Document, []ObjectReport)) error {
-	return Process(ctx, r, w, func(d *Document) ([]ObjectReport, error) { return i.injectDoc(ctx, d) }, emit)
+func InjectStream(ctx context.Context, i *injector.Injector, r io.Reader, w io.Writer, emit func(*Document, []ObjectReport)) error {
+	return Process(ctx, r, w, func(d *Document) ([]ObjectReport, error) { return injectDoc(ctx, i, d) }, emit)
 }
 
 // UninjectStream is UninjectManifests on a stream, written to w as it

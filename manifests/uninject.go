@@ -1,4 +1,4 @@
-package injector
+package manifests
 
 import (
 	"bytes"
@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
+	"github.com/restart-supervisor/restart-supervisor/injector"
+	"github.com/restart-supervisor/restart-supervisor/internal/oneline"
 	"github.com/restart-supervisor/restart-supervisor/internal/yamlbound"
 	"github.com/restart-supervisor/restart-supervisor/internal/yamledit"
 	"github.com/restart-supervisor/restart-supervisor/internal/yamlstyle"
@@ -21,7 +23,7 @@ import (
 
 // UninjectManifests turns every object of m that `inject` changed back into
 // what it was before, from the undo record inject left on it
-// (AnnotationUndo), recording the text to write in each such document. An
+// (contract.AnnotationUndo), recording the text to write in each such document. An
 // object without a record is left as it is: one that shows the status
 // annotation (wrapped by the webhook, or before inject saw it) gets a
 // warning in its report. A document whose record cannot be followed (the
@@ -60,7 +62,7 @@ func uninjectDoc(d *Document) ([]ObjectReport, error) {
 		name   string
 	}
 	var objs []target
-	if items, ok := d.Object["items"].([]any); ok && isList(&unstructured.Unstructured{Object: d.Object}) {
+	if items, ok := d.Object["items"].([]any); ok && injector.IsList(&unstructured.Unstructured{Object: d.Object}) {
 		for k, it := range items {
 			if im, ok := it.(map[string]any); ok {
 				objs = append(objs, target{root: "/items/" + strconv.Itoa(k), obj: im})
@@ -73,12 +75,12 @@ func uninjectDoc(d *Document) ([]ObjectReport, error) {
 	var todo []target
 	for _, t := range objs {
 		u := &unstructured.Unstructured{Object: t.obj}
-		name := objectName(u.GetKind(), u.GetNamespace(), u.GetName(), u.GetGenerateName())
-		rec, ok := u.GetAnnotations()[AnnotationUndo]
+		name := injector.ObjectName(u.GetKind(), u.GetNamespace(), u.GetName(), u.GetGenerateName())
+		rec, ok := u.GetAnnotations()[contract.AnnotationUndo]
 		if !ok {
 			if wrappedTemplates(u) {
 				reports = append(reports, ObjectReport{Object: name, Line: d.Line, Warnings: []string{fmt.Sprintf(
-					"line %d: %s is wrapped but carries no %s annotation (injected by the webhook, or before inject saw it); left unchanged", d.Line, name, AnnotationUndo)}})
+					"line %d: %s is wrapped but carries no %s annotation (injected by the webhook, or before inject saw it); left unchanged", d.Line, name, contract.AnnotationUndo)}})
 			}
 			continue
 		}
@@ -144,12 +146,12 @@ func uninjectDoc(d *Document) ([]ObjectReport, error) {
 
 // wrappedTemplates: a pod template of u has the status annotation.
 func wrappedTemplates(u *unstructured.Unstructured) bool {
-	ts, _, err := templatesOf(u.Object, u.GetAPIVersion(), u.GetKind())
+	ts, err := injector.Templates(u.Object)
 	if err != nil {
 		return false
 	}
 	for _, t := range ts {
-		meta, _ := t.m["metadata"].(map[string]any)
+		meta, _ := t.Object["metadata"].(map[string]any)
 		ann, _ := meta["annotations"].(map[string]any)
 		if _, ok := ann[contract.AnnotationStatus]; ok {
 			return true
@@ -191,12 +193,12 @@ func sameObject(doc *textyaml.Node, text string) bool {
 }
 
 func undoObjectRecord(doc *textyaml.Node, owned map[*textyaml.Node]bool, root, record string, templates []string) (undoRecord, error) {
-	recField := "metadata.annotations[" + AnnotationUndo + "]"
+	recField := "metadata.annotations[" + contract.AnnotationUndo + "]"
 	var rec undoRecord
 	dec := json.NewDecoder(strings.NewReader(record))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&rec); err != nil {
-		return rec, fmt.Errorf("%s: invalid: %s", recField, oneLine(err))
+		return rec, fmt.Errorf("%s: invalid: %s", recField, oneline.Error(err))
 	}
 	// The record is text anyone who edits the file may have written: it
 	// is followed only where it undoes what inject does, so that it can
@@ -213,18 +215,13 @@ func undoObjectRecord(doc *textyaml.Node, owned map[*textyaml.Node]bool, root, r
 // templatePrefixes are the JSON Pointers of obj's pod templates, "" for
 // a Pod.
 func templatePrefixes(obj map[string]any) []string {
-	u := &unstructured.Unstructured{Object: obj}
-	ts, _, err := templatesOf(obj, u.GetAPIVersion(), u.GetKind())
+	ts, err := injector.Templates(obj)
 	if err != nil {
 		return nil
 	}
 	out := make([]string, 0, len(ts))
 	for _, t := range ts {
-		var b strings.Builder
-		for _, tok := range t.path {
-			b.WriteString("/" + escapePointer(tok))
-		}
-		out = append(out, b.String())
+		out = append(out, t.Pointer)
 	}
 	return out
 }
@@ -252,7 +249,7 @@ var undoFields = map[string]map[string]bool{
 // within the one at its path in doc (the object, at root): inject only
 // adds there, so the undo may only take away.
 func checkUndoOp(u undoOp, templates []string, doc *textyaml.Node, root string) error {
-	bad := fmt.Errorf("%s %q: not an edit restart-injector inject makes; refusing to follow the record", u.Op, clipLen(u.Path, 128))
+	bad := fmt.Errorf("%s %q: not an edit restart-injector inject makes; refusing to follow the record", u.Op, oneline.Clip(u.Path, 128))
 	if _, ok := undoFields[u.Op]; !ok {
 		return bad
 	}
@@ -270,7 +267,7 @@ func checkUndoOp(u undoOp, templates []string, doc *textyaml.Node, root string) 
 				budget := yamlbound.Default
 				key, val, err := wasMember(u.Was, &budget)
 				if err != nil || key.Kind != textyaml.ScalarNode || key.Value != toks[len(toks)-1] {
-					return fmt.Errorf("%s %q: the value it gives back is not that member; refusing to follow the record", u.Op, clipLen(u.Path, 128))
+					return fmt.Errorf("%s %q: the value it gives back is not that member; refusing to follow the record", u.Op, oneline.Clip(u.Path, 128))
 				}
 				if u.Op == "replace" && fillsNull(toks) {
 					cur, err := yamledit.NodeAt(doc, root+u.Path)
@@ -282,7 +279,7 @@ func checkUndoOp(u undoOp, templates []string, doc *textyaml.Node, root string) 
 					}
 					steps := withinSteps
 					if err != nil || !within(val, cur, &steps) {
-						return fmt.Errorf("%s %q: gives back what the document does not hold, where inject only adds; refusing to follow the record", u.Op, clipLen(u.Path, 128))
+						return fmt.Errorf("%s %q: gives back what the document does not hold, where inject only adds; refusing to follow the record", u.Op, oneline.Clip(u.Path, 128))
 					}
 				}
 			}
@@ -431,7 +428,7 @@ func undoable(op string, toks []string) bool {
 }
 
 func undoRecordOps(doc *textyaml.Node, owned map[*textyaml.Node]bool, root string, rec undoRecord) error {
-	recField := "metadata.annotations[" + AnnotationUndo + "]"
+	recField := "metadata.annotations[" + contract.AnnotationUndo + "]"
 	// The record itself goes first: it was written last.
 	meta, err := yamledit.OwnedPath(doc, owned, root+"/metadata")
 	if err != nil {
@@ -445,7 +442,7 @@ func undoRecordOps(doc *textyaml.Node, owned map[*textyaml.Node]bool, root strin
 	if err != nil {
 		return fmt.Errorf("%s: %v", recField, err)
 	}
-	yamledit.DeleteMember(ann, AnnotationUndo)
+	yamledit.DeleteMember(ann, contract.AnnotationUndo)
 	switch rec.Made {
 	case "":
 	case "annotations", "metadata":
@@ -481,10 +478,10 @@ const edited = "changed since restart-injector inject wrote it; restore it, or e
 func undoOne(doc *textyaml.Node, owned map[*textyaml.Node]bool, root string, u undoOp, budget *yamlbound.Budget) error {
 	toks, err := yamledit.PointerTokens(u.Path)
 	if err != nil || len(toks) == 0 {
-		return fmt.Errorf("invalid path in %s", AnnotationUndo)
+		return fmt.Errorf("invalid path in %s", contract.AnnotationUndo)
 	}
 	last := toks[len(toks)-1]
-	parentPath := root + u.Path[:len(u.Path)-len(escapePointer(last))-1]
+	parentPath := root + u.Path[:len(u.Path)-len(yamledit.EscapeToken(last))-1]
 	parent, err := yamledit.OwnedPath(doc, owned, parentPath)
 	if err != nil {
 		return fmt.Errorf("%v: %s", err, edited)
@@ -539,20 +536,20 @@ func undoOne(doc *textyaml.Node, owned map[*textyaml.Node]bool, root string, u u
 		}
 		return fmt.Errorf("parent is neither a mapping nor a sequence: %s", edited)
 	}
-	return fmt.Errorf("unknown operation %q in %s", u.Op, AnnotationUndo)
+	return fmt.Errorf("unknown operation %q in %s", u.Op, contract.AnnotationUndo)
 }
 
 // wasMember parses an undoOp's Was, within what is left of budget.
 func wasMember(was string, budget *yamlbound.Budget) (key, val *textyaml.Node, err error) {
 	var d textyaml.Node
 	if err := textyaml.Unmarshal([]byte(was), &d); err != nil {
-		return nil, nil, fmt.Errorf("invalid value in %s: %s", AnnotationUndo, oneLine(err))
+		return nil, nil, fmt.Errorf("invalid value in %s: %s", contract.AnnotationUndo, oneline.Error(err))
 	}
 	if err := budget.Take(&d); err != nil {
-		return nil, nil, fmt.Errorf("invalid value in %s: %v", AnnotationUndo, err)
+		return nil, nil, fmt.Errorf("invalid value in %s: %v", contract.AnnotationUndo, err)
 	}
 	if d.Kind != textyaml.DocumentNode || len(d.Content) != 1 || d.Content[0].Kind != textyaml.MappingNode || len(d.Content[0].Content) != 2 {
-		return nil, nil, fmt.Errorf("invalid value in %s: want one member", AnnotationUndo)
+		return nil, nil, fmt.Errorf("invalid value in %s: want one member", contract.AnnotationUndo)
 	}
 	return d.Content[0].Content[0], d.Content[0].Content[1], nil
 }

@@ -1,4 +1,4 @@
-package injector
+package manifests
 
 import (
 	"context"
@@ -10,63 +10,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/restart-supervisor/restart-supervisor/injector"
 	"github.com/restart-supervisor/restart-supervisor/rules"
 )
-
-// replicaJob is a Kubeflow job of kind with one replica type of
-// the given replica restartPolicy ("" for none) and template policy.
-func replicaJob(apiVersion, kind, specs, rtype, replicaPolicy, templatePolicy string) string {
-	rp, tp := "", ""
-	if replicaPolicy != "" {
-		rp = "\n      restartPolicy: " + replicaPolicy
-	}
-	if templatePolicy != "" {
-		tp = "\n          restartPolicy: " + templatePolicy
-	}
-	return `apiVersion: ` + apiVersion + `
-kind: ` + kind + `
-metadata: {name: j}
-spec:
-  ` + specs + `:
-    ` + rtype + `:
-      replicas: 1` + rp + `
-      template:
-        spec:` + tp + `
-          containers:
-          - name: main
-            image: registry.test/app:1
-            command: ["/app"]
-            restartPolicy: Never
-            restartPolicyRules:
-            - {action: Restart, exitCodes: {operator: In, values: [42]}}
-`
-}
-
-// rayDoc is a KubeRay object of kind whose cluster spec (at clusterKey
-// under spec, or spec itself) has head and one worker group, each with
-// rules; extra is added to the cluster spec, top to the object's spec.
-func rayDoc(kind, clusterKey, extra, top string) string {
-	indent := "  "
-	head := "spec:\n" + top
-	if clusterKey != "" {
-		head += "  " + clusterKey + ":\n"
-		indent = "    "
-	}
-	container := func(name string) string {
-		return indent + "      spec:\n" +
-			indent + "        containers:\n" +
-			indent + "        - name: " + name + "\n" +
-			indent + "          image: registry.test/ray:2\n" +
-			indent + "          command: [ray, start, --block]\n" +
-			indent + "          restartPolicyRules:\n" +
-			indent + "          - {action: Restart, exitCodes: {operator: In, values: [1]}}\n" +
-			indent + "          restartPolicy: Never\n"
-	}
-	body := head + extra +
-		indent + "headGroupSpec:\n" + indent + "  rayStartParams: {}\n" + indent + "  template:\n" + container("head") +
-		indent + "workerGroupSpecs:\n" + indent + "- groupName: w\n" + indent + "  rayStartParams: {}\n" + indent + "  template:\n" + container("worker")
-	return "apiVersion: ray.io/v1\nkind: " + kind + "\nmetadata: {name: r}\n" + body
-}
 
 // TestControllerPodPolicy: offline, the pod policy of each template is the
 // one its controller writes into the pods (podpolicy.go cites each
@@ -150,7 +96,7 @@ spec:
         - {name: w, image: registry.test/a:1, command: [/a], restartPolicyRules: [{action: Restart, exitCodes: {operator: In, values: [1]}}], restartPolicy: Never}
 `, []want{{"OnFailure", ""}}},
 	}
-	inj := New(Options{SupervisorImage: "registry.test/restart-supervisor:t"})
+	inj := injector.New(injector.Options{SupervisorImage: "registry.test/restart-supervisor:t"})
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			m, err := ReadManifests([]byte(tc.doc))
@@ -221,11 +167,66 @@ func TestControllerPodPolicyMessages(t *testing.T) {
 	if len(plans) != 1 || len(plans[0].Warnings) == 0 || plans[0].Warnings[0] != want {
 		t.Errorf("warnings %q, want %q first", plans[0].Warnings, want)
 	}
-	res, err := New(Options{}).MutateObject(context.Background(), &unstructured.Unstructured{Object: m.Docs[0].Object})
+	res, err := injector.New(injector.Options{}).MutateObject(context.Background(), &unstructured.Unstructured{Object: m.Docs[0].Object})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Contains(res.Warnings, want) {
 		t.Errorf("inject warnings %q lack %q", res.Warnings, want)
 	}
+}
+
+// replicaJob is a Kubeflow job of kind with one replica type of
+// the given replica restartPolicy ("" for none) and template policy.
+func replicaJob(apiVersion, kind, specs, rtype, replicaPolicy, templatePolicy string) string {
+	rp, tp := "", ""
+	if replicaPolicy != "" {
+		rp = "\n      restartPolicy: " + replicaPolicy
+	}
+	if templatePolicy != "" {
+		tp = "\n          restartPolicy: " + templatePolicy
+	}
+	return `apiVersion: ` + apiVersion + `
+kind: ` + kind + `
+metadata: {name: j}
+spec:
+  ` + specs + `:
+    ` + rtype + `:
+      replicas: 1` + rp + `
+      template:
+        spec:` + tp + `
+          containers:
+          - name: main
+            image: registry.test/app:1
+            command: ["/app"]
+            restartPolicy: Never
+            restartPolicyRules:
+            - {action: Restart, exitCodes: {operator: In, values: [42]}}
+`
+}
+
+// rayDoc is a KubeRay object of kind whose cluster spec (at clusterKey
+// under spec, or spec itself) has head and one worker group, each with
+// rules; extra is added to the cluster spec, top to the object's spec.
+func rayDoc(kind, clusterKey, extra, top string) string {
+	indent := "  "
+	head := "spec:\n" + top
+	if clusterKey != "" {
+		head += "  " + clusterKey + ":\n"
+		indent = "    "
+	}
+	container := func(name string) string {
+		return indent + "      spec:\n" +
+			indent + "        containers:\n" +
+			indent + "        - name: " + name + "\n" +
+			indent + "          image: registry.test/ray:2\n" +
+			indent + "          command: [ray, start, --block]\n" +
+			indent + "          restartPolicyRules:\n" +
+			indent + "          - {action: Restart, exitCodes: {operator: In, values: [1]}}\n" +
+			indent + "          restartPolicy: Never\n"
+	}
+	body := head + extra +
+		indent + "headGroupSpec:\n" + indent + "  rayStartParams: {}\n" + indent + "  template:\n" + container("head") +
+		indent + "workerGroupSpecs:\n" + indent + "- groupName: w\n" + indent + "  rayStartParams: {}\n" + indent + "  template:\n" + container("worker")
+	return "apiVersion: ray.io/v1\nkind: " + kind + "\nmetadata: {name: r}\n" + body
 }

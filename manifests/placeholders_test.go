@@ -1,4 +1,4 @@
-package injector
+package manifests
 
 import (
 	"math/rand/v2"

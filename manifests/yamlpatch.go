@@ -1,4 +1,4 @@
-package injector
+package manifests
 
 import (
 	"bytes"
@@ -17,6 +17,7 @@ import (
 
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 
+	"github.com/restart-supervisor/restart-supervisor/injector"
 	"github.com/restart-supervisor/restart-supervisor/internal/yamledit"
 	"github.com/restart-supervisor/restart-supervisor/internal/yamlstyle"
 )
@@ -27,7 +28,7 @@ import (
 //
 // When roots is not nil, it also records how to undo ops on each object
 // it names (see applyWithUndo).
-func patchYAML(raw []byte, parsed *textyaml.Node, ops []PatchOp, roots []string) ([]byte, error) {
+func patchYAML(raw []byte, parsed *textyaml.Node, ops []injector.PatchOp, roots []string) ([]byte, error) {
 	var doc textyaml.Node
 	if parsed != nil {
 		doc = *parsed
@@ -60,7 +61,7 @@ func patchYAML(raw []byte, parsed *textyaml.Node, ops []PatchOp, roots []string)
 
 // applyNodeOp applies op to the tree at root. When rec is not nil, it
 // also records how to undo op (see undoRecorder).
-func applyNodeOp(root *textyaml.Node, op PatchOp, owned map[*textyaml.Node]bool, rec *undoRecorder) error {
+func applyNodeOp(root *textyaml.Node, op injector.PatchOp, owned map[*textyaml.Node]bool, rec *undoRecorder) error {
 	tokens, err := yamledit.PointerTokens(op.Path)
 	if err != nil {
 		return err
@@ -79,7 +80,7 @@ func applyNodeOp(root *textyaml.Node, op PatchOp, owned map[*textyaml.Node]bool,
 		parent = c
 	}
 	last := tokens[len(tokens)-1]
-	parentPath := op.Path[:len(op.Path)-len(escapePointer(last))]
+	parentPath := op.Path[:len(op.Path)-len(yamledit.EscapeToken(last))]
 	switch op.Op {
 	case "add":
 		// One conversion gives the node and, for the undo record, the
