@@ -182,7 +182,7 @@ func prune(gdir string, newest uint64) {
 	if newest <= GenKeep {
 		return
 	}
-	names, err := listNames(gdir, ".", MaxGenEntries)
+	names, err := listNames(gdir, ".", maxGenEntries)
 	if err != nil {
 		return
 	}

@@ -18,13 +18,13 @@ import (
 // an adversary's: the directory itself is opened without following a link
 // and no more than a bound of names is read, held or sorted.
 
-// MaxGenEntries bounds a listing of pod-restarts/. What the pod itself
+// maxGenEntries bounds a listing of pod-restarts/. What the pod itself
 // keeps there is at most the last GenKeep+1 generations (prune), each with
 // one file, the agent's release and up to four markers per member
 // (stopped, started, failed, grouped), for at most contract.MaxPodMembers
 // members; the bound leaves room for one more generation and for
 // temporary files.
-const MaxGenEntries = (GenKeep + 2) * (4*contract.MaxPodMembers + 2)
+const maxGenEntries = (GenKeep + 2) * (4*contract.MaxPodMembers + 2)
 
 // maxStatusEntries bounds a listing of status/: one document per
 // container, for at most contract.MaxPodMembers members and as many
@@ -62,7 +62,7 @@ func listNames(dir, sub string, max int) ([]string, error) {
 	return names, nil
 }
 
-// GenNames lists pod-restarts/ (listNames, MaxGenEntries).
+// GenNames lists pod-restarts/ (listNames, maxGenEntries).
 func GenNames(dir string) ([]string, error) {
-	return listNames(dir, contract.PodRestartsDir, MaxGenEntries)
+	return listNames(dir, contract.PodRestartsDir, maxGenEntries)
 }

@@ -303,7 +303,7 @@ func ReadAll(dir string) ([]Status, error) {
 		if strings.HasPrefix(name, ".") || !strings.HasSuffix(name, contract.StatusExt) {
 			continue // a directory of that name fails ReadBounded's check
 		}
-		data, err := ReadBounded(filepath.Join(sdir, name), MaxStatusSize)
+		data, err := ReadBounded(filepath.Join(sdir, name), maxStatusSize)
 		if errors.Is(err, os.ErrNotExist) {
 			continue // removed since the listing
 		}
@@ -325,15 +325,15 @@ func ReadAll(dir string) ([]Status, error) {
 	return out, errors.Join(errs...)
 }
 
-// MaxStatusSize bounds a status document. A real one is well under 2 KiB;
+// maxStatusSize bounds a status document. A real one is well under 2 KiB;
 // every container of the pod can write to the directory, so a document is
 // read as an adversary's file.
-const MaxStatusSize = 64 << 10
+const maxStatusSize = 64 << 10
 
 // ReadStatus reads the status document of container.
 func ReadStatus(dir, container string) (Status, error) {
 	var s Status
-	data, err := ReadBounded(StatusPath(dir, container), MaxStatusSize)
+	data, err := ReadBounded(StatusPath(dir, container), maxStatusSize)
 	if err != nil {
 		return s, err
 	}
