@@ -14,13 +14,14 @@ func Error(err error) string {
 	return Clip(strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " "), 1024)
 }
 
-// Clip cuts s to at most max bytes, ending in "…" when it cut, never in
-// the middle of a UTF-8 sequence.
-func Clip(s string, max int) string {
-	if len(s) <= max {
+// Clip cuts s to at most limit bytes, ending in "…" when it cut (just "…"
+// when limit leaves no room for more), never in the middle of a UTF-8
+// sequence.
+func Clip(s string, limit int) string {
+	if len(s) <= limit {
 		return s
 	}
-	cut := max - len("…")
+	cut := max(limit-len("…"), 0)
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}

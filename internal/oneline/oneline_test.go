@@ -18,8 +18,10 @@ func TestClip(t *testing.T) {
 		{"abcdefghi", 8, "abcde…"},
 		// "é" is two bytes: the cut moves back to the start of the rune.
 		{"aaaaéé", 7, "aaaa…"},
+		// A limit below the ellipsis's 3 bytes cuts everything before it.
+		{"abcdef", 2, "…"},
 	} {
-		if got := Clip(tc.in, tc.max); got != tc.want || len(got) > tc.max || !utf8.ValidString(got) {
+		if got := Clip(tc.in, tc.max); got != tc.want || !utf8.ValidString(got) || len(got) > max(tc.max, len("…")) {
 			t.Errorf("Clip(%q, %d) = %q, want %q", tc.in, tc.max, got, tc.want)
 		}
 	}
