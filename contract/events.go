@@ -14,3 +14,19 @@ const (
 	// exitReason).
 	EventAnnotationHandOver = "restart-supervisor.dev/hand-over"
 )
+
+// The node agent signs its Events, so that `restart-injector status` can
+// tell them from Events anyone who may create Events in a namespace could
+// write with the same fields.
+const (
+	// EventAnnotationSignature is on every Event of the node agent: the
+	// base64 (standard encoding) of an Ed25519 signature over the Event's
+	// reason, involved object, source host and restart-supervisor.dev/
+	// annotations (nodeagent.signedPayload), by its node's key.
+	EventAnnotationSignature = "restart-supervisor.dev/signature"
+	// AgentKeyLabel is the label (app.kubernetes.io/name=…) of the
+	// ConfigMaps, in the node agent's namespace, that publish each node's
+	// public keys: data "node" names the node, data "keys" holds the
+	// base64 of its newest Ed25519 public keys, newest first, one a line.
+	AgentKeyLabel = "restart-supervisor-node-agent-key"
+)

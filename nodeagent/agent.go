@@ -72,6 +72,11 @@ type Config struct {
 	// GroupInterval is the time between two looks at the group members'
 	// requests and rounds; zero is 200 ms.
 	GroupInterval time.Duration
+	// KeyNamespace is where the agent publishes the public key of its
+	// Event signatures (signing.go): the agent's own namespace, where
+	// `restart-injector status --agent-namespace` reads it. Empty is
+	// AgentNamespace.
+	KeyNamespace string
 	// Ready, if set, is called with the metrics address once the agent
 	// serves and its informer has synced.
 	Ready func(addr net.Addr)
@@ -84,6 +89,7 @@ type Agent struct {
 	pods     cache.Indexer
 	recorder record.EventRecorder
 	sink     *eventSink
+	signer   *signer
 	started  time.Time
 
 	mu        sync.Mutex
@@ -116,6 +122,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.GroupInterval <= 0 {
 		cfg.GroupInterval = 200 * time.Millisecond
 	}
+	if cfg.KeyNamespace == "" {
+		cfg.KeyNamespace = AgentNamespace
+	}
 	if cfg.Groups && cfg.Dynamic == nil {
 		return errors.New("node agent: group restarts need a dynamic client")
 	}
@@ -141,6 +150,7 @@ func Run(ctx context.Context, cfg Config) error {
 	broadcaster.StartRecordingToSink(a.sink)
 	defer broadcaster.Shutdown()
 	a.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: Component, Host: cfg.NodeName})
+	go a.publishUntilDone(ctx)
 
 	var srv *http.Server
 	var ln net.Listener
@@ -199,7 +209,7 @@ func Run(ctx context.Context, cfg Config) error {
 }
 
 func newAgent(cfg Config, started time.Time) *Agent {
-	return &Agent{cfg: cfg, log: cfg.Log, started: started, sink: newEventSink(cfg.NodeName),
+	return &Agent{cfg: cfg, log: cfg.Log, started: started, sink: newEventSink(cfg.NodeName), signer: newSigner(cfg.NodeName),
 		state: map[string]*podState{}, samples: map[string][]sample{},
 		annotated: map[string]annotation{}, errSeen: map[string]bool{}}
 }
@@ -281,7 +291,8 @@ func (a *Agent) record(pod *corev1.Pod, e event) {
 	default:
 		return
 	}
-	a.sink.remember(msg, ann)
+	ann = a.signer.sign(e.reason, ref, ann)
+	a.sink.remember(ref, msg, ann)
 	for range e.times {
 		a.recorder.AnnotatedEventf(ref, ann, corev1.EventTypeWarning, e.reason, "%s", msg)
 	}

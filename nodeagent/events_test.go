@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"bytes"
+	"crypto/ed25519"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -66,44 +67,78 @@ func TestRestartEventNamesAnOOMKill(t *testing.T) {
 	}
 }
 
-func agentEvent(host, controller string, r Restart) corev1.Event {
-	b, _ := json.Marshal(r)
-	return corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{contract.EventAnnotationRestart: string(b)}},
-		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: "default", Name: "web",
+// agentEvent is an Event as node host's agent writes it, signed by s.
+func agentEvent(s *signer, host, controller string, r Restart) corev1.Event {
+	e := corev1.Event{
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: "default", Name: "web", UID: "uid-web",
 			FieldPath: "spec.containers{" + r.Container + "}"},
 		Reason: ReasonRestarted, Message: "prose that is never read",
 		Source: corev1.EventSource{Component: Component, Host: host}, ReportingController: controller, ReportingInstance: host,
 		LastTimestamp: metav1.NewTime(agentStart)}
+	e.Annotations = s.sign(e.Reason, &e.InvolvedObject, r.annotations())
+	return e
 }
 
 // TestStatusTrustsOnlyTheAgentsEvents: an Event is taken only with the
 // agent's source and reporting fields, from a node that runs an agent pod,
-// with an annotation about the container the Event is on.
+// signed by a key that node's agent published, with an annotation about
+// the container the Event is on. Every field an Event's author could copy
+// from a real one is copied in the forgeries below; what they change is
+// what the signature covers.
 func TestStatusTrustsOnlyTheAgentsEvents(t *testing.T) {
-	nodes := map[string]bool{"node-a": true}
+	nodes := map[string]bool{"node-a": true, "node-b": true}
+	a, b := newSigner("node-a"), newSigner("node-b")
+	old := newSigner("node-a") // the node's agent before a restart
+	keys := map[string][]ed25519.PublicKey{
+		"node-a": {a.key.Public().(ed25519.PublicKey), old.key.Public().(ed25519.PublicKey)},
+		"node-b": {b.key.Public().(ed25519.PublicKey)}}
 	good := Restart{Container: "app", Total: 3}
+	edit := func(f func(*corev1.Event)) corev1.Event {
+		e := agentEvent(a, "node-a", Component, good)
+		f(&e)
+		return e
+	}
 	for _, tc := range []struct {
 		name string
 		e    corev1.Event
 		want bool
 	}{
-		{"the agent's", agentEvent("node-a", Component, good), true},
-		{"a node without an agent pod", agentEvent("node-z", Component, good), false},
-		{"no reportingController (core/v1 by hand)", agentEvent("node-a", "", good), false},
-		{"another source", func() corev1.Event {
-			e := agentEvent("node-a", Component, good)
-			e.Source.Component = "kubelet"
-			return e
-		}(), false},
-		{"an instance that is not the source host", func() corev1.Event { e := agentEvent("node-a", Component, good); e.ReportingInstance = "x"; return e }(), false},
+		{"the agent's", agentEvent(a, "node-a", Component, good), true},
+		{"the node's agent before a restart", agentEvent(old, "node-a", Component, good), true},
+		{"its message and timestamps changed", edit(func(e *corev1.Event) {
+			e.Message, e.Count, e.LastTimestamp = "(combined from similar events): x", 40, metav1.NewTime(agentStart.Add(time.Hour))
+		}), true},
+		{"a node without an agent pod", agentEvent(newSigner("node-z"), "node-z", Component, good), false},
+		{"no reportingController (core/v1 by hand)", agentEvent(a, "node-a", "", good), false},
+		{"another source", edit(func(e *corev1.Event) { e.Source.Component = "kubelet" }), false},
+		{"an instance that is not the source host", edit(func(e *corev1.Event) { e.ReportingInstance = "x" }), false},
+		{"copied onto another pod", edit(func(e *corev1.Event) { e.InvolvedObject.Name, e.InvolvedObject.UID = "db", "uid-db" }), false},
+		{"copied onto the same name's next pod", edit(func(e *corev1.Event) { e.InvolvedObject.UID = "uid-web-2" }), false},
+		{"copied into another namespace", edit(func(e *corev1.Event) { e.InvolvedObject.Namespace = "prod" }), false},
+		{"its count raised", edit(func(e *corev1.Event) {
+			e.Annotations[contract.EventAnnotationRestart] = `{"container":"app","total":999,"backoffSeconds":0}`
+		}), false},
+		{"another of its annotations added", edit(func(e *corev1.Event) { e.Annotations[contract.EventAnnotationPodRestart] = "5" }), false},
+		{"made a pod restart", edit(func(e *corev1.Event) { e.Reason = ReasonPodRestarted }), false},
+		{"moved to another node that runs an agent", edit(func(e *corev1.Event) { e.Source.Host, e.ReportingInstance = "node-b", "node-b" }), false},
+		{"signed by another node's agent", agentEvent(b, "node-a", Component, good), false},
+		{"no signature", edit(func(e *corev1.Event) { delete(e.Annotations, contract.EventAnnotationSignature) }), false},
+		{"a signature that is not base64", edit(func(e *corev1.Event) {
+			e.Annotations[contract.EventAnnotationSignature] = strings.Repeat("!", 88)
+		}), false},
+		{"a 1 MiB signature", edit(func(e *corev1.Event) {
+			e.Annotations[contract.EventAnnotationSignature] = strings.Repeat("A", 1<<20)
+		}), false},
 	} {
-		if got := trustedEvent(tc.e, nodes); got != tc.want {
+		if got := trustedEvent(tc.e, nodes, keys); got != tc.want {
 			t.Errorf("%s: trusted %v, want %v", tc.name, got, tc.want)
 		}
 	}
+	if trustedEvent(agentEvent(a, "node-a", Component, good), nodes, nil) {
+		t.Error("an Event trusted with no key published")
+	}
 
-	e := agentEvent("node-a", Component, good)
+	e := agentEvent(a, "node-a", Component, good)
 	if r, ok := restartFromEvent(e); !ok || r.Total != 3 {
 		t.Errorf("the agent's annotation not read: %+v %v", r, ok)
 	}
@@ -111,7 +146,7 @@ func TestStatusTrustsOnlyTheAgentsEvents(t *testing.T) {
 	if _, ok := restartFromEvent(e); ok {
 		t.Error("an annotation naming another container than the Event's was read")
 	}
-	e = agentEvent("node-a", Component, good)
+	e = agentEvent(a, "node-a", Component, good)
 	e.Annotations[contract.EventAnnotationRestart] = `{"container":"app","total":3,"x":"` + strings.Repeat("a", 8<<10) + `"}`
 	if _, ok := restartFromEvent(e); ok {
 		t.Error("an 8 KiB annotation was decoded")

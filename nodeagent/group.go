@@ -410,7 +410,6 @@ func (g *groups) request(ctx context.Context, m localMember, r statevol.GroupReq
 		ann := map[string]string{"restart-supervisor.dev/group": m.key, "restart-supervisor.dev/group-generation": strconv.FormatUint(next, 10)}
 		msg := fmt.Sprintf("pod %s, container %s exited with %d: restarting every container of group %s in place (generation %d)",
 			m.pod.Name, r.Container, r.ExitCode, m.key, next)
-		g.a.sink.remember(msg, ann)
 		// On the pod whose exit asked for it, and on the pod's controller
 		// (a Job, a LeaderWorkerSet's StatefulSet), where the workload's
 		// own Events are.
@@ -419,7 +418,9 @@ func (g *groups) request(ctx context.Context, m localMember, r statevol.GroupReq
 			refs = append(refs, &corev1.ObjectReference{APIVersion: o.APIVersion, Kind: o.Kind, Name: o.Name, UID: o.UID, Namespace: m.pod.Namespace})
 		}
 		for _, ref := range refs {
-			g.a.recorder.AnnotatedEventf(ref, ann, corev1.EventTypeWarning, ReasonGroupRestarted, "%s", msg)
+			signed := g.a.signer.sign(ReasonGroupRestarted, ref, ann)
+			g.a.sink.remember(ref, msg, signed)
+			g.a.recorder.AnnotatedEventf(ref, signed, corev1.EventTypeWarning, ReasonGroupRestarted, "%s", msg)
 		}
 		return "", nil
 	}

@@ -27,7 +27,13 @@ type eventSink struct {
 	instance string
 
 	mu          sync.Mutex
-	annotations map[string]map[string]string // message → its annotations
+	annotations map[rememberKey]map[string]string
+}
+
+// rememberKey is a message on one object: two pods' Events can have the
+// same message, but not the same signature.
+type rememberKey struct {
+	uid, fieldPath, message string
 }
 
 // maxRemembered bounds the messages the sink keeps annotations for: well
@@ -35,23 +41,23 @@ type eventSink struct {
 const maxRemembered = 4096
 
 func newEventSink(instance string) *eventSink {
-	return &eventSink{instance: instance, annotations: map[string]map[string]string{}}
+	return &eventSink{instance: instance, annotations: map[rememberKey]map[string]string{}}
 }
 
-// remember records the annotations that go with msg.
-func (s *eventSink) remember(msg string, ann map[string]string) {
+// remember records the annotations that go with msg on ref.
+func (s *eventSink) remember(ref *corev1.ObjectReference, msg string, ann map[string]string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.annotations) >= maxRemembered {
 		clear(s.annotations)
 	}
-	s.annotations[msg] = ann
+	s.annotations[rememberKey{string(ref.UID), ref.FieldPath, msg}] = ann
 }
 
 func (s *eventSink) annotationsOf(e *corev1.Event) map[string]string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.annotations[strings.TrimPrefix(e.Message, combinedPrefix)]
+	return s.annotations[rememberKey{string(e.InvolvedObject.UID), e.InvolvedObject.FieldPath, strings.TrimPrefix(e.Message, combinedPrefix)}]
 }
 
 // Create implements record.EventSink.

@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -32,11 +33,18 @@ func TestSinkKeepsValuesOnAggregatedEvents(t *testing.T) {
 	defer b.Shutdown()
 	b.StartRecordingToSink(sink)
 	rec := b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: Component, Host: "node-a"})
-	a := &Agent{recorder: rec, sink: sink}
+	a := &Agent{recorder: rec, sink: sink, signer: newSigner("node-a")}
+	keys := map[string][]ed25519.PublicKey{"node-a": {a.signer.key.Public().(ed25519.PublicKey)}}
 	pod := testPod(agentStart, "app")
+	// A second pod whose Events have the same messages: each pod's Events
+	// keep their own signature.
+	twin := testPod(agentStart, "app")
+	twin.Name, twin.UID = "twin", "uid-twin"
 	const n = 15
 	for i := 1; i <= n; i++ {
-		a.record(pod, event{reason: ReasonRestarted, container: "app", times: 1, restart: Restart{Container: "app", Total: i}})
+		for _, p := range []*corev1.Pod{pod, twin} {
+			a.record(p, event{reason: ReasonRestarted, container: "app", times: 1, restart: Restart{Container: "app", Total: i}})
+		}
 	}
 	var events []corev1.Event
 	waitUntil(t, func() (bool, string) {
@@ -45,12 +53,16 @@ func TestSinkKeepsValuesOnAggregatedEvents(t *testing.T) {
 			return false, err.Error()
 		}
 		events = l.Items
+		last := map[string]bool{}
 		for _, e := range events {
 			if strings.Contains(e.Message, fmt.Sprintf("(restart %d)", n)) {
-				return true, ""
+				last[e.InvolvedObject.Name] = true
 			}
 		}
-		return false, fmt.Sprintf("%d Events, none of restart %d", len(events), n)
+		if len(last) == 2 {
+			return true, ""
+		}
+		return false, fmt.Sprintf("%d Events, not both pods' of restart %d", len(events), n)
 	})
 	combined := 0
 	for _, e := range events {
@@ -64,6 +76,9 @@ func TestSinkKeepsValuesOnAggregatedEvents(t *testing.T) {
 		}
 		if e.ReportingController != Component || e.ReportingInstance != "node-a" {
 			t.Errorf("Event %q: reporting %q/%q", e.Message, e.ReportingController, e.ReportingInstance)
+		}
+		if !trustedEvent(e, map[string]bool{"node-a": true}, keys) {
+			t.Errorf("Event %q on %s: its signature does not verify", e.Message, e.InvolvedObject.Name)
 		}
 	}
 	if combined == 0 {

@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -67,6 +68,7 @@ type StatusQuery struct {
 	Selector                  labels.Selector // nil for every pod
 
 	agents     map[string]bool
+	keys       map[string][]ed25519.PublicKey // node → its agent's published keys
 	agentsRead time.Time
 	pods       map[types.UID]bool // by UID: whether the pod matches Selector
 	listing    bool               // in List, where a pod the selector's list did not name is not selected
@@ -107,7 +109,7 @@ func (q *StatusQuery) List(ctx context.Context) ([]StatusRow, string, error) {
 				return nil, "", fmt.Errorf("list %s events: %w", reason, err)
 			}
 			for _, e := range l.Items {
-				if trustedEvent(e, q.agents) {
+				if trustedEvent(e, q.agents, q.keys) {
 					q.add(ctx, e)
 				}
 			}
@@ -184,12 +186,14 @@ func (q *StatusQuery) Watch(ctx context.Context, rv string, changed func(StatusR
 				if ev.Type == watch.Bookmark || e.Reason != ReasonRestarted && e.Reason != ReasonPodRestarted {
 					continue
 				}
-				if !q.agents[e.Source.Host] && time.Since(q.agentsRead) >= agentRefresh {
+				// An agent that started after the last read has a pod or
+				// a key not read yet.
+				if !trustedEvent(*e, q.agents, q.keys) && time.Since(q.agentsRead) >= agentRefresh {
 					if err := q.readAgents(ctx); err != nil {
 						return err
 					}
 				}
-				if !trustedEvent(*e, q.agents) {
+				if !trustedEvent(*e, q.agents, q.keys) {
 					continue
 				}
 				for _, r := range q.add(ctx, *e) {
@@ -274,13 +278,18 @@ func (q *StatusQuery) add(ctx context.Context, e corev1.Event) []StatusRow {
 	return nil
 }
 
-// readAgents lists the nodes that run a node agent pod.
+// readAgents lists the nodes that run a node agent pod, and their agents'
+// keys.
 func (q *StatusQuery) readAgents(ctx context.Context) error {
 	agents, err := agentNodes(ctx, q.Client, q.AgentNamespace)
 	if err != nil {
 		return err
 	}
-	q.agents, q.agentsRead = agents, time.Now()
+	keys, err := agentKeys(ctx, q.Client, q.AgentNamespace)
+	if err != nil {
+		return err
+	}
+	q.agents, q.keys, q.agentsRead = agents, keys, time.Now()
 	return nil
 }
 
@@ -370,17 +379,18 @@ func agentNodes(ctx context.Context, client kubernetes.Interface, agentNamespace
 	}
 }
 
-// trustedEvent reports whether e can be the node agent's: its source and
+// trustedEvent reports whether e is the node agent's: its source and
 // reportingController are the agent's component, its reportingInstance is
-// its source host, and that node runs a node agent pod. An Event names its
-// writer nowhere the API server checks, so this is as far as an Event can
-// be checked: whoever may create Events in a namespace (the default edit
-// role may) can still copy the agent's fields onto an Event about a pod of
-// that namespace, naming a node that runs an agent (docs/observability.md,
-// "Who can forge a row").
-func trustedEvent(e corev1.Event, agentNodes map[string]bool) bool {
+// its source host, that node runs a node agent pod, and one of the keys
+// its agents published verifies the Event's signature (signing.go). An
+// Event names its writer nowhere the API server checks; the signature is
+// what whoever may create Events in a namespace (the default edit role
+// may) cannot copy onto another pod, container or count
+// (docs/observability.md, "Who can forge a row").
+func trustedEvent(e corev1.Event, agentNodes map[string]bool, keys map[string][]ed25519.PublicKey) bool {
 	return e.Source.Component == Component && e.ReportingController == Component &&
-		e.Source.Host != "" && e.ReportingInstance == e.Source.Host && agentNodes[e.Source.Host]
+		e.Source.Host != "" && e.ReportingInstance == e.Source.Host && agentNodes[e.Source.Host] &&
+		signedByOneOf(e, keys[e.Source.Host])
 }
 
 func eventTime(e corev1.Event) time.Time {

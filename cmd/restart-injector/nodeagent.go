@@ -34,6 +34,11 @@ func runNodeAgent(ctx context.Context, args []string, stderr io.Writer) int {
 	fs.BoolVar(&c.Annotate, "annotate", false, "keep the annotation "+contract.AnnotationRestarts+" on each pod with its per-container in-place restarts (needs patch on pods)")
 	fs.DurationVar(&c.AnnotateEvery, "annotate-every", 10*time.Second, "least time between two patches of one pod's annotation")
 	fs.BoolVar(&c.Groups, "groups", false, "carry out group restarts (RestartGroup, docs/gang.md): needs the GroupRestart CRD, its rights and the pods directory writable (deploy/components/node-agent-groups)")
+	ns := os.Getenv("POD_NAMESPACE")
+	if ns == "" {
+		ns = nodeagent.AgentNamespace
+	}
+	fs.StringVar(&c.KeyNamespace, "namespace", ns, "`NAMESPACE` of the agent, where it publishes its Event-signing key for restart-injector status --agent-namespace (default $POD_NAMESPACE, else "+nodeagent.AgentNamespace+")")
 	kubeconfig := fs.String("kubeconfig", "", "`FILE` for API access outside a cluster (default: in-cluster config)")
 	logFormat := fs.String("log-format", "json", "log `FORMAT`: json or text")
 	if err := fs.Parse(args); err != nil {

@@ -260,6 +260,10 @@ func TestNodeAgent(t *testing.T) {
 	// does not watch it, so it makes no series and no Event.
 	writeStatus(t, stateDir(t, podsDir, other.UID), "app", 7, 0, false)
 
+	// The agent's namespace, where it publishes its Event-signing key.
+	if _, err := client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nodeagent.AgentNamespace}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	agent := startAgent(t, env.Config, podsDir, &writes)
 	appSeries := series("restart_supervisor_container_restarts_total", "namespace", "default", "pod", "web", "container", "app", "uid", string(web.UID))
 
@@ -345,7 +349,12 @@ func TestNodeAgent(t *testing.T) {
 		t.Errorf("status trusts Events from a node that runs no agent pod: %+v", rows)
 	}
 	registerAgentPod(t, client, agentNode)
+	waitFor(t, "the agent's published key", 30*time.Second, func(ctx context.Context) (bool, error) {
+		_, err := client.CoreV1().ConfigMaps(nodeagent.AgentNamespace).Get(ctx, nodeagent.AgentKeyConfigMap(agentNode), metav1.GetOptions{})
+		return err == nil, err
+	})
 	forgeEvents(t, client, web)
+	copyAgentEvents(t, client, web, other)
 	rows, err := nodeagent.ReadStatus(context.Background(), client, nodeagent.AgentNamespace, "default", "")
 	if err != nil {
 		t.Fatal(err)
@@ -437,6 +446,45 @@ func forgeEvents(t *testing.T, client kubernetes.Interface, pod *corev1.Pod) {
 			ReportingController: f.controller, ReportingInstance: f.host,
 			FirstTimestamp: metav1.Now(), LastTimestamp: metav1.NewTime(time.Now().Add(time.Hour)), Count: 1, Type: corev1.EventTypeWarning}
 		if _, err := client.CoreV1().Events(pod.Namespace).Create(context.Background(), e, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// copyAgentEvents copies, as any holder of the edit role could (they can
+// read every field of the agent's Events in their namespace), the newest
+// RestartedInPlace Event on from's container app, signature and all: onto
+// pod to, and onto from with the count raised and a later time. The
+// signature covers the pod and the values: neither may show in status.
+func copyAgentEvents(t *testing.T, client kubernetes.Interface, from, to *corev1.Pod) {
+	t.Helper()
+	ctx := context.Background()
+	l, err := client.CoreV1().Events(from.Namespace).List(ctx, metav1.ListOptions{
+		FieldSelector: "involvedObject.uid=" + string(from.UID) + ",reason=" + nodeagent.ReasonRestarted})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var real *corev1.Event
+	for i, e := range l.Items {
+		if e.InvolvedObject.FieldPath == "spec.containers{app}" && e.Annotations[contract.EventAnnotationSignature] != "" && (real == nil || e.LastTimestamp.After(real.LastTimestamp.Time)) {
+			real = &l.Items[i]
+		}
+	}
+	if real == nil {
+		t.Fatalf("no signed agent Event on %s/app to copy: %+v", from.Name, real)
+	}
+	onto := real.DeepCopy()
+	onto.ObjectMeta = metav1.ObjectMeta{Name: "copied.onto", Namespace: to.Namespace, Annotations: real.Annotations}
+	onto.InvolvedObject.Name, onto.InvolvedObject.UID = to.Name, to.UID
+	raised := real.DeepCopy()
+	raised.ObjectMeta = metav1.ObjectMeta{Name: "copied.raised", Namespace: from.Namespace, Annotations: map[string]string{}}
+	for k, v := range real.Annotations {
+		raised.Annotations[k] = v
+	}
+	raised.Annotations[contract.EventAnnotationRestart] = strings.Replace(real.Annotations[contract.EventAnnotationRestart], `"total":`, `"total":99`, 1)
+	raised.LastTimestamp = metav1.NewTime(time.Now().Add(time.Hour))
+	for _, e := range []*corev1.Event{onto, raised} {
+		if _, err := client.CoreV1().Events(e.Namespace).Create(ctx, e, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
