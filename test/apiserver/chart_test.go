@@ -131,6 +131,7 @@ var installVariants = []installVariant{
 	{name: "prometheus-rule", components: []string{"prometheus-rule"}, set: []string{"prometheusRule.enabled=true"}},
 	{name: "grafana-dashboard", components: []string{"grafana-dashboard"}, set: []string{"grafanaDashboard.enabled=true"}},
 	{name: "narrow-self", components: []string{"narrow-self"}, set: []string{"webhook.narrowSelf=true"}},
+	{name: "pull-secrets", components: []string{"pull-secrets"}, set: []string{"webhook.pullSecrets.read=cluster"}},
 	{name: "everything", selfManaged: true,
 		components: []string{"namespace-opt-in", "custom-workloads", "webhook-ingress", "node-agent", "node-agent-servicemonitor", "node-agent-annotate",
 			"node-agent-groups", "webhook-servicemonitor", "prometheus-rule", "grafana-dashboard"},
