@@ -27,7 +27,7 @@ TRAINING_RUNS ?= 5
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := bin/golangci-lint-$(GOLANGCI_LINT_VERSION)
 
-.PHONY: build images push example unit race lint fuzz check test rules-test training podstart gang controllers conformance bench e2e-up e2e-down clean
+.PHONY: build images push example unit race lint fuzz check test rules-test training podstart gang controllers conformance bench sweep e2e-up e2e-down clean
 
 build:
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o bin/restart-supervisor ./cmd/restart-supervisor
@@ -204,6 +204,13 @@ gang:
 # of `make test` for the cold builds' sake; root not needed.
 controllers:
 	go test -tags controllers -count=1 -v -timeout 30m -run 'TestTrainingOperatorPodPolicy|TestKubeRayPodPolicy' ./test/apiserver
+
+# The suites of SWEEP_SUITES (default unit and e2e) SWEEP_ROUNDS times (5)
+# beside SWEEP_LOOPS CPU-bound loops (2), to find tests whose outcome depends
+# on timing: one line per run, its failed tests, exit 1 on any failure
+# (hack/load-sweep.sh). Root for the real-node suites; about an hour here.
+sweep:
+	hack/load-sweep.sh
 
 e2e-up:
 	hack/e2e-up.sh
