@@ -68,13 +68,20 @@ func startWebhook(t *testing.T, certDir string, ln net.Listener, log *slog.Logge
 // clientCAs when it is not nil.
 func startWebhookWith(t *testing.T, certDir string, ln net.Listener, log *slog.Logger, fields webhook.FieldState, clientCAs *x509.CertPool) *runningWebhook {
 	t.Helper()
+	return startWebhookOpts(t, certDir, ln, log, fields, clientCAs, injector.Options{SupervisorImage: supervisorImage})
+}
+
+// startWebhookOpts is startWebhookWith with the injector's options (a
+// registry to look images up in).
+func startWebhookOpts(t *testing.T, certDir string, ln net.Listener, log *slog.Logger, fields webhook.FieldState, clientCAs *x509.CertPool, opts injector.Options) *runningWebhook {
+	t.Helper()
 	m := webhook.NewMetrics()
 	certs := webhook.NewCertWatcher(certDir, log, nil)
 	if err := certs.Load(); err != nil {
 		t.Fatal(err)
 	}
 	h := &webhook.Handler{
-		Mutator:    injector.New(injector.Options{SupervisorImage: supervisorImage}),
+		Mutator:    injector.New(opts),
 		Entrypoint: webhook.EntrypointDeny,
 		Native:     webhook.NativeOff,
 		Fields:     fields,
