@@ -4,7 +4,11 @@ package testutil
 
 import (
 	"bytes"
+	"fmt"
+	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -53,4 +57,22 @@ func HeapCost(f func()) uint64 {
 	f()
 	runtime.ReadMemStats(&after)
 	return after.TotalAlloc - before.TotalAlloc
+}
+
+// ProcStatusKiB is a field of pid's /proc/pid/status given in kB (VmRSS,
+// VmHWM: the peak, which writing "5" to /proc/pid/clear_refs resets).
+func ProcStatusKiB(t testing.TB, pid int, field string) uint64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == field+":" {
+			v, _ := strconv.ParseUint(f[1], 10, 64)
+			return v
+		}
+	}
+	t.Fatalf("no %s in /proc/%d/status", field, pid)
+	return 0
 }

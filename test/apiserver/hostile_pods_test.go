@@ -28,6 +28,7 @@ import (
 	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/imagelookup/registry"
 	"github.com/restart-supervisor/restart-supervisor/injector"
+	"github.com/restart-supervisor/restart-supervisor/internal/testutil"
 	"github.com/restart-supervisor/restart-supervisor/internal/testutil/testregistry"
 	"github.com/restart-supervisor/restart-supervisor/webhook"
 )
@@ -119,7 +120,7 @@ func TestHostilePodsThroughAPIServer(t *testing.T) {
 			"over the cap of 1024 strings and 32 KiB"},
 	} {
 		resetPeakRSS(t, apiPID)
-		before := rssKiB(t, apiPID, "VmRSS")
+		before := testutil.ProcStatusKiB(t, apiPID, "VmRSS")
 		heap.reset()
 		var wg sync.WaitGroup
 		errs := make([]error, tc.n)
@@ -131,7 +132,7 @@ func TestHostilePodsThroughAPIServer(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		peak := rssKiB(t, apiPID, "VmHWM")
+		peak := testutil.ProcStatusKiB(t, apiPID, "VmHWM")
 		t.Logf("%s: kube-apiserver RSS %d MiB before, peak %d MiB (+%d); heap peak of this process (webhook, test registry, client) %d MiB",
 			tc.name, before>>10, peak>>10, (peak-before)>>10, heap.peak()>>20)
 		for i, err := range errs {
@@ -223,23 +224,6 @@ func resetPeakRSS(t *testing.T, pid int) {
 	if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0); err != nil {
 		t.Fatalf("reset kube-apiserver's peak RSS (needs root): %v", err)
 	}
-}
-
-// rssKiB is the field (VmRSS, VmHWM) of pid's /proc status, in KiB.
-func rssKiB(t *testing.T, pid int, field string) uint64 {
-	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == field+":" {
-			v, _ := strconv.ParseUint(f[1], 10, 64)
-			return v
-		}
-	}
-	t.Fatalf("no %s in /proc/%d/status", field, pid)
-	return 0
 }
 
 // heapSampler records the largest live heap of this process (the webhook
