@@ -197,19 +197,43 @@ func agentKeys(ctx context.Context, client kubernetes.Interface, namespace strin
 			if node == "" || cm.Name != AgentKeyConfigMap(node) {
 				continue
 			}
-			for i, k := range strings.SplitN(cm.Data["keys"], "\n", maxAgentKeys+1) {
-				if i == maxAgentKeys {
-					break
-				}
-				if b, err := base64.StdEncoding.DecodeString(k); err == nil && len(b) == ed25519.PublicKeySize &&
-					!slices.ContainsFunc(keys[node], func(p ed25519.PublicKey) bool { return p.Equal(ed25519.PublicKey(b)) }) {
-					keys[node] = append(keys[node], ed25519.PublicKey(b))
-				}
-			}
+			keys[node] = parseKeys(cm.Data["keys"])
 		}
 		if l.Continue == "" {
 			return keys, nil
 		}
 		opts.Continue = l.Continue
 	}
+}
+
+// AgentKeyPublished reports whether node's agent published a key that
+// status can verify its Events with, for restart-injector check.
+func AgentKeyPublished(ctx context.Context, client kubernetes.Interface, namespace, node string) (bool, error) {
+	cm, err := client.CoreV1().ConfigMaps(namespace).Get(ctx, AgentKeyConfigMap(node), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read the node agent's key of node %s in namespace %s: %w", node, namespace, err)
+	}
+	if cm.Data["node"] != node {
+		return false, nil
+	}
+	return len(parseKeys(cm.Data["keys"])) > 0, nil
+}
+
+// parseKeys reads the first maxAgentKeys lines of a ConfigMap's keys,
+// each the base64 of an Ed25519 public key; other lines are skipped.
+func parseKeys(data string) []ed25519.PublicKey {
+	var keys []ed25519.PublicKey
+	for i, k := range strings.SplitN(data, "\n", maxAgentKeys+1) {
+		if i == maxAgentKeys {
+			break
+		}
+		if b, err := base64.StdEncoding.DecodeString(k); err == nil && len(b) == ed25519.PublicKeySize &&
+			!slices.ContainsFunc(keys, func(p ed25519.PublicKey) bool { return p.Equal(ed25519.PublicKey(b)) }) {
+			keys = append(keys, ed25519.PublicKey(b))
+		}
+	}
+	return keys
 }

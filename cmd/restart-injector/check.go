@@ -469,7 +469,16 @@ func (c *checker) checkNodeAgent(pod *corev1.Pod, agentNamespace string) {
 	case pod.Spec.NodeName == "":
 		c.report(checkResult{"ok", "node-agent", fmt.Sprintf("the pod is not scheduled yet; nodes that run the node agent: %d", len(agents)), ""})
 	case agents[pod.Spec.NodeName]:
-		c.report(checkResult{"ok", "node-agent", fmt.Sprintf("node %s runs the node agent", pod.Spec.NodeName), ""})
+		published, err := nodeagent.AgentKeyPublished(ctx, c.client, agentNamespace, pod.Spec.NodeName)
+		switch {
+		case err != nil:
+			c.report(checkResult{"warn", "node-agent", err.Error(), "the check needs get on configmaps of " + agentNamespace})
+		case !published:
+			c.report(checkResult{"warn", "node-agent", fmt.Sprintf("node %s runs the node agent, but it published no Event-signing key: restart-injector status shows none of its Events", pod.Spec.NodeName),
+				"the agent needs get, create and update on configmaps in " + agentNamespace + " (the Role of deploy/components/node-agent); its log names the error"})
+		default:
+			c.report(checkResult{"ok", "node-agent", fmt.Sprintf("node %s runs the node agent, its Event-signing key published", pod.Spec.NodeName), ""})
+		}
 	default:
 		c.report(checkResult{"warn", "node-agent", fmt.Sprintf("node %s runs no node agent: its in-place restarts make no Events or metrics", pod.Spec.NodeName), "install deploy/components/node-agent, or check its DaemonSet's tolerations and nodeSelector"})
 	}

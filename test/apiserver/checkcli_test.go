@@ -118,8 +118,13 @@ func TestCheckCommand(t *testing.T) {
 		[]string{"webhook-config", "ok"}, []string{"ca-bundle", "ok", "verifies the certificate served at 127.0.0.1:"},
 		[]string{"admission", "ok", "comes back injected"}, []string{"restart-rules", "ok", "the pod is injected"},
 		[]string{"webhook-rules", "ok"}, []string{"namespace-selector", "ok"}, []string{"object-selector", "ok"},
-		[]string{"injected", "ok"}, []string{"node-agent", "ok", agentNode},
+		[]string{"injected", "ok"}, []string{"node-agent", "warn", agentNode, "published no Event-signing key"},
 		[]string{"path", "ok", "supervised: the pod was injected"})
+
+	// The agent's key, as the agent publishes it.
+	publishAgentKey(t, client, agentNode)
+	_, out = run("trainer", "-n", "apps")
+	expect(out, []string{"node-agent", "ok", agentNode, "its Event-signing key published"})
 
 	// A Pod manifest without rules, and one in a namespace the
 	// namespaceSelector excludes.

@@ -3,6 +3,9 @@ package apiserver_test
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -124,6 +127,22 @@ func registerAgentPod(t *testing.T, client kubernetes.Interface, node string) {
 		Labels: map[string]string{"app.kubernetes.io/name": nodeagent.Component}},
 		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "node-agent", Image: "restart-injector"}}}}
 	if _, err := client.CoreV1().Pods(nodeagent.AgentNamespace).Create(ctx, p, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+}
+
+// publishAgentKey publishes an Event-signing key for node's agent, as the
+// agent does at its start (the ConfigMap of nodeagent.AgentKeyConfigMap).
+func publishAgentKey(t *testing.T, client kubernetes.Interface, node string) {
+	t.Helper()
+	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: nodeagent.AgentKeyConfigMap(node), Namespace: nodeagent.AgentNamespace,
+		Labels: map[string]string{"app.kubernetes.io/name": contract.AgentKeyLabel}},
+		Data: map[string]string{"node": node, "keys": base64.StdEncoding.EncodeToString(pub)}}
+	if _, err := client.CoreV1().ConfigMaps(nodeagent.AgentNamespace).Create(context.Background(), cm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
