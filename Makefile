@@ -181,10 +181,14 @@ training:
 # (default 100) uninjected, injected offline and by the webhook, in waves of
 # 10 and all at once (test/e2e TestPodStart, writes
 # docs/podstart-<release>.md). KUBE_BIN_DIR picks the release (setup.sh's by
-# default). Root; about 15 minutes here.
+# default). Then the node agent over 10 and 110 pods of its node (the
+# kubelet's default --max-pods) on a real kube-apiserver: CPU a scan, peak
+# RSS, write → metric and → Event (test/apiserver TestNodeAgentAtNodeScale,
+# about 2 min). Root; about 17 minutes here.
 PODSTART_PODS ?= 100
 podstart:
 	PODSTART_PODS=$(PODSTART_PODS) go test -tags podstart -count=1 -v -timeout 3h -run '^TestPodStart$$' ./test/e2e
+	go test -tags podstart -count=1 -v -timeout 15m -run '^TestNodeAgentAtNodeScale$$' ./test/apiserver
 
 # Group restarts on two real kubelets (docs/gang.md): for each size of
 # GANG_SIZES, GANG_RUNS restarts of a supervised group (RestartGroup, a node
