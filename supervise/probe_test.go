@@ -91,17 +91,27 @@ func TestLivenessFailureWithContainerNeverGoesToRules(t *testing.T) {
 }
 
 // TestNoProbeDuringBackoff: the workload exits 42 twice (the second
-// restart waits a 3 s back-off) and then serves for 5 s. The probe records
-// which run it found; the first two runs end long before the 1 s initial
-// delay, so any check counted for them ran while no workload did. The
-// probe fails whenever the workload is not serving, and with a threshold
-// of 1 a check in the back-off would also be a kill.
+// restart waits a 3 s back-off) and then runs until two checks found it.
+// Each check asks whether a workload process lives (its command line
+// carries a mark, which a process has from its exec until it exits) and
+// records the run it found in live-<run> or, when none lives, in
+// backoff-<run>: a check recorded in backoff-1 or backoff-2 ran while no
+// workload did. Nothing is timed: run 3 ends once two checks found it
+// alive, however slowly the checks come, and a check during a run never
+// fails (so no kill can end a run early). The one check that could still
+// find no workload while its run is current is one between the workload's
+// exit and the supervisor's reaping of it, which disarms the probes; runs 1
+// and 2 exit at once, a second before the first check is due.
 func TestNoProbeDuringBackoff(t *testing.T) {
 	dir := t.TempDir()
-	script := fmt.Sprintf(`cd %s; n=$(cat n 2>/dev/null || echo 0); n=$((n+1)); echo $n > n
+	mark := "workload-" + filepath.Base(dir)
+	script := fmt.Sprintf(`: %s; cd %s; n=$(cat n 2>/dev/null || echo 0); n=$((n+1)); echo $n > n
 [ $n -lt 3 ] && exit 42
-touch healthy; sleep 5; exit 0`, dir)
-	probe := fmt.Sprintf(`echo >> %[1]s/probes-$(cat %[1]s/n); test -f %[1]s/healthy`, dir)
+until [ "$(cat live-3 2>/dev/null | wc -l)" -ge 2 ]; do sleep 0.05; done; exit 0`, mark, dir)
+	// The pattern does not match its own text ("workloa[d]-" is not
+	// "workload-"), so the check's own shell is not taken for the workload.
+	probe := fmt.Sprintf(`cd %s; n=$(cat n); if grep -qs 'workloa[d]-%s' /proc/[0-9]*/cmdline; then echo >> live-$n; exit 0; fi; echo >> backoff-$n; exit 1`,
+		dir, strings.TrimPrefix(mark, "workload-"))
 	r, log := runProbed(t, script, fmt.Sprintf(`{"restartPolicy":"Never","podRestartPolicy":"Never","backoff":{"initial":"3s"},
 	  "restartPolicyRules":[{"action":"Restart","exitCodes":{"operator":"In","values":[42]}}],
 	  "probes":{"liveness":{"exec":{"command":["sh","-c",%q]},"initialDelaySeconds":1,"periodSeconds":1,"failureThreshold":1}}}`, probe))
@@ -109,12 +119,12 @@ touch healthy; sleep 5; exit 0`, dir)
 		t.Fatalf("result %+v, want status 0 after 2 restarts; log:\n%s", r, log)
 	}
 	for run := 1; run <= 2; run++ {
-		if n := lines(t, filepath.Join(dir, fmt.Sprintf("probes-%d", run))); n != 0 {
-			t.Errorf("%d checks ran after run %d exited (back-off)", n, run)
+		if n := lines(t, filepath.Join(dir, fmt.Sprintf("backoff-%d", run))); n != 0 {
+			t.Errorf("%d checks ran after run %d exited (back-off); log:\n%s", n, run, log)
 		}
 	}
-	if n := lines(t, filepath.Join(dir, "probes-3")); n < 2 {
-		t.Errorf("%d checks during the 5 s of run 3, want at least 2; log:\n%s", n, log)
+	if n := lines(t, filepath.Join(dir, "backoff-3")); n != 0 {
+		t.Errorf("%d checks found no workload during run 3", n)
 	}
 }
 
