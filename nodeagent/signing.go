@@ -169,6 +169,9 @@ func (a *Agent) publishUntilDone(ctx context.Context) {
 			a.log.Info("Event-signing key published", "namespace", a.cfg.KeyNamespace, "configMap", AgentKeyConfigMap(a.cfg.NodeName))
 			return
 		}
+		if ctx.Err() != nil {
+			return // stopping: not a failure to report
+		}
 		a.log.Error("publish the Event-signing key: status shows none of this agent's Events until it is published (the agent needs get, create and update on configmaps in its namespace)",
 			"namespace", a.cfg.KeyNamespace, "err", err, "retryIn", delay)
 		select {
