@@ -126,6 +126,10 @@ func TestNodeAgentInstalled(t *testing.T) {
 	}
 
 	registerAgentPod(t, client, agentNode)
+	waitFor(t, "the agent's Event-signing key", 30*time.Second, func(ctx context.Context) (bool, error) {
+		published, err := nodeagent.AgentKeyPublished(ctx, client, nodeagent.AgentNamespace, agentNode)
+		return published, err
+	})
 	out, err = exec.Command(bin, "status", "--kubeconfig="+admin, "-n", "default").CombinedOutput()
 	t.Logf("restart-injector status -n default:\n%s", out)
 	if err != nil || !strings.Contains(string(out), "web   app         3 ") {

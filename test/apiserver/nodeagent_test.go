@@ -79,6 +79,27 @@ func startAgent(t *testing.T, cfg *rest.Config, podsDir string, writes *atomic.I
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The agent publishes its Event-signing key in its namespace at its
+	// start; status takes none of its Events before. The key is there
+	// when startAgent returns: one more line in the node's ConfigMap.
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nodeagent.AgentNamespace}}
+	if _, err := client.CoreV1().Namespaces().Create(context.Background(), ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	keys := func(ctx context.Context) (int, error) {
+		cm, err := client.CoreV1().ConfigMaps(nodeagent.AgentNamespace).Get(ctx, nodeagent.AgentKeyConfigMap(agentNode), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return 0, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+		return strings.Count(cm.Data["keys"], "\n") + 1, nil
+	}
+	keysBefore, err := keys(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan net.Addr, 1)
 	a := &agentRun{cancel: cancel, done: make(chan error, 1)}
@@ -97,6 +118,10 @@ func startAgent(t *testing.T, cfg *rest.Config, podsDir string, writes *atomic.I
 		t.Fatal("agent not ready")
 	}
 	t.Cleanup(cancel)
+	waitFor(t, "the agent's Event-signing key", 30*time.Second, func(ctx context.Context) (bool, error) {
+		n, err := keys(ctx)
+		return err == nil && n > min(keysBefore, 7), err
+	})
 	return a
 }
 
@@ -279,10 +304,6 @@ func TestNodeAgent(t *testing.T) {
 	// does not watch it, so it makes no series and no Event.
 	writeStatus(t, stateDir(t, podsDir, other.UID), "app", 7, 0, false)
 
-	// The agent's namespace, where it publishes its Event-signing key.
-	if _, err := client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nodeagent.AgentNamespace}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	agent := startAgent(t, env.Config, podsDir, &writes)
 	appSeries := series("restart_supervisor_container_restarts_total", "namespace", "default", "pod", "web", "container", "app", "uid", string(web.UID))
 
@@ -368,10 +389,6 @@ func TestNodeAgent(t *testing.T) {
 		t.Errorf("status trusts Events from a node that runs no agent pod: %+v", rows)
 	}
 	registerAgentPod(t, client, agentNode)
-	waitFor(t, "the agent's published key", 30*time.Second, func(ctx context.Context) (bool, error) {
-		_, err := client.CoreV1().ConfigMaps(nodeagent.AgentNamespace).Get(ctx, nodeagent.AgentKeyConfigMap(agentNode), metav1.GetOptions{})
-		return err == nil, err
-	})
 	forgeEvents(t, client, web)
 	copyAgentEvents(t, client, web, other)
 	rows, err := nodeagent.ReadStatus(context.Background(), client, nodeagent.AgentNamespace, "default", "")
