@@ -126,6 +126,9 @@ func TestStatusTrustsOnlyTheAgentsEvents(t *testing.T) {
 		{"a signature that is not base64", edit(func(e *corev1.Event) {
 			e.Annotations[contract.EventAnnotationSignature] = strings.Repeat("!", 88)
 		}), false},
+		{"a 200 KiB annotation of the agent's prefix", edit(func(e *corev1.Event) {
+			e.Annotations["restart-supervisor.dev/pad"] = strings.Repeat("A", 200<<10)
+		}), false},
 		{"a 1 MiB signature", edit(func(e *corev1.Event) {
 			e.Annotations[contract.EventAnnotationSignature] = strings.Repeat("A", 1<<20)
 		}), false},

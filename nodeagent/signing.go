@@ -94,12 +94,27 @@ func (s *signer) sign(reason string, ref *corev1.ObjectReference, ann map[string
 	return out
 }
 
+// maxSignedAnnotations bounds what an Event's signature check hashes: the
+// agent writes at most two restart-supervisor.dev/ annotations besides the
+// signature, each under maxAnnotation; an Event with more, or larger,
+// is not the agent's and is refused before any hashing (the API server
+// lets an Event carry 256 KiB of annotations).
+const maxSignedAnnotations = 4
+
 // signedByOneOf reports whether e carries a signature that one of keys
 // verifies.
 func signedByOneOf(e corev1.Event, keys []ed25519.PublicKey) bool {
 	v := e.Annotations[contract.EventAnnotationSignature]
 	if len(keys) == 0 || len(v) != base64.StdEncoding.EncodedLen(ed25519.SignatureSize) {
 		return false
+	}
+	own := 0
+	for k, a := range e.Annotations {
+		if strings.HasPrefix(k, "restart-supervisor.dev/") {
+			if own++; own > maxSignedAnnotations+1 || len(a) > maxAnnotation {
+				return false
+			}
+		}
 	}
 	sig, err := base64.StdEncoding.DecodeString(v)
 	if err != nil || len(sig) != ed25519.SignatureSize {

@@ -188,12 +188,14 @@ func (q *StatusQuery) Watch(ctx context.Context, rv string, changed func(StatusR
 				}
 				// An agent that started after the last read has a pod or
 				// a key not read yet.
-				if !trustedEvent(*e, q.agents, q.keys) && time.Since(q.agentsRead) >= agentRefresh {
+				trusted := trustedEvent(*e, q.agents, q.keys)
+				if !trusted && time.Since(q.agentsRead) >= agentRefresh {
 					if err := q.readAgents(ctx); err != nil {
 						return err
 					}
+					trusted = trustedEvent(*e, q.agents, q.keys)
 				}
-				if !trustedEvent(*e, q.agents, q.keys) {
+				if !trusted {
 					continue
 				}
 				for _, r := range q.add(ctx, *e) {
