@@ -44,15 +44,15 @@ func TestNodeAgentAtNodeScale(t *testing.T) {
 	created := 0
 	for _, n := range []int{10, 110} {
 		podsDir := filepath.Join(dir, fmt.Sprintf("pods-%d", n))
-		var pods []*corev1.Pod
 		for ; created < n; created++ {
-			pods = append(pods, createPod(t, client, fmt.Sprintf("p-%03d", created), agentNode, "app"))
+			createPod(t, client, fmt.Sprintf("p-%03d", created), agentNode, "app")
 		}
+		// Every pod so far, by name (the list's order).
 		all, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		pods = pods[:0]
+		var pods []*corev1.Pod
 		for i := range all.Items {
 			pods = append(pods, &all.Items[i])
 			writeStatus(t, stateDir(t, podsDir, all.Items[i].UID), "app", 0, 0, false)
