@@ -10,7 +10,7 @@
 # Usage:
 #   hack/kube-binaries.sh [component...]
 #     components: etcd kube-apiserver kubectl kubelet kube-controller-manager
-#     (default: all five)
+#     kube-scheduler (default: all six)
 #
 #   dir=$(hack/kube-binaries.sh etcd kube-apiserver | tail -1)
 #   KUBEBUILDER_ASSETS=$dir go test ./...
@@ -32,7 +32,7 @@ KUBE_VERSION="${KUBE_VERSION:-v1.34.4}"
 ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 BIN_DIR="${KUBE_BIN_DIR:-${HOME}/.cache/restart-supervisor/kube-${KUBE_VERSION}}"
 
-ALL_COMPONENTS=(etcd kube-apiserver kubectl kubelet kube-controller-manager)
+ALL_COMPONENTS=(etcd kube-apiserver kubectl kubelet kube-controller-manager kube-scheduler)
 
 # Staging modules of k8s.io/kubernetes: its go.mod replaces each of them with
 # ./staging/src/k8s.io/X, which a consumer must redo as a versioned replace.
@@ -58,7 +58,7 @@ requested=()
 for arg in "$@"; do
 	case "$arg" in
 	-h | --help) usage; exit 0 ;;
-	etcd | kube-apiserver | kubectl | kubelet | kube-controller-manager) requested+=("$arg") ;;
+	etcd | kube-apiserver | kubectl | kubelet | kube-controller-manager | kube-scheduler) requested+=("$arg") ;;
 	*) usage; die "unknown component: $arg" ;;
 	esac
 done

@@ -18,4 +18,4 @@ dpkg -s containernetworking-plugins >/dev/null 2>&1 || missing+=(containernetwor
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 hack/apt-install.sh "${missing[@]}"
 
-hack/kube-binaries.sh etcd kube-apiserver kubectl kubelet kube-controller-manager | tail -1
+hack/kube-binaries.sh etcd kube-apiserver kubectl kubelet kube-controller-manager kube-scheduler | tail -1

@@ -102,7 +102,16 @@ type Options struct {
 	// kubelet (other ports, root directory and cgroup root), on the same
 	// host, so that a test spans two nodes with a node agent on each.
 	SecondNode bool
-	Log        io.Writer
+	// Workloads runs what an operator's own Deployments need on this
+	// node: kube-scheduler, and in the controller manager (started with
+	// it) the deployment, replicaset, serviceaccount, nodelifecycle and
+	// root-ca-cert-publisher controllers, with the API server's CA as
+	// kube-root-ca.crt, so that a pod's in-cluster client trusts the API
+	// server. The API server then routes calls to a Service's webhook to
+	// one of its EndpointSlice addresses (--enable-aggregator-routing):
+	// there is no kube-proxy to route its ClusterIP.
+	Workloads bool
+	Log       io.Writer
 }
 
 // State is what a running cluster records in Dir/state.json.
@@ -273,8 +282,13 @@ func Up(ctx context.Context, opts Options) (c *Cluster, err error) {
 			return c, fmt.Errorf("second node: %w", err)
 		}
 	}
-	if opts.ControllerManager {
+	if opts.ControllerManager || opts.Workloads {
 		if err := c.startControllerManager(ctx, opts); err != nil {
+			return c, err
+		}
+	}
+	if opts.Workloads {
+		if err := c.startScheduler(ctx, opts); err != nil {
 			return c, err
 		}
 	}
@@ -736,7 +750,7 @@ current-context: e2e
 		"--service-cluster-ip-range", "10.0.0.0/24",
 		"--allow-privileged=true",
 		"--kubelet-preferred-address-types", "InternalIP",
-	}, gateArgs(opts.gates(c.KubeVersion))...), nil)
+	}, append(workloadAPIServerArgs(opts), gateArgs(opts.gates(c.KubeVersion))...)...), nil)
 	if err != nil {
 		return err
 	}
@@ -965,7 +979,20 @@ func (c *Cluster) startControllerManager(ctx context.Context, opts Options) erro
 	if opts.GarbageCollector {
 		controllers += ",garbagecollector"
 	}
-	err = c.Start("kube-controller-manager", []string{filepath.Join(opts.BinDir, "kube-controller-manager"),
+	var extra []string
+	if opts.Workloads {
+		// nodelifecycle lifts the not-ready taint that the API server's
+		// TaintNodesByCondition admission puts on a new node
+		// (plugin/pkg/admission/nodetaint, v1.34.4), which keeps the
+		// scheduler from placing any pod.
+		controllers += ",deployment,replicaset,serviceaccount,root-ca-cert-publisher,nodelifecycle"
+		// The API server's self-signed serving certificate file holds its
+		// CA too (k8s.io/apiserver pkg/server/options/serving.go
+		// MaybeDefaultWithSelfSignedCerts, v0.34.4), and names 127.0.0.1,
+		// its bind address.
+		extra = append(extra, "--root-ca-file", c.path("pki", "apiserver", "apiserver.crt"))
+	}
+	err = c.Start("kube-controller-manager", append([]string{filepath.Join(opts.BinDir, "kube-controller-manager"),
 		"--kubeconfig", c.Kubeconfig,
 		"--authentication-kubeconfig", c.Kubeconfig,
 		"--authorization-kubeconfig", c.Kubeconfig,
@@ -977,12 +1004,57 @@ func (c *Cluster) startControllerManager(ctx context.Context, opts Options) erro
 		"--leader-elect=false",
 		"--bind-address", "127.0.0.1", fmt.Sprintf("--secure-port=%d", port),
 		"--cert-dir", c.path("pki", "kcm"),
-	}, nil)
+	}, extra...), nil)
 	if err != nil {
 		return err
 	}
 	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 	return c.waitFor(ctx, "kube-controller-manager", 60*time.Second, func() error {
+		resp, err := hc.Get(fmt.Sprintf("https://127.0.0.1:%d/healthz", port))
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("healthz %d", resp.StatusCode)
+		}
+		return nil
+	})
+}
+
+// workloadAPIServerArgs are the API server's flags for Options.Workloads.
+func workloadAPIServerArgs(opts Options) []string {
+	if !opts.Workloads {
+		return nil
+	}
+	// A webhook's Service resolved to an endpoint, not to its ClusterIP
+	// (cmd/kube-apiserver/app/server.go buildServiceResolver, v1.34.4).
+	return []string{"--enable-aggregator-routing=true"}
+}
+
+// startScheduler runs kube-scheduler for Options.Workloads: the pods of
+// Deployments carry no node name.
+func (c *Cluster) startScheduler(ctx context.Context, opts Options) error {
+	bin := filepath.Join(opts.BinDir, "kube-scheduler")
+	if _, err := os.Stat(bin); err != nil {
+		return fmt.Errorf("e2e cluster: kube-scheduler missing in %q (run test/e2e/setup.sh)", opts.BinDir)
+	}
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	err = c.Start("kube-scheduler", []string{bin,
+		"--kubeconfig", c.Kubeconfig,
+		"--authentication-kubeconfig", c.Kubeconfig,
+		"--authorization-kubeconfig", c.Kubeconfig,
+		"--leader-elect=false",
+		"--bind-address", "127.0.0.1", fmt.Sprintf("--secure-port=%d", port),
+	}, nil)
+	if err != nil {
+		return err
+	}
+	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	return c.waitFor(ctx, "kube-scheduler", 60*time.Second, func() error {
 		resp, err := hc.Get(fmt.Sprintf("https://127.0.0.1:%d/healthz", port))
 		if err != nil {
 			return err
