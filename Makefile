@@ -48,15 +48,19 @@ IMAGE_PLATFORMS ?= linux/amd64 linux/arm64
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 CA_BUNDLE ?= /etc/ssl/certs/ca-certificates.crt
+# Where the layout and the per-platform binaries go (a test builds into its
+# own directory).
+IMAGE_LAYOUT ?= bin/images
+IMAGE_BIN ?= bin/images-build
 images:
 	@set -e; for p in $(IMAGE_PLATFORMS); do \
 		os=$${p%/*}; arch=$${p#*/}; \
 		for b in restart-supervisor restart-probe restart-injector; do \
-			CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go build -trimpath -buildvcs=false -ldflags '$(LDFLAGS)' -o bin/images-build/$${os}_$$arch/$$b ./cmd/$$b; \
+			CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go build -trimpath -buildvcs=false -ldflags '$(LDFLAGS)' -o $(IMAGE_BIN)/$${os}_$$arch/$$b ./cmd/$$b; \
 		done; \
 	done
-	go run ./hack/images build --bin bin/images-build --ca-bundle $(CA_BUNDLE) --version $(VERSION) \
-		--revision $(REVISION) --created $(SOURCE_DATE_EPOCH) --platforms $(shell echo $(IMAGE_PLATFORMS) | tr ' ' ,) --out bin/images
+	go run ./hack/images build --bin $(IMAGE_BIN) --ca-bundle $(CA_BUNDLE) --version $(VERSION) \
+		--revision $(REVISION) --created $(SOURCE_DATE_EPOCH) --platforms $(shell echo $(IMAGE_PLATFORMS) | tr ' ' ,) --out $(IMAGE_LAYOUT)
 
 # Both indexes of bin/images to $(REGISTRY)/restart-supervisor:VERSION and
 # $(REGISTRY)/restart-injector:VERSION, with the credentials of
@@ -66,8 +70,8 @@ REGISTRY ?=
 INSECURE ?=
 push:
 	@[ -n "$(REGISTRY)" ] || { echo "make push: REGISTRY=host/prefix is required" >&2; exit 2; }
-	@[ -f bin/images/index.json ] || { echo "make push: no bin/images: run make images first" >&2; exit 2; }
-	go run ./hack/images push --layout bin/images --registry $(REGISTRY) $(if $(INSECURE),--insecure)
+	@[ -f $(IMAGE_LAYOUT)/index.json ] || { echo "make push: no $(IMAGE_LAYOUT): run make images first" >&2; exit 2; }
+	go run ./hack/images push --layout $(IMAGE_LAYOUT) --registry $(REGISTRY) $(if $(INSECURE),--insecure)
 
 example:
 	examples/run.sh
