@@ -74,7 +74,7 @@ func TestVersionsAgree(t *testing.T) {
 	}
 	for _, want := range []string{
 		"-X github.com/restart-supervisor/restart-supervisor/contract.Version=$(VERSION)",
-		"go run ./hack/images build --bin bin/images-build --ca-bundle $(CA_BUNDLE) --version $(VERSION)",
+		"go run ./hack/images build --bin $(IMAGE_BIN) --ca-bundle $(CA_BUNDLE) --version $(VERSION)",
 	} {
 		if !strings.Contains(string(mk), want) {
 			t.Errorf("Makefile lacks %q", want)
