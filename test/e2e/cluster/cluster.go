@@ -1008,8 +1008,14 @@ func (c *Cluster) startControllerManager(ctx context.Context, opts Options) erro
 	if err != nil {
 		return err
 	}
+	return c.waitHealthz(ctx, "kube-controller-manager", port)
+}
+
+// waitHealthz waits until the component's /healthz on 127.0.0.1:port
+// answers 200 (its serving certificate is self-signed).
+func (c *Cluster) waitHealthz(ctx context.Context, name string, port int) error {
 	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-	return c.waitFor(ctx, "kube-controller-manager", 60*time.Second, func() error {
+	return c.waitFor(ctx, name, 60*time.Second, func() error {
 		resp, err := hc.Get(fmt.Sprintf("https://127.0.0.1:%d/healthz", port))
 		if err != nil {
 			return err
@@ -1053,18 +1059,7 @@ func (c *Cluster) startScheduler(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-	return c.waitFor(ctx, "kube-scheduler", 60*time.Second, func() error {
-		resp, err := hc.Get(fmt.Sprintf("https://127.0.0.1:%d/healthz", port))
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			return fmt.Errorf("healthz %d", resp.StatusCode)
-		}
-		return nil
-	})
+	return c.waitHealthz(ctx, "kube-scheduler", port)
 }
 
 // --- sysctls ------------------------------------------------------------------
