@@ -5,7 +5,10 @@ package testutil
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -75,4 +78,32 @@ func ProcStatusKiB(t testing.TB, pid int, field string) uint64 {
 	}
 	t.Fatalf("no %s in /proc/%d/status", field, pid)
 	return 0
+}
+
+// HelmBinary returns the helm that hack/helm.sh builds from the Go module
+// proxy into ~/.cache/restart-supervisor (minutes cold, a `helm version`
+// warm); its progress goes to progress.
+func HelmBinary(repo string, progress io.Writer) (string, error) {
+	cmd := exec.Command("bash", filepath.Join(repo, "hack", "helm.sh"))
+	cmd.Stderr = progress
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("hack/helm.sh: %w", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	bin := filepath.Join(lines[len(lines)-1], "helm")
+	if _, err := os.Stat(bin); err != nil {
+		return "", fmt.Errorf("hack/helm.sh: %w", err)
+	}
+	return bin, nil
+}
+
+// HelmEnv is the environment of a helm whose configuration, cache and data
+// live in home, so that nothing of the machine's helm setup (or of another
+// test) takes part.
+func HelmEnv(home string) []string {
+	return append(os.Environ(),
+		"HELM_CONFIG_HOME="+filepath.Join(home, "config"),
+		"HELM_CACHE_HOME="+filepath.Join(home, "cache"),
+		"HELM_DATA_HOME="+filepath.Join(home, "data"))
 }

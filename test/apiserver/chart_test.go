@@ -17,6 +17,8 @@ import (
 
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/restart-supervisor/restart-supervisor/internal/testutil"
 )
 
 // helmBinary returns a real helm, built from the Go module proxy by
@@ -25,19 +27,12 @@ import (
 // cannot build it skips; in CI that is a failure.
 func helmBinary(t testing.TB) string {
 	t.Helper()
-	cmd := exec.Command("bash", filepath.Join(repoRoot(t), "hack", "helm.sh"))
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	bin := filepath.Join(lines[len(lines)-1], "helm")
-	if err == nil {
-		_, err = os.Stat(bin)
-	}
+	bin, err := testutil.HelmBinary(repoRoot(t), os.Stderr)
 	if err != nil {
 		if os.Getenv("CI") == "true" {
-			t.Fatalf("helm is required in CI: hack/helm.sh: %v", err)
+			t.Fatalf("helm is required in CI: %v", err)
 		}
-		t.Skipf("no helm (hack/helm.sh: %v)", err)
+		t.Skipf("no helm (%v)", err)
 	}
 	return bin
 }
@@ -67,11 +62,7 @@ func (h helmRunner) run(args ...string) ([]byte, error) {
 // --kubeconfig, helm has no cluster to reach.
 func (h helmRunner) run2(args ...string) (stdout, stderr []byte, err error) {
 	cmd := exec.Command(h.bin, args...)
-	cmd.Env = append(os.Environ(),
-		"HELM_CONFIG_HOME="+filepath.Join(h.home, "config"),
-		"HELM_CACHE_HOME="+filepath.Join(h.home, "cache"),
-		"HELM_DATA_HOME="+filepath.Join(h.home, "data"),
-		"KUBECONFIG="+filepath.Join(h.home, "no-kubeconfig"))
+	cmd.Env = append(testutil.HelmEnv(h.home), "KUBECONFIG="+filepath.Join(h.home, "no-kubeconfig"))
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	if err := cmd.Run(); err != nil {

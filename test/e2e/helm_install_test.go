@@ -8,7 +8,6 @@ import (
 	"io"
 	"log"
 	"net/http/httptest"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -21,9 +20,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"sigs.k8s.io/yaml"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
+	"github.com/restart-supervisor/restart-supervisor/internal/testutil"
 	"github.com/restart-supervisor/restart-supervisor/test/e2e/cluster"
 )
 
@@ -245,14 +245,18 @@ func outsideNamespace(t *testing.T, manifest []byte, ns string) []string {
 		"MutatingWebhookConfiguration": true, "ValidatingWebhookConfiguration": true, "PriorityClass": true}
 	var wrong []string
 	n := 0
-	for _, doc := range strings.Split(string(manifest), "\n---") {
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(manifest), 4096)
+	for {
 		var obj struct {
 			Kind     string `json:"kind"`
 			Metadata struct {
-				Name, Namespace string
+				Name      string `json:"name"`
+				Namespace string `json:"namespace"`
 			} `json:"metadata"`
 		}
-		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+		if err := dec.Decode(&obj); err == io.EOF {
+			break
+		} else if err != nil {
 			t.Fatalf("helm get manifest: %v", err)
 		}
 		if obj.Kind == "" || clusterScoped[obj.Kind] {
@@ -307,26 +311,16 @@ type e2eHelmRunner struct{ bin, home string }
 
 func e2eHelm(t *testing.T, repo string) e2eHelmRunner {
 	t.Helper()
-	cmd := exec.Command("bash", filepath.Join(repo, "hack", "helm.sh"))
-	cmd.Stderr = testWriter{t}
-	out, err := cmd.Output()
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	bin := filepath.Join(lines[len(lines)-1], "helm")
-	if err == nil {
-		_, err = os.Stat(bin)
-	}
+	bin, err := testutil.HelmBinary(repo, testWriter{t})
 	if err != nil {
-		unavailable(t, "hack/helm.sh: %v", err)
+		unavailable(t, "%v", err)
 	}
 	return e2eHelmRunner{bin: bin, home: t.TempDir()}
 }
 
 func (h e2eHelmRunner) run(c *cluster.Cluster, args ...string) ([]byte, error) {
 	cmd := exec.Command(h.bin, append(args, "--kubeconfig", c.Kubeconfig)...)
-	cmd.Env = append(os.Environ(),
-		"HELM_CONFIG_HOME="+filepath.Join(h.home, "config"),
-		"HELM_CACHE_HOME="+filepath.Join(h.home, "cache"),
-		"HELM_DATA_HOME="+filepath.Join(h.home, "data"))
+	cmd.Env = testutil.HelmEnv(h.home)
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	if err := cmd.Run(); err != nil {
