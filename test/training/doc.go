@@ -7,5 +7,9 @@
 // resume, the steps lost, and whether the final loss equals an unfaulted
 // run's, and writes docs/training-process.md with -update.
 //
+// TestRanksRestartedInPlace, one faulted run and its checks, is in `make
+// test` (hack/test.sh installs python3-torch); the table of
+// TestInPlaceRecovery needs -tags training:
+//
 //	make training   (installs python3-torch, runs this with -tags training)
 package training
