@@ -62,7 +62,9 @@ type env struct {
 	// registered webhook, if any, mutates them).
 	mutatePod func(context.Context, *corev1.Pod) (*corev1.Pod, error)
 	mutateJob func(context.Context, *batchv1.Job) (*batchv1.Job, error)
-	how       string // how supervised pods were mutated, for the report
+	// mutateObject, set with mutateJob, mutates any workload object.
+	mutateObject func(context.Context, *unstructured.Unstructured) (*unstructured.Unstructured, error)
+	how          string // how supervised pods were mutated, for the report
 	// admitted records how the webhook admitted each pod (auto mode).
 	admitted *admissions
 }
@@ -395,6 +397,13 @@ func (e *env) superviseWithInjector() {
 		}
 		return r.Pod, nil
 	}
+	e.mutateObject = func(ctx context.Context, obj *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+		r, err := inj.MutateObject(ctx, obj)
+		if err != nil {
+			return nil, err
+		}
+		return r.Object, nil
+	}
 	e.mutateJob = func(ctx context.Context, job *batchv1.Job) (*batchv1.Job, error) {
 		job = job.DeepCopy()
 		job.APIVersion, job.Kind = "batch/v1", "Job"
@@ -402,12 +411,12 @@ func (e *env) superviseWithInjector() {
 		if err != nil {
 			return nil, err
 		}
-		r, err := inj.MutateObject(ctx, &unstructured.Unstructured{Object: u})
+		mutated, err := e.mutateObject(ctx, &unstructured.Unstructured{Object: u})
 		if err != nil {
 			return nil, err
 		}
 		out := &batchv1.Job{}
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(r.Object.Object, out); err != nil {
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(mutated.Object, out); err != nil {
 			return nil, err
 		}
 		return out, nil

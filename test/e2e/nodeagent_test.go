@@ -14,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/restart-supervisor/restart-supervisor/nodeagent"
@@ -38,24 +39,8 @@ func TestNodeAgentOnKubelet(t *testing.T) {
 	e := &env{mode: supervised, c: c, ns: "default"}
 	e.superviseWithInjector()
 
-	// The agent, in this process, on the kubelet's own pods directory. A
-	// pod of the agent's DaemonSet stands on the node for it (a busybox
-	// sleeping, under the DaemonSet's label and namespace): `restart-injector
-	// status` trusts an Event only from a node that runs an agent pod.
-	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nodeagent.AgentNamespace}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	// No controller-manager creates the namespace's default ServiceAccount,
-	// which the ServiceAccount admission plugin needs.
-	if _, err := c.Client.CoreV1().ServiceAccounts(nodeagent.AgentNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	stand := podSpec(corev1.RestartPolicyAlways, 1, shell("node-agent", "exec sleep 3600", nil))
-	name, value, _ := strings.Cut(nodeagent.AgentLabel, "=")
-	if _, err := c.Client.CoreV1().Pods(nodeagent.AgentNamespace).Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: nodeagent.Component, Labels: map[string]string{name: value}}, Spec: stand}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	// The agent, in this process, on the kubelet's own pods directory.
+	standInForAgent(ctx, t, c)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -160,6 +145,29 @@ func TestNodeAgentOnKubelet(t *testing.T) {
 		t.Errorf("restart-injector status: %v\n%s", err, out)
 	}
 	t.Logf("restart-injector status -n default:\n%s", out)
+}
+
+// standInForAgent creates the node agent's namespace and, on the node, a
+// pod of the agent's DaemonSet (a busybox sleeping, under the DaemonSet's
+// label and namespace) for an agent the test runs in its own process:
+// `restart-injector status` trusts an Event only from a node that runs an
+// agent pod.
+func standInForAgent(ctx context.Context, t *testing.T, c *cluster.Cluster) {
+	t.Helper()
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nodeagent.AgentNamespace}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// No controller-manager creates the namespace's default ServiceAccount,
+	// which the ServiceAccount admission plugin needs.
+	if _, err := c.Client.CoreV1().ServiceAccounts(nodeagent.AgentNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	stand := podSpec(corev1.RestartPolicyAlways, 1, shell("node-agent", "exec sleep 3600", nil))
+	name, value, _ := strings.Cut(nodeagent.AgentLabel, "=")
+	if _, err := c.Client.CoreV1().Pods(nodeagent.AgentNamespace).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: nodeagent.Component, Labels: map[string]string{name: value}}, Spec: stand}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // grepLines keeps the lines of s that start with prefix.

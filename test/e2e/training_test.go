@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -45,18 +46,78 @@ const (
 	trainFaultRank = 1
 )
 
+// trainingScenario is one shape of job the paths run.
+type trainingScenario struct {
+	id, title, text string
+	// world is the job's ranks.
+	world int
+	// unfaulted is the scenario's Job without a fault: its final loss is
+	// the one every faulted run of a scenario of its world must reach (the
+	// loss depends on the world, not on the pods' shape). Nil: another
+	// scenario's of the same world.
+	unfaulted func(e *env, name, ckpt string, port int) (*batchv1.Job, error)
+}
+
+// The scenarios, in the report's order.
+var (
+	ddpScenario = &trainingScenario{id: "ddp", world: 2, unfaulted: func(e *env, name, ckpt string, port int) (*batchv1.Job, error) {
+		return trainingJob(e, name, ckpt, port, nil, false)
+	},
+		title: "Two pods, one rank each: train.py is the container's process",
+		text: "An indexed Job of two pods, one rank each (`JOB_COMPLETION_INDEX` is the rank; torchrun's rows: one pod of both ranks), " +
+			"the rendezvous on 127.0.0.1. Rank 1 faults at step %d."}
+	torchrunScenario = &trainingScenario{id: "torchrun", world: 4, unfaulted: func(e *env, name, ckpt string, port int) (*batchv1.Job, error) {
+		return torchrunPodsJob(e, name, ckpt, port, nil, 0), nil
+	},
+		title: "Two pods of two ranks each under torchrun",
+		text: "An indexed Job of two pods, each `torchrun --nnodes 2 --nproc_per_node 2 --rdzv_backend static` (the store " +
+			"on pod 0 at 127.0.0.1, the node rank from the completion index in `PET_NODE_RANK`) with `--max-restarts 0`, so " +
+			"that recovery is the restart policy's job (torchrun's own row: `--max-restarts 3`). The rank 1 worker (pod 0, " +
+			"which hosts the store) exits 42 at step %d; torchrun exits 1 whatever its worker's code, so the rules restart on 1."}
+	sidecarScenario = &trainingScenario{id: "sidecar", world: 2,
+		title: "Two pods, each a trainer and a logger sidecar: RestartAllContainers",
+		text: "The first scenario's Job with a native sidecar in each pod (an init container with `restartPolicy: Always` " +
+			"that follows its rank's log file) and the trainer's rule `RestartAllContainers` on 1, 42 and 137: the sidecar is " +
+			"restarted with the trainer (KEP-5532). Rank 1 exits 42 at step %d."}
+	trainingScenarios = []*trainingScenario{ddpScenario, torchrunScenario, sidecarScenario}
+)
+
 // trainingPath is one way a job can recover from a rank's fault.
 type trainingPath struct {
 	id, name string
+	scenario *trainingScenario
+	// faults are the ids of the faults the path runs, every fault when nil.
+	faults []string
+	// since is the oldest minor release that has the path (0: every one).
+	since int
 	// job builds the path's Job for one run: ckpt is the node directory
 	// of the checkpoints, the fault marker and the ranks' log files.
 	job func(e *env, name, ckpt string, port int, fault []string) (*batchv1.Job, error)
 	// jobSet, when set, builds a JobSet instead of a Job.
 	jobSet func(e *env, name, ckpt string, port int, fault []string) (*unstructured.Unstructured, error)
-	// ranksPerPod is 2 for torchrun's path (both ranks in one pod), else 1.
-	ranksPerPod int
-	// groups: the path needs node agents with group restarts.
-	groups bool
+	// supervised: the path's pods run under the supervisor, so that
+	// `restart-injector status` has rows for them.
+	supervised bool
+}
+
+func (p trainingPath) runs(fault string) bool {
+	if p.faults == nil {
+		return true
+	}
+	for _, f := range p.faults {
+		if f == fault {
+			return true
+		}
+	}
+	return false
+}
+
+// selector selects the pods of one run of the path.
+func (p trainingPath) selector(key string) string {
+	if p.jobSet != nil {
+		return "jobset.sigs.k8s.io/jobset-name=" + key
+	}
+	return "batch.kubernetes.io/job-name=" + key
 }
 
 // trainingGroupRules restart every rank's container together, on the
@@ -176,32 +237,51 @@ func TestTrainingOnKubelet(t *testing.T) {
 
 	port := 29800
 	next := func() int { port++; return port }
-	base, err := trainingJob(e, "unfaulted", trainingCkpt(t, c, "unfaulted"), next(), nil, false)
-	if err != nil {
-		t.Fatal(err)
+	paths := selectedTrainingPaths(t)
+	// The final loss of an unfaulted run, per world size.
+	want := map[int]float64{}
+	for _, sc := range trainingScenarios {
+		if sc.unfaulted == nil || !slices.ContainsFunc(paths, func(p trainingPath) bool { return p.scenario.world == sc.world }) {
+			continue
+		}
+		key := "unfaulted-" + sc.id
+		ckpt := trainingCkpt(t, c, key)
+		base, err := sc.unfaulted(e, key, ckpt, next())
+		if err != nil {
+			t.Fatal(err)
+		}
+		unfaulted, err := runTrainingJob(ctx, e, base, ckpt, sc.world, false)
+		if err != nil {
+			t.Fatalf("unfaulted run of %d ranks: %v\n%s", sc.world, err, jobLogs(ctx, e, "batch.kubernetes.io/job-name="+key))
+		}
+		want[sc.world] = unfaulted.rec.finalLoss
+		t.Logf("unfaulted final loss of %d ranks: %v", sc.world, want[sc.world])
 	}
-	unfaulted, err := runTrainingJob(ctx, e, base, filepath.Join(c.Dir, "training", "unfaulted"), false)
-	if err != nil {
-		t.Fatalf("unfaulted run: %v", err)
-	}
-	want := unfaulted.rec.finalLoss
-	t.Logf("unfaulted final loss %v", want)
 
 	faults := []trainingFault{
 		{id: "exit42", name: "rank 1 exits 42 at step 25", args: []string{"--fault-kind", "exit", "--fault-code", "42"}},
 		{id: "kill", name: "rank 1 is SIGKILLed at step 25", args: []string{"--fault-kind", "kill"}},
 	}
-	paths := selectedTrainingPaths(t)
-	for _, p := range paths {
-		if p.groups {
-			startTrainingGroupAgent(ctx, t, c, binDir, repo)
-			break
-		}
+	// One node agent for every path, with group restarts, and the
+	// restart-injector binary: what `restart-injector status` shows of
+	// each path is part of the report.
+	startTrainingAgent(ctx, t, c, binDir, repo)
+	injectorBin := filepath.Join(t.TempDir(), "restart-injector")
+	if out, err := exec.Command("go", "build", "-o", injectorBin, filepath.Join(repo, "cmd", "restart-injector")).CombinedOutput(); err != nil {
+		t.Fatalf("build restart-injector: %v\n%s", err, out)
 	}
 	results := map[string]map[string][]trainingRun{}
+	shown := map[string]string{}
 	for _, p := range paths {
 		results[p.name] = map[string][]trainingRun{}
+		if p.since > 0 && cluster.Minor(c.KubeVersion) < p.since {
+			t.Logf("%s: not in Kubernetes %s (from 1.%d)", p.name, c.KubeVersion, p.since)
+			continue
+		}
 		for _, f := range faults {
+			if !p.runs(f.id) {
+				continue
+			}
 			for i := range runs {
 				key := fmt.Sprintf("%s-%s-%d", p.id, f.id, i)
 				ckpt := trainingCkpt(t, c, key)
@@ -213,33 +293,37 @@ func TestTrainingOnKubelet(t *testing.T) {
 					if js, err = p.jobSet(e, key, ckpt, next(), fault); err != nil {
 						t.Fatalf("%s, %s: %v", p.name, f.name, err)
 					}
-					run, err = runTrainingJobSet(ctx, e, js, ckpt)
+					run, err = runTrainingJobSet(ctx, e, js, ckpt, p.scenario.world)
 				} else {
 					var job *batchv1.Job
 					if job, err = p.job(e, key, ckpt, next(), fault); err != nil {
 						t.Fatalf("%s, %s: %v", p.name, f.name, err)
 					}
-					run, err = runTrainingJob(ctx, e, job, ckpt, true)
+					run, err = runTrainingJob(ctx, e, job, ckpt, p.scenario.world, true)
 				}
 				// A failed run fails the test but not the others: the
 				// report then says which runs failed, and why.
-				if err == nil && run.rec.finalLoss != want {
-					err = fmt.Errorf("final loss %v, want the unfaulted %v", run.rec.finalLoss, want)
+				if w := want[p.scenario.world]; err == nil && run.rec.finalLoss != w {
+					err = fmt.Errorf("final loss %v, want the unfaulted %v", run.rec.finalLoss, w)
 				}
 				if err != nil {
-					t.Errorf("%s, %s, run %d: %v\n%s", p.name, f.name, i, err, jobLogs(ctx, e, key))
+					t.Errorf("%s, %s, run %d: %v\n%s", p.name, f.name, i, err, jobLogs(ctx, e, p.selector(key)))
 					run.err = err
 					results[p.name][f.name] = append(results[p.name][f.name], run)
 					continue
 				}
-				t.Logf("%s, %s, run %d: %.2f s to the first step after resume, %d steps lost, %d pods, restartCount %d, Job %s",
+				t.Logf("%s, %s, run %d: %.2f s to the first step after resume, %d steps lost, %d pods, restartCount %d, %s",
 					p.name, f.name, i, run.rec.seconds, run.rec.stepsLost, run.pods, run.kubeletRestart, run.state)
 				results[p.name][f.name] = append(results[p.name][f.name], run)
+				if _, ok := shown[p.name]; !ok {
+					shown[p.name] = whatUsersSee(ctx, c, binDir, injectorBin, p, key)
+					t.Logf("%s:\n%s", p.name, shown[p.name])
+				}
 			}
 		}
 	}
 	if *updateTraining {
-		doc := trainingReport(c, runs, want, loadStart, paths, faults, results)
+		doc := trainingReport(c, runs, want, loadStart, paths, faults, results, shown)
 		if err := os.WriteFile(filepath.Join(repo, "docs", "training-"+c.KubeVersion+".md"), []byte(doc), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -249,9 +333,28 @@ func TestTrainingOnKubelet(t *testing.T) {
 	}
 }
 
-// jobLogs is the last lines each container of the Job's pods wrote.
-func jobLogs(ctx context.Context, e *env, job string) string {
-	pods, err := e.c.Client.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{LabelSelector: "batch.kubernetes.io/job-name=" + job})
+// whatUsersSee is what `kubectl get pods` and `restart-injector status`
+// print about one run's pods once it ended, as a user would run them.
+func whatUsersSee(ctx context.Context, c *cluster.Cluster, binDir, injectorBin string, p trainingPath, key string) string {
+	var b strings.Builder
+	commands := [][]string{{filepath.Join(binDir, "kubectl"), "get", "pods", "-l", p.selector(key)}}
+	if p.supervised {
+		commands = append(commands, []string{injectorBin, "status", "-l", p.selector(key)})
+	}
+	for _, argv := range commands {
+		cmd := exec.CommandContext(ctx, argv[0], append(argv[1:], "--kubeconfig", c.Kubeconfig, "-n", "default")...)
+		out, err := cmd.CombinedOutput()
+		fmt.Fprintf(&b, "$ %s %s\n%s", filepath.Base(argv[0]), strings.Join(argv[1:], " "), out)
+		if err != nil {
+			fmt.Fprintf(&b, "(%v)\n", err)
+		}
+	}
+	return b.String()
+}
+
+// jobLogs is the last lines each trainer of the selected pods wrote.
+func jobLogs(ctx context.Context, e *env, selector string) string {
+	pods, err := e.c.Client.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
 		return err.Error()
 	}
@@ -274,22 +377,19 @@ func trainingCkpt(t *testing.T, c *cluster.Cluster, key string) string {
 	return dir
 }
 
-// trainingPaths are the recovery paths, each the Job a user would write.
+// trainingPaths are the recovery paths, each the Job a user would write,
+// scenario by scenario.
 func trainingPaths() []trainingPath {
+	exit42 := []string{"exit42"}
 	return []trainingPath{
-		{id: "supervised", name: "in place, restart-supervisor", ranksPerPod: 1, job: func(e *env, name, ckpt string, port int, fault []string) (*batchv1.Job, error) {
+		{id: "supervised", name: "in place, restart-supervisor", scenario: ddpScenario, supervised: true, job: func(e *env, name, ckpt string, port int, fault []string) (*batchv1.Job, error) {
 			job, err := trainingJob(e, name, ckpt, port, fault, true)
 			if err != nil {
 				return nil, err
 			}
-			// The annotation carrier, as on a cluster without the fields;
-			// the kubelet here has them, and must not see them.
-			if err := cluster.RulesToAnnotation(&job.Spec.Template.ObjectMeta, &job.Spec.Template.Spec); err != nil {
-				return nil, err
-			}
-			return e.mutateJob(context.Background(), job)
+			return superviseTrainingJob(e, job)
 		}},
-		{id: "group", name: "in place, every rank's container, restart-supervisor RestartGroup", ranksPerPod: 1, groups: true, job: func(e *env, name, ckpt string, port int, fault []string) (*batchv1.Job, error) {
+		{id: "group", name: "in place, every rank's container, restart-supervisor RestartGroup", scenario: ddpScenario, supervised: true, job: func(e *env, name, ckpt string, port int, fault []string) (*batchv1.Job, error) {
 			job, err := trainingJob(e, name, ckpt, port, fault, false)
 			if err != nil {
 				return nil, err
@@ -299,25 +399,146 @@ func trainingPaths() []trainingPath {
 			job.Spec.Template.Annotations = map[string]string{contract.AnnotationRules: trainingGroupRules}
 			return e.mutateJob(context.Background(), job)
 		}},
-		{id: "native", name: "in place, the kubelet's container rules (KEP-5307)", ranksPerPod: 1, job: func(e *env, name, ckpt string, port int, fault []string) (*batchv1.Job, error) {
+		{id: "native", name: "in place, the kubelet's container rules (KEP-5307)", scenario: ddpScenario, job: func(e *env, name, ckpt string, port int, fault []string) (*batchv1.Job, error) {
 			return trainingJob(e, name, ckpt, port, fault, true)
 		}},
-		{id: "recreated", name: "pods recreated, Job backoffLimit", ranksPerPod: 1, job: func(e *env, name, ckpt string, port int, fault []string) (*batchv1.Job, error) {
+		{id: "recreated", name: "pods recreated, Job backoffLimit", scenario: ddpScenario, job: func(e *env, name, ckpt string, port int, fault []string) (*batchv1.Job, error) {
 			return trainingJob(e, name, ckpt, port, fault, false)
 		}},
-		{id: "jobset", name: "all pods recreated, JobSet failurePolicy.maxRestarts 3", ranksPerPod: 1, jobSet: trainingJobSet},
-		{id: "torchrun", name: "in process, torchrun --max-restarts 3", ranksPerPod: 2, job: torchrunJob},
+		{id: "podfailurepolicy", name: "pods recreated, Job podFailurePolicy Ignore", scenario: ddpScenario, job: func(e *env, name, ckpt string, port int, fault []string) (*batchv1.Job, error) {
+			job, err := trainingJob(e, name, ckpt, port, fault, false)
+			if err != nil {
+				return nil, err
+			}
+			// The same exits as the rules, not counted against
+			// backoffLimit: the Job controller replaces the pod.
+			job.Spec.PodFailurePolicy = &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{{
+				Action: batchv1.PodFailurePolicyActionIgnore,
+				OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{
+					ContainerName: ptrTo("trainer"), Operator: batchv1.PodFailurePolicyOnExitCodesOpIn, Values: []int32{1, 42, 137}},
+			}}}
+			return job, nil
+		}},
+		{id: "jobset", name: "all pods recreated, JobSet failurePolicy.maxRestarts 3", scenario: ddpScenario, jobSet: func(e *env, name, ckpt string, port int, fault []string) (*unstructured.Unstructured, error) {
+			job, err := trainingJob(e, name, ckpt, port, fault, false)
+			if err != nil {
+				return nil, err
+			}
+			return trainingJobSet(e, name, job)
+		}},
+		{id: "jobset-supervised", name: "in place in a JobSet, restart-supervisor (failurePolicy.maxRestarts 3 unused)", scenario: ddpScenario, supervised: true, jobSet: func(e *env, name, ckpt string, port int, fault []string) (*unstructured.Unstructured, error) {
+			job, err := trainingJob(e, name, ckpt, port, fault, true)
+			if err != nil {
+				return nil, err
+			}
+			if err := cluster.RulesToAnnotation(&job.Spec.Template.ObjectMeta, &job.Spec.Template.Spec); err != nil {
+				return nil, err
+			}
+			js, err := trainingJobSet(e, name, job)
+			if err != nil {
+				return nil, err
+			}
+			// The JobSet itself goes through the injector, as
+			// `restart-injector inject` or the webhook takes it.
+			return e.mutateObject(context.Background(), js)
+		}},
+		{id: "torchrun", name: "in process, torchrun --max-restarts 3 (one pod of both ranks)", scenario: ddpScenario, job: torchrunJob},
+
+		{id: "torchrun-supervised", name: "in place, restart-supervisor", scenario: torchrunScenario, faults: exit42, supervised: true, job: func(e *env, name, ckpt string, port int, fault []string) (*batchv1.Job, error) {
+			return superviseTrainingJob(e, torchrunPodsJob(e, name, ckpt, port, fault, 0, restartIn(1)))
+		}},
+		{id: "torchrun-group", name: "in place, every pod's container, restart-supervisor RestartGroup", scenario: torchrunScenario, faults: exit42, supervised: true, job: func(e *env, name, ckpt string, port int, fault []string) (*batchv1.Job, error) {
+			job := torchrunPodsJob(e, name, ckpt, port, fault, 0)
+			job.Spec.Template.Annotations = map[string]string{contract.AnnotationRules: `{"trainer": {"restartPolicy": "Never", "restartPolicyRules": [` +
+				`{"action": "RestartGroup", "exitCodes": {"operator": "In", "values": [1]}}]}}`}
+			return e.mutateJob(context.Background(), job)
+		}},
+		{id: "torchrun-native", name: "in place, the kubelet's container rules (KEP-5307)", scenario: torchrunScenario, faults: exit42, job: func(e *env, name, ckpt string, port int, fault []string) (*batchv1.Job, error) {
+			return torchrunPodsJob(e, name, ckpt, port, fault, 0, restartIn(1)), nil
+		}},
+		{id: "torchrun-recreated", name: "pods recreated, Job backoffLimit", scenario: torchrunScenario, faults: exit42, job: func(e *env, name, ckpt string, port int, fault []string) (*batchv1.Job, error) {
+			return torchrunPodsJob(e, name, ckpt, port, fault, 0), nil
+		}},
+		{id: "torchrun-jobset", name: "all pods recreated, JobSet failurePolicy.maxRestarts 3", scenario: torchrunScenario, faults: exit42, jobSet: func(e *env, name, ckpt string, port int, fault []string) (*unstructured.Unstructured, error) {
+			return trainingJobSet(e, name, torchrunPodsJob(e, name, ckpt, port, fault, 0))
+		}},
+		{id: "torchrun-elastic", name: "in process, torchrun --max-restarts 3", scenario: torchrunScenario, faults: exit42, job: func(e *env, name, ckpt string, port int, fault []string) (*batchv1.Job, error) {
+			job := torchrunPodsJob(e, name, ckpt, port, fault, 3)
+			zero := int32(0)
+			job.Spec.BackoffLimit = &zero
+			return job, nil
+		}},
+
+		{id: "sidecar-supervised", name: "every container of the pod, restart-supervisor", scenario: sidecarScenario, faults: exit42, supervised: true, job: func(e *env, name, ckpt string, port int, fault []string) (*batchv1.Job, error) {
+			job, err := sidecarJob(e, name, ckpt, port, fault)
+			if err != nil {
+				return nil, err
+			}
+			return superviseTrainingJob(e, job)
+		}},
+		// RestartAllContainers: alpha in 1.35 (the cluster turns its gates
+		// on), beta and on by default from 1.36.
+		{id: "sidecar-native", name: "every container of the pod, the kubelet (KEP-5532)", scenario: sidecarScenario, faults: exit42, since: 35, job: sidecarJob},
 	}
 }
 
-// trainingJobSet is a JobSet of one indexed Job of two pods, one rank
-// each, without rules: a failed rank fails its Job (backoffLimit 0), and
-// the JobSet controller recreates every Job, up to 3 times.
-func trainingJobSet(e *env, name, ckpt string, port int, fault []string) (*unstructured.Unstructured, error) {
+// superviseTrainingJob moves the Job's rules into the annotation carrier,
+// as on a cluster without the fields (the kubelet here has them, and must
+// not see them), and injects the supervisor.
+func superviseTrainingJob(e *env, job *batchv1.Job) (*batchv1.Job, error) {
+	if err := cluster.RulesToAnnotation(&job.Spec.Template.ObjectMeta, &job.Spec.Template.Spec); err != nil {
+		return nil, err
+	}
+	return e.mutateJob(context.Background(), job)
+}
+
+// torchrunPodsJob is the indexed Job of two pods, each a torchrun agent of
+// two ranks allowed restarts in-process restarts; with rules, the trainer
+// carries them under restartPolicy Never.
+func torchrunPodsJob(e *env, name, ckpt string, port int, fault []string, restarts int, rules ...corev1.ContainerRestartRule) *batchv1.Job {
+	// The static rendezvous, as a launcher of a Job's pods gives torchrun
+	// (Kubeflow's PyTorchJob too): the store on pod 0 at a fixed port, the
+	// node rank from the completion index (torchrun reads PET_NODE_RANK).
+	// Not c10d: both agents' node descriptors would be the same (host
+	// network: one hostname; each agent PID 1 of its container), and
+	// torch 1.13's c10d rendezvous then waits for a second node forever.
+	args := append([]string{"/usr/bin/torchrun", "--nnodes", "2", "--nproc_per_node", "2", "--max_restarts", strconv.Itoa(restarts),
+		"--redirects", "2", "--tee", "2", "--rdzv_backend", "static", "--master_addr", "127.0.0.1",
+		"--master_port", strconv.Itoa(port), "/examples/train.py"}, trainArgs(fault)...)
+	c := trainerContainer(args, []corev1.EnvVar{{Name: "PET_NODE_RANK", ValueFrom: &corev1.EnvVarSource{
+		FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}}})
+	if len(rules) > 0 {
+		c.RestartPolicy, c.RestartPolicyRules = policy(corev1.ContainerRestartPolicyNever), rules
+	}
+	return indexedTrainingJob(e, name, ckpt, c)
+}
+
+// sidecarJob is trainingJob with a logger sidecar in each pod, the
+// trainer's rule RestartAllContainers.
+func sidecarJob(e *env, name, ckpt string, port int, fault []string) (*batchv1.Job, error) {
 	job, err := trainingJob(e, name, ckpt, port, fault, false)
 	if err != nil {
 		return nil, err
 	}
+	spec := &job.Spec.Template.Spec
+	spec.Containers[0].RestartPolicy = policy(corev1.ContainerRestartPolicyNever)
+	spec.Containers[0].RestartPolicyRules = []corev1.ContainerRestartRule{
+		rule(corev1.ContainerRestartRuleActionRestartAllContainers, corev1.ContainerRestartRuleOnExitCodesOpIn, 1, 42, 137)}
+	// Follows its rank's log file; a clean exit on the stop signal, so
+	// that the pod's end leaves it Completed.
+	logger := trainerContainer([]string{"/bin/sh", "-c",
+		`trap 'exit 0' TERM; tail -n +1 -F /ckpt/rank$JOB_COMPLETION_INDEX.jsonl & wait`}, nil)
+	logger.Name, logger.RestartPolicy = "logger", policy(corev1.ContainerRestartPolicyAlways)
+	spec.InitContainers = []corev1.Container{logger}
+	return job, nil
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// trainingJobSet is a JobSet of one replicated Job, job's pods: a failed
+// pod fails its Job (backoffLimit 0), and the JobSet controller recreates
+// every Job, up to 3 times.
+func trainingJobSet(e *env, name string, job *batchv1.Job) (*unstructured.Unstructured, error) {
 	template, err := k8sruntime.DefaultUnstructuredConverter.ToUnstructured(&job.Spec.Template)
 	if err != nil {
 		return nil, err
@@ -333,8 +554,8 @@ func trainingJobSet(e *env, name, ckpt string, port int, fault []string) (*unstr
 				"name":     "workers",
 				"replicas": int64(1),
 				"template": map[string]any{"spec": map[string]any{
-					"parallelism":    int64(2),
-					"completions":    int64(2),
+					"parallelism":    int64(*job.Spec.Parallelism),
+					"completions":    int64(*job.Spec.Completions),
 					"backoffLimit":   int64(0),
 					"completionMode": "Indexed",
 					"template":       template,
@@ -347,7 +568,7 @@ func trainingJobSet(e *env, name, ckpt string, port int, fault []string) (*unstr
 // runTrainingJobSet creates the JobSet, waits for it to complete and reads
 // the ranks' log files. Its recreated pods are gone by then: the pods
 // created are two per attempt (status.restarts + 1).
-func runTrainingJobSet(ctx context.Context, e *env, js *unstructured.Unstructured, ckpt string) (trainingRun, error) {
+func runTrainingJobSet(ctx context.Context, e *env, js *unstructured.Unstructured, ckpt string, world int) (trainingRun, error) {
 	var run trainingRun
 	dyn, err := dynamic.NewForConfig(e.c.Config)
 	if err != nil {
@@ -361,7 +582,7 @@ func runTrainingJobSet(ctx context.Context, e *env, js *unstructured.Unstructure
 	killed := map[int64]bool{}
 	var restarts int64
 	for run.state == "" {
-		if err := killAsked(ckpt, killed); err != nil {
+		if err := killAsked(ckpt, world, killed); err != nil {
 			return run, err
 		}
 		got, err := jobsets.Get(ctx, js.GetName(), metav1.GetOptions{})
@@ -382,10 +603,13 @@ func runTrainingJobSet(ctx context.Context, e *env, js *unstructured.Unstructure
 		time.Sleep(200 * time.Millisecond)
 	}
 	run.pods = 2 * int(restarts+1)
+	if err := addRestartCounts(ctx, e, "jobset.sigs.k8s.io/jobset-name="+js.GetName(), &run); err != nil {
+		return run, err
+	}
 	if run.state != "JobSet Completed" {
 		return run, fmt.Errorf("%s %s, restarts %d", js.GetName(), run.state, restarts)
 	}
-	ranks, err := readRankLogs(ckpt)
+	ranks, err := readRankLogs(ckpt, world)
 	if err != nil {
 		return run, err
 	}
@@ -405,6 +629,11 @@ func trainingJob(e *env, name, ckpt string, port int, fault []string, withRules 
 	if withRules {
 		c.RestartPolicy, c.RestartPolicyRules = trainingRules()
 	}
+	return indexedTrainingJob(e, name, ckpt, c), nil
+}
+
+// indexedTrainingJob is an indexed Job of two pods of the trainer c.
+func indexedTrainingJob(e *env, name, ckpt string, c corev1.Container) *batchv1.Job {
 	two, limit := int32(2), int32(4)
 	indexed := batchv1.IndexedCompletion
 	return &batchv1.Job{
@@ -413,7 +642,7 @@ func trainingJob(e *env, name, ckpt string, port int, fault []string, withRules 
 			Parallelism: &two, Completions: &two, BackoffLimit: &limit, CompletionMode: &indexed,
 			Template: corev1.PodTemplateSpec{Spec: trainingPodSpec(e, ckpt, c)},
 		},
-	}, nil
+	}
 }
 
 // torchrunJob is one pod of both ranks under torchrun, whose elastic agent
@@ -466,7 +695,7 @@ func trainingPodSpec(e *env, ckpt string, c corev1.Container) corev1.PodSpec {
 
 // runTrainingJob creates the Job, waits for it to complete and reads the
 // ranks' log files; faulted runs are measured from the fault.
-func runTrainingJob(ctx context.Context, e *env, job *batchv1.Job, ckpt string, faulted bool) (trainingRun, error) {
+func runTrainingJob(ctx context.Context, e *env, job *batchv1.Job, ckpt string, world int, faulted bool) (trainingRun, error) {
 	var run trainingRun
 	if _, err := e.c.Client.BatchV1().Jobs(e.ns).Create(ctx, job, metav1.CreateOptions{}); err != nil {
 		return run, fmt.Errorf("create Job %s: %w", job.Name, err)
@@ -474,7 +703,7 @@ func runTrainingJob(ctx context.Context, e *env, job *batchv1.Job, ckpt string, 
 	deadline := time.Now().Add(10 * time.Minute)
 	killed := map[int64]bool{}
 	for run.state == "" {
-		if err := killAsked(ckpt, killed); err != nil {
+		if err := killAsked(ckpt, world, killed); err != nil {
 			return run, err
 		}
 		j, err := e.c.Client.BatchV1().Jobs(e.ns).Get(ctx, job.Name, metav1.GetOptions{})
@@ -496,15 +725,13 @@ func runTrainingJob(ctx context.Context, e *env, job *batchv1.Job, ckpt string, 
 		return run, err
 	}
 	run.pods = len(pods.Items)
-	for _, p := range pods.Items {
-		for _, s := range p.Status.ContainerStatuses {
-			run.kubeletRestart += s.RestartCount
-		}
+	if err := addRestartCounts(ctx, e, "batch.kubernetes.io/job-name="+job.Name, &run); err != nil {
+		return run, err
 	}
 	if run.state != string(batchv1.JobComplete) {
 		return run, fmt.Errorf("Job %s %s (%d pods)", job.Name, run.state, run.pods)
 	}
-	ranks, err := readRankLogs(ckpt)
+	ranks, err := readRankLogs(ckpt, world)
 	if err != nil {
 		return run, err
 	}
@@ -512,11 +739,26 @@ func runTrainingJob(ctx context.Context, e *env, job *batchv1.Job, ckpt string, 
 	return run, err
 }
 
+// addRestartCounts adds the kubelet's restartCount of every container of
+// the selected pods, sidecars included, to run.
+func addRestartCounts(ctx context.Context, e *env, selector string, run *trainingRun) error {
+	pods, err := e.c.Client.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return err
+	}
+	for _, p := range pods.Items {
+		for _, s := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
+			run.kubeletRestart += s.RestartCount
+		}
+	}
+	return nil
+}
+
 // killAsked SIGKILLs from the node every rank that asked for it with a
 // kill-me line (train.py as a container's PID 1, which cannot SIGKILL
 // itself): the train.py process whose start time the line names.
-func killAsked(dir string, done map[int64]bool) error {
-	ranks, err := readRankLogs(dir)
+func killAsked(dir string, world int, done map[int64]bool) error {
+	ranks, err := readRankLogs(dir, world)
 	if err != nil {
 		return nil // not written yet
 	}
@@ -602,9 +844,9 @@ func rankOf(environ []byte) int {
 	return 0
 }
 
-// readRankLogs reads rank0.jsonl and rank1.jsonl of a run's directory.
-func readRankLogs(dir string) ([2][]trainLine, error) {
-	var ranks [2][]trainLine
+// readRankLogs reads rank0.jsonl to rank<world-1>.jsonl of a run's directory.
+func readRankLogs(dir string, world int) ([][]trainLine, error) {
+	ranks := make([][]trainLine, world)
 	for r := range ranks {
 		f, err := os.Open(filepath.Join(dir, fmt.Sprintf("rank%d.jsonl", r)))
 		if err != nil {
@@ -628,7 +870,7 @@ func readRankLogs(dir string) ([2][]trainLine, error) {
 // measureRecovery: the final loss rank 0 printed and, for a faulted run,
 // the seconds from the fault to the first step after the resume on the
 // slower rank, and the steps done again.
-func measureRecovery(ranks [2][]trainLine, faulted bool) (recoveryTime, error) {
+func measureRecovery(ranks [][]trainLine, faulted bool) (recoveryTime, error) {
 	var rec recoveryTime
 	done := false
 	for _, l := range ranks[0] {
@@ -688,19 +930,19 @@ func loadAverage() string {
 	return strings.Fields(string(b))[0]
 }
 
-// trainingReport renders docs/training.md from the run.
-func trainingReport(c *cluster.Cluster, runs int, want float64, loadStart string, paths []trainingPath,
-	faults []trainingFault, results map[string]map[string][]trainingRun) string {
+// trainingReport renders docs/training-<release>.md from the run.
+func trainingReport(c *cluster.Cluster, runs int, want map[int]float64, loadStart string, paths []trainingPath,
+	faults []trainingFault, results map[string]map[string][]trainingRun, shown map[string]string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "## Kubernetes %s\n\n", c.KubeVersion)
 	fmt.Fprintf(&b, "Written by `make training` (`go test -tags training ./test/e2e -run TestTrainingOnKubelet -update-training`), not by hand.\n"+
 		"%s, Kubernetes %s (kubelet, API server, Job controller; containerd), %d CPUs, %s/%s, load average %s at the start and %s at the end.\n\n",
 		time.Now().UTC().Format("2006-01-02 15:04 MST"), c.KubeVersion, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, loadStart, loadAverage())
-	fmt.Fprintf(&b, "The job: [examples/training/train.py](../examples/training/train.py), DDP over gloo, 2 ranks, %d steps, a checkpoint every %d,\n"+
+	fmt.Fprintf(&b, "The job: [examples/training/train.py](../examples/training/train.py), DDP over gloo, %d steps, a checkpoint every %d,\n"+
 		"seeded synthetic data, in the image `hack/training-rootfs.sh` builds (Debian bookworm, `python3-torch` 1.13.1, no registry).\n"+
-		"An indexed Job of two pods, one rank each, on the host network (rendezvous on 127.0.0.1), the checkpoints in a node directory\n"+
-		"(hostPath) so that a replaced pod finds them too. Rank 1 faults at step %d; every path must end with the unfaulted run's final loss\n"+
-		"(%v), bit for bit, and did in every run below.\n"+
+		"Every pod is on the host network (the rendezvous on 127.0.0.1), the checkpoints in a node directory (hostPath) so that a\n"+
+		"replaced pod finds them too. Every run must end with the final loss of an unfaulted run of as many ranks, bit for bit\n"+
+		"(2 ranks: %v; 4 ranks: %v): a run that does not is counted failed.\n"+
 		"A rank that is SIGKILLed kills itself where it can (under the supervisor and under torchrun it is not its PID namespace's\n"+
 		"init); as a container's PID 1 it cannot (the kernel drops the signal), so the harness SIGKILLs it from the node, as the OOM\n"+
 		"killer would, and the time is measured from that kill. The rules, where a path has them: `Restart` on exit codes 1, 42 and 137 (the\n"+
@@ -708,40 +950,79 @@ func trainingReport(c *cluster.Cluster, runs int, want float64, loadStart string
 		"no collective timeout was reached). Each path runs as a user writes it, with its defaults (the crash back-off of the\n"+
 		"supervisor and of the kubelet, the Job controller's pod-failure back-off). The node runs no scheduler (pods name\n"+
 		"their node) and holds every image: a replaced pod costs no scheduling and no image pull here, so the rows that recreate\n"+
-		"pods are a floor of what they cost on a cluster.\n\n", trainSteps, trainEvery, trainFault, want)
-	fmt.Fprintf(&b, "| Path | Fault | Runs | Fault → first step after resume, median | worst | Steps lost | Pods created | restartCount | Job |\n|---|---|---|---|---|---|---|---|---|\n")
-	for _, p := range paths {
-		for _, f := range faults {
-			rs := results[p.name][f.name]
-			var secs []float64
-			worst := 0.0
-			pods, restarts := map[int]bool{}, map[int32]bool{}
-			states := map[string]bool{}
-			lost := 0
-			failed := 0
-			for _, r := range rs {
-				if r.err != nil {
-					failed++
-					continue
-				}
-				secs = append(secs, r.rec.seconds)
-				worst = max(worst, r.rec.seconds)
-				pods[r.pods], restarts[r.kubeletRestart], states[r.state] = true, true, true
-				lost = r.rec.stepsLost
+		"pods are a floor of what they cost on a cluster.\n\n",
+		trainSteps, trainEvery, lossOrNone(want, 2), lossOrNone(want, 4))
+	for _, sc := range trainingScenarios {
+		var rows []trainingPath
+		for _, p := range paths {
+			if p.scenario == sc {
+				rows = append(rows, p)
 			}
-			runsCell := strconv.Itoa(len(rs))
-			if failed > 0 {
-				runsCell += fmt.Sprintf(" (%d failed)", failed)
-			}
-			if len(secs) == 0 {
-				fmt.Fprintf(&b, "| %s | %s | %s | – | – | – | – | – | – |\n", p.name, f.name, runsCell)
+		}
+		if len(rows) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "### %s\n\n%s\n\n", sc.title, fmt.Sprintf(sc.text, trainFault))
+		fmt.Fprintf(&b, "| Path | Fault | Runs | Fault → first step after resume, median | worst | Steps lost | Final loss = unfaulted | Pods created | restartCount | Job |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		for _, p := range rows {
+			if p.since > 0 && cluster.Minor(c.KubeVersion) < p.since {
+				fmt.Fprintf(&b, "| %s | – | 0 | not in %s (from 1.%d) | – | – | – | – | – | – |\n", p.name, c.KubeVersion, p.since)
 				continue
 			}
-			fmt.Fprintf(&b, "| %s | %s | %s | %.2f s | %.2f s | %d | %s | %s | %s |\n", p.name, f.name, runsCell, medianOf(secs), worst, lost,
-				joinInts(pods), joinInt32s(restarts), joinKeys(states))
+			for _, f := range faults {
+				if p.runs(f.id) {
+					b.WriteString(trainingRow(p, f, results[p.name][f.name]))
+				}
+			}
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("### What `kubectl get pods` and `restart-injector status` show\n\n" +
+		"After the first successful run of each path, as a user would type them (`restart-injector status` for the supervised\n" +
+		"paths: the node agent's Events; the node runs one agent for every path).\n\n")
+	for _, p := range paths {
+		if out, ok := shown[p.name]; ok {
+			fmt.Fprintf(&b, "%s, %s:\n\n```\n%s```\n\n", p.scenario.title, p.name, out)
 		}
 	}
 	return b.String()
+}
+
+func lossOrNone(want map[int]float64, world int) string {
+	if w, ok := want[world]; ok {
+		return strconv.FormatFloat(w, 'g', -1, 64)
+	}
+	return "not run"
+}
+
+// trainingRow is one row of a scenario's table.
+func trainingRow(p trainingPath, f trainingFault, rs []trainingRun) string {
+	var secs []float64
+	worst := 0.0
+	pods, restarts := map[int]bool{}, map[int32]bool{}
+	states := map[string]bool{}
+	lost, failed := 0, 0
+	for _, r := range rs {
+		if r.err != nil {
+			failed++
+			continue
+		}
+		secs = append(secs, r.rec.seconds)
+		worst = max(worst, r.rec.seconds)
+		pods[r.pods], restarts[r.kubeletRestart], states[r.state] = true, true, true
+		lost = r.rec.stepsLost
+	}
+	runsCell := strconv.Itoa(len(rs))
+	if failed > 0 {
+		runsCell += fmt.Sprintf(" (%d failed)", failed)
+	}
+	if len(secs) == 0 {
+		return fmt.Sprintf("| %s | %s | %s | – | – | – | – | – | – | – |\n", p.name, f.name, runsCell)
+	}
+	// Every run counted here ended with the unfaulted loss (a run that
+	// did not is a failed run).
+	return fmt.Sprintf("| %s | %s | %s | %.2f s | %.2f s | %d | %d of %d | %s | %s | %s |\n", p.name, f.name, runsCell, medianOf(secs), worst, lost,
+		len(secs), len(rs), joinInts(pods), joinInt32s(restarts), joinKeys(states))
 }
 
 // writeTrainingIndex writes docs/training.md: every release's table
@@ -803,38 +1084,54 @@ func joinKeys(m map[string]bool) string {
 
 const trainingRecipe = `## Reading the table
 
-- **Pods created** counts the Job's pods at the end: 2 when no pod was replaced (1 for torchrun's single pod).
-- **restartCount** is the kubelet's, summed over the Job's pods: the in-place restarts of the supervisor never move it
-  (docs/supervisor.md); the kubelet's own restarts do.
+- **Pods created** counts the Job's pods at the end: 2 when no pod was replaced (1 for torchrun's single pod); a JobSet's
+  rows count 2 per attempt (its recreated Jobs' pods are deleted).
+- **restartCount** is the kubelet's, summed over every container of the pods, sidecars included: the in-place restarts of
+  the supervisor never move it (docs/supervisor.md); the kubelet's own restarts do, once per container restarted.
 - **Steps lost** are the steps done again: from the last checkpoint to the fault.
+- **Final loss = unfaulted**: runs that ended with the unfaulted run's final loss, bit for bit, of all runs of the row.
 - Where a path restarts at once (the first crash restart of the kubelet and of the supervisor has no back-off), most of the
   recovery is Python importing torch and joining the new rendezvous; the supervisor's own restart is under a millisecond
-  (docs/benchmarks.md). The Job controller waits its pod-failure back-off before it creates the replacement pods.
+  (docs/benchmarks.md). The Job controller waits its pod-failure back-off (10 s, doubling) before it creates the
+  replacement pods, and ` + "`podFailurePolicy`" + `'s ` + "`Ignore`" + ` does not shorten it: the back-off record counts every failed pod, whatever
+  the policy made of it (` + "`getNewFinishedPods`" + `, pkg/controller/job/job_controller.go, v1.37.2); ` + "`Ignore`" + ` only keeps the
+  failure from counting against ` + "`backoffLimit`" + `.
 
 ## A recipe
 
 - Put the exit codes your job fails with retriably in the rules, and the peers' code too: when one gloo or NCCL rank dies,
   the others fail their next collective with a Python error (exit 1 here) long before the collective timeout, so a rule on
   the faulting rank's code alone leaves the peers to the pod policy.
+- Under torchrun, the container's exit is torchrun's, and torchrun exits 1 whatever its worker's code (a worker's 42 or
+  SIGKILL included): the rule is on 1, and torchrun's ` + "`--max-restarts 0`" + ` hands every failure to it. Across pods, give
+  torchrun the static rendezvous (` + "`--rdzv_backend static`" + `, the node rank from the completion index in ` + "`PET_NODE_RANK`" + `)
+  when the pods share a hostname (the host network): torch 1.13's c10d rendezvous names a node by hostname and PID, the
+  same for two agents that are each PID 1 of their container, and then waits for a second node forever.
 - Write checkpoints to a volume that outlives the container (an emptyDir survives in-place restarts and the kubelet's;
   a replaced pod needs a PersistentVolume or, as here, a node directory) and resume from the newest at every start; the
   supervisor gives the workload ` + "`RESTART_SUPERVISOR_RESTART_COUNT`" + ` and the last exit code (docs/supervisor.md).
 - Seed the data by step and rank, as train.py does, and a resumed run reaches the unfaulted final loss exactly.
 - With a Job: keep ` + "`restartPolicy: Never`" + ` on the pod and the rules on the trainer; ` + "`podFailurePolicy`" + ` sees only the exits the
   rules hand to the kubelet. With a JobSet: the rules restart a rank in place before the JobSet's ` + "`failurePolicy`" + ` would
-  recreate every Job; ` + "`failurePolicy.maxRestarts`" + ` then counts only what the rules did not handle.
+  recreate every Job (the supervised JobSet rows: 0 JobSet restarts); ` + "`failurePolicy.maxRestarts`" + ` then counts only what
+  the rules did not handle. ` + "`restart-injector inject`" + ` and the webhook take the JobSet as it is.
 - To restart every rank together rather than the one that failed (its peers then never see a broken collective):
   ` + "`RestartGroup`" + ` in the annotation carrier, with the node agent's group restarts on (docs/gang.md). The Job's pods
-  form one group by their ` + "`batch.kubernetes.io/job-name`" + ` label; the row above ran it with one node agent.
+  form one group by their ` + "`batch.kubernetes.io/job-name`" + ` label; the rows above ran it with one node agent.
+- To restart a pod's sidecars with the trainer (a data loader whose state belongs to the attempt):
+  ` + "`RestartAllContainers`" + ` on the trainer's rule: natively from 1.36 (1.35 with its alpha gates; KEP-5532), under the
+  supervisor on any release.
 - ` + "`make training`" + ` runs this on the release in KUBE_BIN_DIR; TRAINING_RUNS sets the runs per row, TRAINING_PATHS
   (path ids, without -update-training) a subset of the rows.
 `
 
-// startTrainingGroupAgent installs the GroupRestart CRD and runs a node
-// agent with group restarts for the node, as deploy/components/node-agent-groups
-// does on a cluster.
-func startTrainingGroupAgent(ctx context.Context, t *testing.T, c *cluster.Cluster, binDir, repo string) {
+// startTrainingAgent installs the GroupRestart CRD and runs a node agent
+// with group restarts for the node, as deploy/components/node-agent-groups
+// does on a cluster, with a pod of the agent's DaemonSet standing in for
+// it on the node, which `restart-injector status` looks for.
+func startTrainingAgent(ctx context.Context, t *testing.T, c *cluster.Cluster, binDir, repo string) {
 	installGroupCRD(ctx, t, c, binDir, repo)
+	standInForAgent(ctx, t, c)
 	dyn, err := dynamic.NewForConfig(c.Config)
 	if err != nil {
 		t.Fatal(err)
