@@ -53,14 +53,23 @@ type Server struct {
 	stopping atomic.Bool
 }
 
-// TLSConfig is the serving configuration: TLS 1.2+, the certificate from the
-// watcher at every handshake, and with ClientCAs a verified client
-// certificate required of every connection.
+// TLSConfig is the serving configuration: TLS 1.2+, HTTP/1.1, the
+// certificate from the watcher at every handshake, and with ClientCAs a
+// verified client certificate required of every connection.
+//
+// HTTP/1.1 only: the API server speaks it to every webhook it reaches
+// through a Service or at a non-loopback URL, so that concurrent reviews
+// open connections of their own and a Service spreads them over the
+// replicas (k8s.io/apiserver pkg/util/webhook/client.go, v0.34.4 and
+// v0.37.2; kubernetes/kubernetes#75791). It offers HTTP/2 only to a URL on
+// loopback, where one multiplexed connection would hold every review on one
+// replica; and HTTP/2 is attack surface a webhook does not need
+// (CVE-2023-44487).
 func (s *Server) TLSConfig() *tls.Config {
 	c := &tls.Config{
 		MinVersion:     tls.VersionTLS12,
 		GetCertificate: s.Certs.GetCertificate,
-		NextProtos:     []string{"h2", "http/1.1"},
+		NextProtos:     []string{"http/1.1"},
 	}
 	if s.ClientCAs != nil {
 		c.ClientAuth, c.ClientCAs = tls.RequireAndVerifyClientCert, s.ClientCAs
@@ -113,9 +122,12 @@ func (s *Server) log() *slog.Logger {
 // and waits up to ShutdownTimeout for in-flight reviews. mutateLn is a plain
 // TCP listener; TLS is added here.
 func (s *Server) Serve(ctx context.Context, mutateLn, healthLn net.Listener) error {
+	http1 := new(http.Protocols)
+	http1.SetHTTP1(true)
 	mutate := &http.Server{
 		Handler:           s.MutateMux(),
 		TLSConfig:         s.TLSConfig(),
+		Protocols:         http1,
 		ReadHeaderTimeout: 5 * time.Second,
 		// The API server's webhook timeout is at most 30 s.
 		ReadTimeout:    15 * time.Second,

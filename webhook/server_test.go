@@ -493,6 +493,25 @@ func TestTLSOnlyModernVersions(t *testing.T) {
 	}
 }
 
+// TestServesHTTP1Only: a client that offers HTTP/2 first, as the API
+// server does for a webhook URL on loopback, is answered in HTTP/1.1.
+func TestServesHTTP1Only(t *testing.T) {
+	ts := startServer(t, newHandler())
+	cfg := clientTLS(t, ts.CA.CertPEM)
+	cfg.NextProtos = []string{"h2", "http/1.1"}
+	tr := &http.Transport{TLSClientConfig: cfg, ForceAttemptHTTP2: true}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr}).Post(ts.URL, "application/json", bytes.NewReader(podReview(t, nativePod)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.Proto != "HTTP/1.1" || resp.TLS == nil || resp.TLS.NegotiatedProtocol != "http/1.1" {
+		t.Errorf("served %s, ALPN %q; want HTTP/1.1 and http/1.1", resp.Proto, resp.TLS.NegotiatedProtocol)
+	}
+}
+
 // slowMutator holds reviews until released, so a shutdown can begin while
 // one is in flight.
 type slowMutator struct {
