@@ -191,11 +191,18 @@ training:
 # default). Then the node agent over 10 and 110 pods of its node (the
 # kubelet's default --max-pods) on a real kube-apiserver: CPU a scan, peak
 # RSS, write → metric and → Event (test/apiserver TestNodeAgentAtNodeScale,
-# about 2 min). Root; about 17 minutes here.
+# about 2 min). Then PODBURST_PODS pods (default 5000) created in one burst
+# through a real kube-apiserver of the default and of the newest release,
+# without and through two webhook replicas (test/apiserver
+# TestPodBurstThroughAPIServer, docs/podburst-<release>.md, about 2 min
+# each). Root; about 21 minutes here.
 PODSTART_PODS ?= 100
+PODBURST_PODS ?= 5000
 podstart:
 	PODSTART_PODS=$(PODSTART_PODS) go test -tags podstart -count=1 -v -timeout 3h -run '^TestPodStart$$' ./test/e2e
 	go test -tags podstart -count=1 -v -timeout 15m -run '^TestNodeAgentAtNodeScale$$' ./test/apiserver
+	PODBURST_PODS=$(PODBURST_PODS) go test -tags podstart -count=1 -v -timeout 20m -run '^TestPodBurstThroughAPIServer$$' ./test/apiserver -update-podburst
+	PODBURST_PODS=$(PODBURST_PODS) PODBURST_KUBE_VERSION=$(CONFORMANCE_NEWEST) go test -tags podstart -count=1 -v -timeout 20m -run '^TestPodBurstThroughAPIServer$$' ./test/apiserver -update-podburst
 
 # Group restarts on two real kubelets (docs/gang.md): for each size of
 # GANG_SIZES, GANG_RUNS restarts of a supervised group (RestartGroup, a node
