@@ -128,6 +128,14 @@ const trainingGroupRules = `{"trainer": {"restartPolicy": "Never", "restartPolic
 // selectedTrainingPaths are the paths TRAINING_PATHS names (path ids,
 // comma-separated), all of them when it is empty.
 func selectedTrainingPaths(t *testing.T) []trainingPath {
+	// The report keys each row by its path's id.
+	seen := map[string]bool{}
+	for _, p := range trainingPaths() {
+		if seen[p.id] {
+			t.Fatalf("two training paths have the id %q", p.id)
+		}
+		seen[p.id] = true
+	}
 	want := os.Getenv("TRAINING_PATHS")
 	if want == "" {
 		return trainingPaths()
@@ -273,7 +281,7 @@ func TestTrainingOnKubelet(t *testing.T) {
 	results := map[string]map[string][]trainingRun{}
 	shown := map[string]string{}
 	for _, p := range paths {
-		results[p.name] = map[string][]trainingRun{}
+		results[p.id] = map[string][]trainingRun{}
 		if p.since > 0 && cluster.Minor(c.KubeVersion) < p.since {
 			t.Logf("%s: not in Kubernetes %s (from 1.%d)", p.name, c.KubeVersion, p.since)
 			continue
@@ -309,15 +317,15 @@ func TestTrainingOnKubelet(t *testing.T) {
 				if err != nil {
 					t.Errorf("%s, %s, run %d: %v\n%s", p.name, f.name, i, err, jobLogs(ctx, e, p.selector(key)))
 					run.err = err
-					results[p.name][f.name] = append(results[p.name][f.name], run)
+					results[p.id][f.name] = append(results[p.id][f.name], run)
 					continue
 				}
 				t.Logf("%s, %s, run %d: %.2f s to the first step after resume, %d steps lost, %d pods, restartCount %d, %s",
 					p.name, f.name, i, run.rec.seconds, run.rec.stepsLost, run.pods, run.kubeletRestart, run.state)
-				results[p.name][f.name] = append(results[p.name][f.name], run)
-				if _, ok := shown[p.name]; !ok {
-					shown[p.name] = whatUsersSee(ctx, c, binDir, injectorBin, p, key)
-					t.Logf("%s:\n%s", p.name, shown[p.name])
+				results[p.id][f.name] = append(results[p.id][f.name], run)
+				if _, ok := shown[p.id]; !ok {
+					shown[p.id] = whatUsersSee(ctx, c, binDir, injectorBin, p, key)
+					t.Logf("%s:\n%s", p.name, shown[p.id])
 				}
 			}
 		}
@@ -378,7 +386,7 @@ func trainingCkpt(t *testing.T, c *cluster.Cluster, key string) string {
 }
 
 // trainingPaths are the recovery paths, each the Job a user would write,
-// scenario by scenario.
+// scenario by scenario. Ids are unique; names repeat across scenarios.
 func trainingPaths() []trainingPath {
 	exit42 := []string{"exit42"}
 	return []trainingPath{
@@ -971,7 +979,7 @@ func trainingReport(c *cluster.Cluster, runs int, want map[int]float64, loadStar
 			}
 			for _, f := range faults {
 				if p.runs(f.id) {
-					b.WriteString(trainingRow(p, f, results[p.name][f.name]))
+					b.WriteString(trainingRow(p, f, results[p.id][f.name]))
 				}
 			}
 		}
@@ -981,7 +989,7 @@ func trainingReport(c *cluster.Cluster, runs int, want map[int]float64, loadStar
 		"After the first successful run of each path, as a user would type them (`restart-injector status` for the supervised\n" +
 		"paths: the node agent's Events; the node runs one agent for every path).\n\n")
 	for _, p := range paths {
-		if out, ok := shown[p.name]; ok {
+		if out, ok := shown[p.id]; ok {
 			fmt.Fprintf(&b, "%s, %s:\n\n```\n%s```\n\n", p.scenario.title, p.name, out)
 		}
 	}
