@@ -9,15 +9,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 )
-
-var update = flag.Bool("update", false, "write docs/training-process.md from this run (with -tags training)")
 
 const (
 	python = "/usr/bin/python3"
@@ -193,22 +190,4 @@ func measure(t *testing.T, runs [2]rankRun) recovery {
 	}
 	rec.stepsLost = fault - 1 - rec.resumeFrom
 	return rec
-}
-
-func median(xs []float64) float64 {
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
-// loadAverage is the one-minute load average, for the report's header.
-func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	return strings.Fields(string(b))[0]
 }

@@ -3,14 +3,18 @@
 package training
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"runtime"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 )
+
+var update = flag.Bool("update", false, "write docs/training-process.md from this run")
 
 // TestInPlaceRecovery: an unfaulted run, then RUNS (default 5) runs of each
 // fault with both ranks under the supervisor. Every faulted run must end
@@ -71,4 +75,22 @@ func TestInPlaceRecovery(t *testing.T) {
 	if err := os.WriteFile("../../docs/training-process.md", []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func median(xs []float64) float64 {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// loadAverage is the one-minute load average, for the report's header.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.Fields(string(b))[0]
 }
