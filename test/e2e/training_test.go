@@ -1101,9 +1101,8 @@ const trainingRecipe = `## Reading the table
 - Where a path restarts at once (the first crash restart of the kubelet and of the supervisor has no back-off), most of the
   recovery is Python importing torch and joining the new rendezvous; the supervisor's own restart is under a millisecond
   (docs/benchmarks.md). The Job controller waits its pod-failure back-off (10 s, doubling) before it creates the
-  replacement pods, and ` + "`podFailurePolicy`" + `'s ` + "`Ignore`" + ` does not shorten it: the back-off record counts every failed pod, whatever
-  the policy made of it (` + "`getNewFinishedPods`" + `, pkg/controller/job/job_controller.go, v1.37.2); ` + "`Ignore`" + ` only keeps the
-  failure from counting against ` + "`backoffLimit`" + `.
+  replacement pods. ` + "`podFailurePolicy`" + `'s ` + "`Ignore`" + ` keeps a failure from counting against ` + "`backoffLimit`" + `; the
+  replacement pods of its rows still come seconds later, as the table shows.
 
 ## A recipe
 
