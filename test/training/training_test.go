@@ -61,8 +61,8 @@ func TestInPlaceRecovery(t *testing.T) {
 		"per pod would), with `Restart` rules on 1, 42 and 137: the faulting rank's exit, and the peer's Python error when\n"+
 		"gloo loses its connection, which came within seconds in every run (no collective timeout was reached). Both ranks then\n"+
 		"restart in place and resume from the last checkpoint. These are processes on one machine, not pods on a kubelet: the\n"+
-		"comparison with the kubelet's own restart, Job and JobSet recreation and torchrun's `--max-restarts` on real nodes is not\n"+
-		"in this table yet.\n\n", steps, every)
+		"comparison with the kubelet's own restart, Job and JobSet recreation and torchrun's `--max-restarts` on a real kubelet\n"+
+		"is [training.md](training.md).\n\n", steps, every)
 	fmt.Fprintf(&b, "| Fault | Runs | Fault → first step after resume, median | worst | Steps lost | Final loss equals the unfaulted run's |\n|---|---|---|---|---|---|\n")
 	for _, rw := range rows {
 		worst := 0.0
