@@ -172,12 +172,14 @@ conformance:
 # gives it, unfaulted and faulted (test/docker TestTrainingExample); then on
 # a real kubelet, every recovery path side by side in three scenarios: two
 # pods of one rank, two pods of two ranks under torchrun, two pods of a
-# trainer and a sidecar (test/e2e TestTrainingOnKubelet, docs/training.md). TRAINING_RUNS (default 5) runs each row (a subset of
-# rows without rewriting the docs: TRAINING_PATHS=group,supervised go test
-# -tags training -run TestTrainingOnKubelet ./test/e2e); KUBE_BIN_DIR
-# picks the release (setup.sh's by default). Root; the first run installs
+# trainer and a sidecar (test/e2e TestTrainingOnKubelet, docs/training.md).
+# TRAINING_RUNS (default 5) runs each row (a subset of rows without
+# rewriting the docs: TRAINING_PATHS=group,supervised go test -tags
+# training -run TestTrainingOnKubelet ./test/e2e); KUBE_BIN_DIR picks the
+# release (setup.sh's by default). Root; the first run installs
 # python3-torch (about 150 MB) and builds the training image
-# (hack/training-rootfs.sh, about 3 min, 1.2 GB, cached); about 50 minutes.
+# (hack/training-rootfs.sh, about 3 min, 1.2 GB, cached); about 33 minutes
+# a release here.
 training:
 	dpkg -s python3-torch >/dev/null 2>&1 || hack/apt-install.sh python3-torch
 	RUNS=$(TRAINING_RUNS) go test -tags training -count=1 -v -timeout 30m ./test/training -update
