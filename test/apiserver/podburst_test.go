@@ -26,9 +26,11 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/restart-supervisor/restart-supervisor/internal/testutil"
@@ -119,7 +121,8 @@ func TestPodBurstThroughAPIServer(t *testing.T) {
 		cmd := exec.Command(bin, "serve", "--cert-mode=files", "--cert-dir="+certDir, "--kubeconfig="+admin,
 			"--namespace="+webhookNamespace, fmt.Sprintf("--listen=127.0.0.1:%d", port), fmt.Sprintf("--health-listen=127.0.0.1:%d", healthPort),
 			"--native=off", "--supervisor-image="+supervisorImage, "--log-level=warn", "--log-format=text")
-		cmd.Env = append(os.Environ(), "RESTART_INJECTOR_MEMORY_LIMIT="+strconv.FormatInt(mustBytes(t, burstWebhookMemory), 10))
+		limit := resource.MustParse(burstWebhookMemory)
+		cmd.Env = append(os.Environ(), "RESTART_INJECTOR_MEMORY_LIMIT="+strconv.FormatInt(limit.Value(), 10))
 		cmd.Stdout, cmd.Stderr = &logs, &logs
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -215,36 +218,33 @@ func TestPodBurstThroughAPIServer(t *testing.T) {
 			name, n, ph.seconds, float64(n)/ph.seconds, quantile(ph.latency, 0.5), quantile(ph.latency, 0.99),
 			histQuantile(ph.admission, 0.5), histQuantile(ph.admission, 0.99), ph.apiCPU, ph.apiPeakMiB, ph.etcdCPU, ph.hookCPU, ph.hookPeakMiB, ph.hookReviews)
 		phases = append(phases, ph)
-		t.Logf("connections the balancer handed each replica so far: %v", balancerConns(balancer))
+		t.Logf("connections the balancer handed each replica so far: %v", balancer.handed())
 	}
 
-	run("without the webhook", pods, false)
-	mwc := projectWebhookConfig(t, "https://"+balancer+"/mutate", ca.CertPEM)
-	if _, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, mwc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	// setWebhook registers the webhook configuration (on) or removes it,
+	// and waits until a dry-run pod shows the API server took it up.
+	mwc := projectWebhookConfig(t, "https://"+balancer.addr+"/mutate", ca.CertPEM)
+	setWebhook := func(on bool) {
+		var err error
+		if on {
+			_, err = client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, mwc, metav1.CreateOptions{})
+		} else {
+			err = client.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, mwc.Name, metav1.DeleteOptions{})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, fmt.Sprintf("the webhook configuration registered: %v", on), 30*time.Second, func(ctx context.Context) (bool, error) {
+			p, err := client.CoreV1().Pods("burst-probe").Create(ctx, burstPod(-1), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err == nil && injected(p) == on, err
+		})
 	}
-	waitFor(t, "the webhook configuration to take effect", 30*time.Second, func(ctx context.Context) (bool, error) {
-		p, err := client.CoreV1().Pods("burst-probe").Create(ctx, burstPod(-1), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return err == nil && injected(p), err
-	})
-	run("through the webhook", pods, true)
-	if err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, mwc.Name, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
+	for _, n := range []int{pods, max(pods/5, 1)} {
+		run("without the webhook", n, false)
+		setWebhook(true)
+		run("through the webhook", n, true)
+		setWebhook(false)
 	}
-	waitFor(t, "the webhook configuration to be gone", 30*time.Second, func(ctx context.Context) (bool, error) {
-		p, err := client.CoreV1().Pods("burst-probe").Create(ctx, burstPod(-1), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return err == nil && !injected(p), err
-	})
-	small := max(pods/5, 1)
-	run("without the webhook", small, false)
-	if _, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, mwc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the webhook configuration to take effect", 30*time.Second, func(ctx context.Context) (bool, error) {
-		p, err := client.CoreV1().Pods("burst-probe").Create(ctx, burstPod(-1), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return err == nil && injected(p), err
-	})
-	run("through the webhook", small, true)
 
 	if *updatePodBurst {
 		v, err := client.Discovery().ServerVersion()
@@ -252,7 +252,7 @@ func TestPodBurstThroughAPIServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		release := v.GitVersion
-		doc := podBurstReport(release, balancerConns(balancer), phases)
+		doc := podBurstReport(release, balancer.handed(), phases)
 		if err := os.WriteFile(filepath.Join(repoRoot(t), "docs", "podburst-"+release+".md"), []byte(doc), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -275,15 +275,6 @@ func envInt(name string, def int) int {
 		return v
 	}
 	return def
-}
-
-func mustBytes(t *testing.T, q string) int64 {
-	t.Helper()
-	n, err := strconv.ParseInt(strings.TrimSuffix(q, "Mi"), 10, 64)
-	if err != nil || !strings.HasSuffix(q, "Mi") {
-		t.Fatalf("memory %q: want NMi", q)
-	}
-	return n << 20
 }
 
 // etcdPID finds the etcd that envtest started (the only etcd whose parent
@@ -358,9 +349,9 @@ func webhookAdmission(t *testing.T, client kubernetes.Interface) *dto.Histogram 
 		if sum == nil {
 			sum = &dto.Histogram{}
 			for _, b := range h.GetBucket() {
-				sum.Bucket = append(sum.Bucket, &dto.Bucket{UpperBound: ptrFloat(b.GetUpperBound()), CumulativeCount: ptrUint(0)})
+				sum.Bucket = append(sum.Bucket, &dto.Bucket{UpperBound: ptr.To(b.GetUpperBound()), CumulativeCount: ptr.To[uint64](0)})
 			}
-			sum.SampleCount, sum.SampleSum = ptrUint(0), ptrFloat(0)
+			sum.SampleCount, sum.SampleSum = ptr.To[uint64](0), ptr.To[float64](0)
 		}
 		for i, b := range h.GetBucket() {
 			*sum.Bucket[i].CumulativeCount += b.GetCumulativeCount()
@@ -369,20 +360,20 @@ func webhookAdmission(t *testing.T, client kubernetes.Interface) *dto.Histogram 
 		*sum.SampleSum += h.GetSampleSum()
 	}
 	if sum == nil {
-		sum = &dto.Histogram{SampleCount: ptrUint(0), SampleSum: ptrFloat(0)}
+		sum = &dto.Histogram{SampleCount: ptr.To[uint64](0), SampleSum: ptr.To[float64](0)}
 	}
 	return sum
 }
 
 // histogramSince is now minus before, bucket by bucket.
 func histogramSince(now, before *dto.Histogram) *dto.Histogram {
-	out := &dto.Histogram{SampleCount: ptrUint(now.GetSampleCount() - before.GetSampleCount()), SampleSum: ptrFloat(now.GetSampleSum() - before.GetSampleSum())}
+	out := &dto.Histogram{SampleCount: ptr.To(now.GetSampleCount() - before.GetSampleCount()), SampleSum: ptr.To(now.GetSampleSum() - before.GetSampleSum())}
 	for i, b := range now.GetBucket() {
 		c := b.GetCumulativeCount()
 		if i < len(before.GetBucket()) {
 			c -= before.GetBucket()[i].GetCumulativeCount()
 		}
-		out.Bucket = append(out.Bucket, &dto.Bucket{UpperBound: ptrFloat(b.GetUpperBound()), CumulativeCount: ptrUint(c)})
+		out.Bucket = append(out.Bucket, &dto.Bucket{UpperBound: ptr.To(b.GetUpperBound()), CumulativeCount: ptr.To(c)})
 	}
 	return out
 }
@@ -430,28 +421,23 @@ func metricFamilies(t *testing.T, open func() (io.ReadCloser, error)) map[string
 	return families
 }
 
-func ptrFloat(v float64) *float64 { return &v }
-func ptrUint(v uint64) *uint64    { return &v }
-
 // balancer is a TCP balancer on loopback that hands each new connection to
 // the next backend in turn, as a Service's kube-proxy rules spread
 // connections (not requests) over its endpoints.
 type balancer struct {
+	addr  string
 	mu    sync.Mutex
-	conns []int
+	conns []int // connections handed to each backend
 }
 
-var balancers sync.Map // address → *balancer
-
-func startBalancer(t *testing.T, backends []string) string {
+func startBalancer(t *testing.T, backends []string) *balancer {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	b := &balancer{conns: make([]int, len(backends))}
-	balancers.Store(ln.Addr().String(), b)
+	b := &balancer{addr: ln.Addr().String(), conns: make([]int, len(backends))}
 	go func() {
 		for n := 0; ; n++ {
 			c, err := ln.Accept()
@@ -476,15 +462,11 @@ func startBalancer(t *testing.T, backends []string) string {
 			}()
 		}
 	}()
-	return ln.Addr().String()
+	return b
 }
 
-func balancerConns(addr string) []int {
-	v, ok := balancers.Load(addr)
-	if !ok {
-		return nil
-	}
-	b := v.(*balancer)
+// handed is the count of connections handed to each backend so far.
+func (b *balancer) handed() []int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return slices.Clone(b.conns)
