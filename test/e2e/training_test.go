@@ -101,15 +101,7 @@ type trainingPath struct {
 }
 
 func (p trainingPath) runs(fault string) bool {
-	if p.faults == nil {
-		return true
-	}
-	for _, f := range p.faults {
-		if f == fault {
-			return true
-		}
-	}
-	return false
+	return p.faults == nil || slices.Contains(p.faults, fault)
 }
 
 // selector selects the pods of one run of the path.
@@ -331,7 +323,7 @@ func TestTrainingOnKubelet(t *testing.T) {
 		}
 	}
 	if *updateTraining {
-		doc := trainingReport(c, runs, want, loadStart, paths, faults, results, shown)
+		doc := trainingReport(c, want, loadStart, paths, faults, results, shown)
 		if err := os.WriteFile(filepath.Join(repo, "docs", "training-"+c.KubeVersion+".md"), []byte(doc), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -423,7 +415,7 @@ func trainingPaths() []trainingPath {
 			job.Spec.PodFailurePolicy = &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{{
 				Action: batchv1.PodFailurePolicyActionIgnore,
 				OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{
-					ContainerName: ptrTo("trainer"), Operator: batchv1.PodFailurePolicyOnExitCodesOpIn, Values: []int32{1, 42, 137}},
+					ContainerName: ptr("trainer"), Operator: batchv1.PodFailurePolicyOnExitCodesOpIn, Values: []int32{1, 42, 137}},
 			}}}
 			return job, nil
 		}},
@@ -540,8 +532,6 @@ func sidecarJob(e *env, name, ckpt string, port int, fault []string) (*batchv1.J
 	spec.InitContainers = []corev1.Container{logger}
 	return job, nil
 }
-
-func ptrTo[T any](v T) *T { return &v }
 
 // trainingJobSet is a JobSet of one replicated Job, job's pods: a failed
 // pod fails its Job (backoffLimit 0), and the JobSet controller recreates
@@ -939,7 +929,7 @@ func loadAverage() string {
 }
 
 // trainingReport renders docs/training-<release>.md from the run.
-func trainingReport(c *cluster.Cluster, runs int, want map[int]float64, loadStart string, paths []trainingPath,
+func trainingReport(c *cluster.Cluster, want map[int]float64, loadStart string, paths []trainingPath,
 	faults []trainingFault, results map[string]map[string][]trainingRun, shown map[string]string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "## Kubernetes %s\n\n", c.KubeVersion)
