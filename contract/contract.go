@@ -96,7 +96,9 @@ const (
 	SupervisorPath = BinDir + "/" + BinaryName
 	// BinVolume is the name of the volume (an emptyDir in a pod, a named
 	// volume in a Compose file) the install container fills with the
-	// binaries and every wrapped container mounts read-only at BinDir.
+	// binaries and every wrapped container mounts read-only at BinDir; or,
+	// delivered as an image volume, the supervisor image itself, whose
+	// root holds the binaries at the same names.
 	BinVolume = "restart-supervisor-bin"
 	// InstallContainer is the init container (the one-shot service in a
 	// Compose file) that runs `restart-supervisor install BinDir`.

@@ -43,12 +43,22 @@ func DefaultSupervisorImage() string { return ImageRepository + ":" + contract.V
 // Options configure an Injector. The zero value is usable: it injects the
 // release image matching contract.Version and performs no registry lookups.
 type Options struct {
-	// SupervisorImage runs the install init container; default
+	// SupervisorImage runs the install init container (DeliveryCopy) or
+	// is the binary volume (DeliveryImage); default
 	// DefaultSupervisorImage().
 	SupervisorImage string
-	// ImagePullPolicy of the install container; empty leaves it to the
-	// API server's defaulting.
+	// ImagePullPolicy of the install container or of the image volume;
+	// empty leaves it to the API server's defaulting (which for an image
+	// volume follows the reference's tag as for a container's image).
 	ImagePullPolicy corev1.PullPolicy
+	// Delivery is how the binaries reach the pod; empty is DeliveryCopy.
+	// WithDelivery overrides it per call.
+	Delivery Delivery
+	// PullSecrets are added to the pod's imagePullSecrets (those it lacks)
+	// so that the kubelet can pull SupervisorImage from a private
+	// registry, for either delivery. Each must exist in the pod's
+	// namespace.
+	PullSecrets []string
 	// VolumeMedium of both emptyDirs: "" (node disk) or "Memory".
 	VolumeMedium corev1.StorageMedium
 	// BinSizeLimit caps the binary volume; default 32Mi.

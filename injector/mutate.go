@@ -24,6 +24,9 @@ import (
 type Status struct {
 	Version    string   `json:"version"`
 	Containers []string `json:"containers"`
+	// Delivery is how the binaries reach the pod; absent for DeliveryCopy
+	// (what every injection before it was).
+	Delivery string `json:"delivery,omitempty"`
 }
 
 // MutatePod wraps the containers of pod that carry restart rules and
@@ -95,6 +98,10 @@ type mutation struct {
 	object    string // names the input in messages
 	p         patchBuilder
 	res       *Result
+	// initShift is how far the injection moves the pod's init
+	// containers: 1 past the install container of DeliveryCopy, 0 for
+	// DeliveryImage.
+	initShift int
 	// imageCommands counts the bytes of the commands taken from images
 	// (MaxImageCommandsBytes).
 	imageCommands int
@@ -176,13 +183,24 @@ func (i *Injector) mutate(ctx context.Context, in *corev1.Pod, namespace, specPa
 	status := Status{Version: contract.Version}
 
 	// Pod-level additions first: the container edits below address
-	// initContainers by their index after the install container went in.
-	addToArray(&m.p, "/spec/volumes", len(in.Spec.Volumes), i.volumes()...)
-	install := withoutEmptyResources(i.installContainer(in))
-	if len(in.Spec.InitContainers) == 0 {
-		m.p.add("/spec/initContainers", []any{install})
-	} else {
-		m.p.add("/spec/initContainers/0", install)
+	// initContainers by their index after the install container went in
+	// (none goes in for DeliveryImage).
+	delivery := i.delivery(ctx)
+	addToArray(&m.p, "/spec/volumes", len(in.Spec.Volumes), i.volumes(delivery)...)
+	if delivery == DeliveryCopy {
+		install := withoutEmptyResources(i.installContainer(in))
+		if len(in.Spec.InitContainers) == 0 {
+			m.p.add("/spec/initContainers", []any{install})
+		} else {
+			m.p.add("/spec/initContainers/0", install)
+		}
+		m.initShift = 1
+	}
+	if secrets := missingPullSecrets(in, i.opts.PullSecrets); len(secrets) > 0 {
+		addToArray(&m.p, "/spec/imagePullSecrets", len(in.Spec.ImagePullSecrets), secrets...)
+	}
+	if delivery != DeliveryCopy {
+		status.Delivery = string(delivery)
 	}
 
 	for k, cr := range crs {
@@ -198,15 +216,15 @@ func (i *Injector) mutate(ctx context.Context, in *corev1.Pod, namespace, specPa
 	}
 	// The re-run sidecars go in last, each right after its init container,
 	// so that the edits above keep their indexes: init container k is at
-	// k+1 after the install container, and each re-run sidecar inserted
-	// before it moves it one further.
+	// k+initShift after the install container, and each re-run sidecar
+	// inserted before it moves it one further.
 	inserted := 0
 	for k, cr := range crs {
 		name, ok := rerun[k]
 		if !ok {
 			continue
 		}
-		if err := m.addRerun(cr, name, cr.Index+2+inserted); err != nil {
+		if err := m.addRerun(cr, name, cr.Index+m.initShift+1+inserted); err != nil {
 			return nil, err
 		}
 		inserted++
@@ -318,11 +336,33 @@ func checkBinMounts(pod *corev1.Pod, specPath, object string, injected bool) err
 	return nil
 }
 
-func (i *Injector) volumes() []corev1.Volume {
+// volumes are the binary volume of delivery d and the state volume. The
+// image volume needs no size limit: the kubelet mounts the image's own
+// layers, read-only (spec.volumes[].image, k8s.io/api core/v1 types.go,
+// v0.37.2: "The volume will be mounted read-only (ro)").
+func (i *Injector) volumes(d Delivery) []corev1.Volume {
+	bin := corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: i.opts.VolumeMedium, SizeLimit: i.opts.BinSizeLimit}}
+	if d == DeliveryImage {
+		bin = corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: i.opts.SupervisorImage, PullPolicy: i.opts.ImagePullPolicy}}
+	}
 	return []corev1.Volume{
-		{Name: contract.BinVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: i.opts.VolumeMedium, SizeLimit: i.opts.BinSizeLimit}}},
+		{Name: contract.BinVolume, VolumeSource: bin},
 		{Name: contract.StateVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: i.opts.VolumeMedium, SizeLimit: i.opts.StateSizeLimit}}},
 	}
+}
+
+// missingPullSecrets are the references of names that pod does not list
+// in imagePullSecrets, in the order given.
+func missingPullSecrets(pod *corev1.Pod, names []string) []corev1.LocalObjectReference {
+	var add []corev1.LocalObjectReference
+	for _, n := range names {
+		if n == "" || slices.ContainsFunc(pod.Spec.ImagePullSecrets, func(r corev1.LocalObjectReference) bool { return r.Name == n }) ||
+			slices.ContainsFunc(add, func(r corev1.LocalObjectReference) bool { return r.Name == n }) {
+			continue
+		}
+		add = append(add, corev1.LocalObjectReference{Name: n})
+	}
+	return add
 }
 
 func (i *Injector) installContainer(pod *corev1.Pod) corev1.Container {
@@ -390,8 +430,8 @@ func (m *mutation) wrap(cr ContainerRules) error {
 		base = "/spec/containers/" + strconv.Itoa(cr.Index)
 	} else {
 		c = &m.pod.Spec.InitContainers[cr.Index]
-		// The install container went in at index 0.
-		base = "/spec/initContainers/" + strconv.Itoa(cr.Index+1)
+		// The install container, if any, went in at index 0.
+		base = "/spec/initContainers/" + strconv.Itoa(cr.Index+m.initShift)
 	}
 	s, err := m.supervision(cr, c, c.Name, cr.Kind != KindInit)
 	if err != nil {

@@ -121,6 +121,10 @@ type Handler struct {
 	// the restart fields of a pod relying on the feature must pass
 	// (NativeDetector.ValidationVersionFor); nil means the newest.
 	KubeVersion func(NativeFeature) rules.KubeVersion
+	// Delivery is how the pod now being injected gets the binaries
+	// (ImageVolumeDetector.Delivery under --delivery=auto); nil leaves it
+	// to the Mutator's options.
+	Delivery func() injector.Delivery
 }
 
 var reviewTypeMeta = metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"}
@@ -340,6 +344,9 @@ func (h *Handler) review(ctx context.Context, req *admissionv1.AdmissionRequest,
 
 	if h.KubeVersion != nil {
 		ctx = injector.WithKubeVersion(ctx, h.KubeVersion(feature))
+	}
+	if h.Delivery != nil {
+		ctx = injector.WithDelivery(ctx, h.Delivery())
 	}
 	res, err := h.Mutator.PodPatch(ctx, pod)
 	if err != nil {

@@ -22,7 +22,9 @@ type Metrics struct {
 	Reviews        *prometheus.CounterVec
 	Latency        prometheus.Histogram
 	NativeHonoured prometheus.Gauge
-	CertExpiry     prometheus.Gauge
+	// ImageVolume is 1 while injected pods get the image volume.
+	ImageVolume prometheus.Gauge
+	CertExpiry  prometheus.Gauge
 }
 
 // NewMetrics creates and registers the collectors. extra collectors (for
@@ -44,12 +46,16 @@ func NewMetrics(extra ...prometheus.Collector) *Metrics {
 			Name: "restart_injector_native_restart_rules",
 			Help: "1 when the injector leaves pods alone because the cluster honours restartPolicyRules itself, else 0.",
 		}),
+		ImageVolume: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "restart_injector_image_volume_delivery",
+			Help: "1 while injected pods get the supervisor as an image volume, 0 while they get the install init container.",
+		}),
 		CertExpiry: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "restart_injector_serving_certificate_expiry_timestamp_seconds",
 			Help: "NotAfter of the serving certificate currently loaded, in Unix seconds.",
 		}),
 	}
-	m.Registry.MustRegister(m.Reviews, m.Latency, m.NativeHonoured, m.CertExpiry,
+	m.Registry.MustRegister(m.Reviews, m.Latency, m.NativeHonoured, m.ImageVolume, m.CertExpiry,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, r := range []string{ResultInjected, ResultUntouched, ResultWarned, ResultDenied, ResultBadInput, ResultBusy} {
 		m.Reviews.WithLabelValues(r) // export zeros so rate() works from the first scrape

@@ -308,10 +308,16 @@ func undeclared(nodes []corev1.Node) []string {
 }
 
 func nodesWhere(nodes []corev1.Node, match func(*corev1.Node) bool) []string {
+	return listNodes(nodes, match, func(n *corev1.Node) string { return n.Status.NodeInfo.KubeletVersion })
+}
+
+// listNodes names the nodes (at most five, then a count) that match, each
+// with what label says of it in parentheses.
+func listNodes(nodes []corev1.Node, match func(*corev1.Node) bool, label func(*corev1.Node) string) []string {
 	var names []string
 	for i := range nodes {
 		if match(&nodes[i]) {
-			names = append(names, fmt.Sprintf("%s (%s)", nodes[i].Name, nodes[i].Status.NodeInfo.KubeletVersion))
+			names = append(names, fmt.Sprintf("%s (%s)", nodes[i].Name, label(&nodes[i])))
 		}
 	}
 	if len(names) > 5 {

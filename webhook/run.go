@@ -120,12 +120,24 @@ type Config struct {
 	// webhook (docs/webhook.md). Read once at start.
 	ClientCAFile string
 
-	// SupervisorImage is the image of the install init container. If it
-	// is empty, injector.ImageRepository:contract.Version is used.
+	// SupervisorImage is the image of the install init container, or of
+	// the image volume. If it is empty,
+	// injector.ImageRepository:contract.Version is used.
 	SupervisorImage string
-	// ImagePullPolicy is the install container's imagePullPolicy. If it is
-	// empty, the API server's defaulting decides.
+	// ImagePullPolicy is the install container's imagePullPolicy, or the
+	// image volume's pullPolicy. If it is empty, the API server's
+	// defaulting decides.
 	ImagePullPolicy corev1.PullPolicy
+	// SupervisorPullSecrets are added to every injected pod's
+	// imagePullSecrets (injector.Options.PullSecrets).
+	SupervisorPullSecrets []string
+	// Delivery is DeliveryCopy (the install init container), DeliveryImage
+	// (an image volume) or DeliveryAuto (an image volume once
+	// ImageVolumeDetector finds the API server, every kubelet and every
+	// runtime able to mount it; the copy until then, and always when
+	// there is no API server to ask). If Delivery is empty, DeliveryAuto is
+	// used. Any other value makes Run fail.
+	Delivery DeliveryMode
 	// VolumeMedium is the medium of the injected emptyDirs. If it is
 	// empty, they live on the node's disk.
 	VolumeMedium corev1.StorageMedium
@@ -191,6 +203,7 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.CASecret, "restart-injector-ca")
 	def((*string)(&c.CertMode), string(CertFiles))
 	def((*string)(&c.Native), string(NativeAuto))
+	def((*string)(&c.Delivery), string(DeliveryAuto))
 	def((*string)(&c.OnEntrypointError), string(EntrypointDeny))
 	def(&c.Namespace, PodNamespace())
 	if c.Log == nil {
@@ -201,6 +214,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("certificate mode %q is not one of files, self", c.CertMode)
 	case c.Native != NativeOff && c.Native != NativeAuto && c.Native != NativeOn:
 		return c, fmt.Errorf("native mode %q is not one of off, auto, on", c.Native)
+	case c.Delivery != DeliveryCopy && c.Delivery != DeliveryImage && c.Delivery != DeliveryAuto:
+		return c, fmt.Errorf("delivery %q is not one of copy, image, auto", c.Delivery)
 	case c.OnEntrypointError != EntrypointDeny && c.OnEntrypointError != EntrypointAllow:
 		return c, fmt.Errorf("entrypoint policy %q is not one of deny, allow", c.OnEntrypointError)
 	case c.Namespace == "" && (c.CertMode == CertSelf || c.Native == NativeAuto):
@@ -300,7 +315,7 @@ func Run(ctx context.Context, c Config) error {
 	srv := &Server{Handler: h, Certs: certs, Metrics: metrics, Log: log, ClientCAs: clientCAs,
 		ShutdownDelay: c.ShutdownDelay, ShutdownTimeout: c.ShutdownTimeout, MaxInFlight: inFlight}
 	log.Info("restart-injector starting", "version", contract.Version, "certMode", c.CertMode,
-		"native", c.Native, "onEntrypointError", c.OnEntrypointError, "registryLookup", c.RegistryLookup,
+		"native", c.Native, "delivery", c.Delivery, "onEntrypointError", c.OnEntrypointError, "registryLookup", c.RegistryLookup,
 		"insecureRegistries", c.InsecureRegistries, "allowedRegistries", c.AllowedRegistries, "clientCA", c.ClientCAFile != "")
 	return srv.Serve(ctx, mutateLn, healthLn)
 }
@@ -314,6 +329,10 @@ func (c Config) injectorOptions(client kubernetes.Interface, log *slog.Logger, r
 		ImagePullPolicy: c.ImagePullPolicy,
 		VolumeMedium:    c.VolumeMedium,
 		Backoff:         c.Backoff,
+		PullSecrets:     c.SupervisorPullSecrets,
+	}
+	if c.Delivery == DeliveryImage {
+		opts.Delivery = injector.DeliveryImage
 	}
 	if c.RegistryLookup {
 		ropts := registry.Options{
@@ -405,6 +424,17 @@ func (c Config) handler(ctx context.Context, client kubernetes.Interface, opts i
 	if h.Native != NativeAuto {
 		metrics.NativeHonoured.Set(map[bool]float64{true: 1}[h.Native == NativeOn])
 	}
+	metrics.ImageVolume.Set(map[bool]float64{true: 1}[c.Delivery == DeliveryImage])
+	if c.Delivery == DeliveryAuto {
+		if client != nil && c.Namespace != "" {
+			d := &ImageVolumeDetector{Client: client, Namespace: c.Namespace, Image: opts.SupervisorImage,
+				Interval: c.NativeInterval, Log: log, Gauge: metrics.ImageVolume}
+			h.Delivery = d.Delivery
+			go d.Run(ctx)
+		} else {
+			log.Warn("delivery auto: no API server or namespace to ask whether the cluster mounts image volumes; every pod gets the install container")
+		}
+	}
 
 	return h
 }
@@ -415,7 +445,7 @@ func (c Config) handler(ctx context.Context, client kubernetes.Interface, opts i
 // is only wanted for pull secrets and not available.
 func (c Config) client() (kubernetes.Interface, error) {
 	required := c.CertMode == CertSelf || c.Native == NativeAuto
-	if !required && !c.RegistryLookup {
+	if !required && !c.RegistryLookup && c.Delivery != DeliveryAuto {
 		return nil, nil
 	}
 	var cfg *rest.Config
@@ -429,7 +459,7 @@ func (c Config) client() (kubernetes.Interface, error) {
 		if required {
 			return nil, fmt.Errorf("API access (needed by self-managed certificates and native auto mode): %w", err)
 		}
-		c.Log.Warn("no API access: registry lookups will not use the pods' imagePullSecrets", "err", err)
+		c.Log.Warn("no API access: registry lookups will not use the pods' imagePullSecrets, and delivery auto copies the binaries", "err", err)
 		return nil, nil
 	}
 	cfg.UserAgent = "restart-injector/" + contract.Version

@@ -53,6 +53,8 @@ var flagValues = map[string][]string{
 	"version output":            {"json", "yaml"},
 	"serve cert-mode":           {"files", "self"},
 	"serve native":              {"off", "auto", "on"},
+	"serve delivery":            {"auto", "copy", "image"},
+	"inject delivery":           {"copy", "image"},
 	"serve on-entrypoint-error": {"deny", "allow"},
 	"serve image-pull-policy":   {"Always", "IfNotPresent", "Never"},
 	"serve volume-medium":       {"Memory"},

@@ -60,6 +60,20 @@ func setBackoff(to **rules.Duration, v string) error {
 	return nil
 }
 
+// nameList collects the names of a repeatable flag, each value one name
+// or several separated by commas; empty names are dropped.
+type nameList []string
+
+func (n *nameList) String() string { return strings.Join(*n, ",") }
+func (n *nameList) Set(v string) error {
+	for _, name := range strings.Split(v, ",") {
+		if name = strings.TrimSpace(name); name != "" {
+			*n = append(*n, name)
+		}
+	}
+	return nil
+}
+
 // fileList collects repeated -f flags.
 type fileList []string
 
@@ -77,6 +91,9 @@ func runInject(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	var insecure, allowed registryList
 	registryFlags(fl, &insecure, &allowed)
 	medium := fl.String("volume-medium", "", `emptyDir medium of the injected volumes: "" (node disk) or Memory`)
+	delivery := fl.String("delivery", "copy", "`HOW` pods get the binaries: copy (an install init container, every release) or image (the supervisor image as an image volume: Kubernetes 1.35+, containerd 2.1+ or CRI-O 1.31+ on every node)")
+	var pullSecrets nameList
+	fl.Var(&pullSecrets, "supervisor-pull-secret", "`NAME` of a Secret added to every injected pod's imagePullSecrets, to pull the supervisor image; repeatable or comma-separated")
 	var backoff rules.Backoff
 	backoffFlags(fl, &backoff)
 	diff := fl.Bool("diff", false, "print a unified diff of input and output instead of the output")
@@ -105,12 +122,21 @@ func runInject(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		fmt.Fprintf(stderr, "restart-injector inject: -volume-medium: want \"\" or Memory, got %q\n", *medium)
 		return exitUsage
 	}
+	how, err := injector.ParseDelivery(*delivery)
+	if err != nil {
+		fmt.Fprintf(stderr, "restart-injector inject: -delivery: %v\n", err)
+		return exitUsage
+	}
+	if how == injector.DeliveryImage && kubeVersion != 0 && kubeVersion < rules.Kube135 {
+		fmt.Fprintf(stderr, "warning: -delivery image: Kubernetes %s has image volumes off by default (ImageVolume is on from 1.35); unless the gate is on, its API server drops the volume and its mounts and the wrapped containers fail to start\n", kubeVersion)
+	}
 	// One line, not an error: a pod may well pull a development build
 	// from one's own registry, but not by accident.
 	if img := cmp.Or(*image, injector.DefaultSupervisorImage()); injector.UnpinnedImage(img) != "" {
 		fmt.Fprintf(stderr, "warning: %s\n", injector.UnpinnedWarning(img, injector.UnpinnedImage(img)))
 	}
-	opts := injector.Options{SupervisorImage: *image, VolumeMedium: corev1.StorageMedium(*medium), KubeVersion: kubeVersion, Backoff: backoff}
+	opts := injector.Options{SupervisorImage: *image, VolumeMedium: corev1.StorageMedium(*medium), KubeVersion: kubeVersion, Backoff: backoff,
+		Delivery: how, PullSecrets: pullSecrets}
 	if !*noLookup {
 		opts.Resolver = registry.New(registry.Options{Keychain: authn.DefaultKeychain, Timeout: *timeout,
 			InsecureRegistries: insecure, AllowedRegistries: allowed})

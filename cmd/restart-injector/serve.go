@@ -45,7 +45,10 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) int {
 	registryFlags(fs, &insecure, &allowed)
 	fs.StringVar(&c.ClientCAFile, "client-ca-file", "", "PEM `FILE` of CAs: /mutate then requires a client certificate signed by one of them (the API server's, see docs/webhook.md)")
 	fs.StringVar(&c.SupervisorImage, "supervisor-image", "", "`IMAGE` of the install init container (default "+injector.DefaultSupervisorImage()+")")
-	pullPolicy := fs.String("image-pull-policy", "", "imagePullPolicy of the install init container (default: the API server's)")
+	pullPolicy := fs.String("image-pull-policy", "", "imagePullPolicy of the install init container, or pullPolicy of the image volume (default: the API server's)")
+	delivery := fs.String("delivery", "auto", "`HOW` injected pods get the binaries: copy (an install init container), image (the supervisor image as an image volume: Kubernetes 1.35+, containerd 2.1+ or CRI-O 1.31+ on every node), or auto (image once the API server, every kubelet and every runtime are seen to support it; copy until then and without API access)")
+	var pullSecrets nameList
+	fs.Var(&pullSecrets, "supervisor-pull-secret", "`NAME` of a Secret added to every injected pod's imagePullSecrets, to pull the supervisor image; repeatable or comma-separated; it must exist in each pod's namespace")
 	volumeMedium := fs.String("volume-medium", "", "`MEDIUM` of the injected emptyDirs: \"\" (node disk) or Memory")
 	backoffFlags(fs, &c.Backoff)
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "`FILE` for API access outside a cluster (default: in-cluster config)")
@@ -77,6 +80,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) int {
 	if err := cmp.Or(extra, conflict,
 		oneOf("cert-mode", *certMode, "files", "self"),
 		oneOf("native", *native, "off", "auto", "on"),
+		oneOf("delivery", *delivery, "auto", "copy", "image"),
 		oneOf("on-entrypoint-error", *onEntrypointError, "deny", "allow"),
 		// Empty, the API server's default, is accepted without being offered.
 		oneOf("image-pull-policy", cmp.Or(*pullPolicy, "Always"), "Always", "IfNotPresent", "Never"),
@@ -90,6 +94,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) int {
 		return exitUsage
 	}
 	c.CertMode, c.Native = webhook.CertMode(*certMode), webhook.NativeMode(*native)
+	c.Delivery, c.SupervisorPullSecrets = webhook.DeliveryMode(*delivery), pullSecrets
 	c.InsecureRegistries, c.AllowedRegistries = insecure, allowed
 	c.OnEntrypointError = webhook.EntrypointPolicy(*onEntrypointError)
 	c.ImagePullPolicy, c.VolumeMedium = corev1.PullPolicy(*pullPolicy), corev1.StorageMedium(*volumeMedium)

@@ -279,6 +279,8 @@ webhook:
   podAnnotations: {example.com/scrape: "true"}
   serviceMonitor: {enabled: true, labels: {release: kps}}
   native: "off"
+  delivery: image
+  supervisorPullSecrets: [registry-a, registry-b]
   onEntrypointError: allow
   extraArgs: [--allowed-registries=registry.example.com]
   resources: {requests: {cpu: 100m, memory: 128Mi}, limits: {memory: 1Gi}}
@@ -337,7 +339,7 @@ nodeAgent: {enabled: true, namespace: rs-agent, interval: 5s, image: {tag: v9.9.
 	check("replicas", at(deploy, "spec", "replicas"), `3`)
 	check("image", at(deploy, append(ctr, "image")...), `"registry.example.com/ri:v9.9.9"`)
 	check("imagePullPolicy", at(deploy, append(ctr, "imagePullPolicy")...), `"IfNotPresent"`)
-	check("args", at(deploy, append(ctr, "args")...), `["serve","--cert-dir=/etc/restart-injector/tls","--native=off","--on-entrypoint-error=allow",`+
+	check("args", at(deploy, append(ctr, "args")...), `["serve","--cert-dir=/etc/restart-injector/tls","--native=off","--delivery=image","--supervisor-pull-secret=registry-a","--supervisor-pull-secret=registry-b","--on-entrypoint-error=allow",`+
 		`"--supervisor-image=registry.example.com/rs@sha256:`+strings.Repeat("ab", 32)+`","--image-pull-policy=Always","--cert-mode=self",`+
 		`"--client-ca-file=/etc/restart-injector/client-ca/bundle.pem","--allowed-registries=registry.example.com"]`)
 	check("client CA mount", at(deploy, append(ctr, "volumeMounts", 1)...), `{"mountPath":"/etc/restart-injector/client-ca","name":"client-ca","readOnly":true}`)
@@ -408,6 +410,7 @@ nodeAgent: {enabled: true, namespace: rs-agent, interval: 5s, image: {tag: v9.9.
 	for _, bad := range []struct{ set, want string }{
 		{"certificates.source=vault", "certificates/source"},
 		{"webhook.native=maybe", "webhook/native"},
+		{"webhook.delivery=volume", "webhook/delivery"},
 		{"webhook.replica=3", "replica"},
 		{"webhook.extraArgs={serve}", "extraArgs"},
 		{"nodeAgent.interval=often", "interval"},
