@@ -27,7 +27,7 @@ TRAINING_RUNS ?= 5
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := bin/golangci-lint-$(GOLANGCI_LINT_VERSION)
 
-.PHONY: build images push example unit race lint fuzz check test rules-test training podstart gang controllers conformance bench sweep e2e-up e2e-down clean
+.PHONY: build images push example unit race lint fuzz check test rules-test training podstart gang controllers conformance conformance-image bench sweep e2e-up e2e-down clean
 
 build:
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o bin/restart-supervisor ./cmd/restart-supervisor
@@ -164,6 +164,21 @@ conformance:
 	done; \
 	for g in $(CONFORMANCE_KUBELET_GATES); do \
 		E2E_MODES=auto E2E_WRITE_REPORT=1 KUBE_BIN_DIR=$$newest E2E_KUBELET_GATES=$$g go test -count=1 -run 'TestConformance$$' -v -timeout 30m ./test/e2e/ || rc=1; \
+	done; exit $$rc
+
+# The conformance table again with the supervisor delivered as an image volume
+# (E2E_DELIVERY=image: the webhook's --delivery=image, no install container) on
+# nodes running containerd 2 (hack/containerd.sh, built from the Go module proxy,
+# about 75 s cold), native and supervised, on each release of
+# CONFORMANCE_IMAGE_VERSIONS (ImageVolume is on by default from 1.35): writes
+# docs/conformance-image-<version>.md. Every wrapped pod of a row is checked to have
+# the image volume and no install container. About 11 minutes a release; root.
+CONFORMANCE_IMAGE_VERSIONS ?= v1.37.2
+conformance-image:
+	rc=0; cdir=$$(hack/containerd.sh | tail -1) || exit 1; \
+	for v in $(CONFORMANCE_IMAGE_VERSIONS); do \
+		dir=$$(KUBE_VERSION=$$v hack/kube-binaries.sh etcd kube-apiserver kubectl kubelet kube-controller-manager | tail -1) || exit 1; \
+		E2E_DELIVERY=image E2E_CONTAINERD_DIR=$$cdir E2E_WRITE_REPORT=1 KUBE_BIN_DIR=$$dir go test -count=1 -run 'TestConformance$$' -v -timeout 60m ./test/e2e/ || rc=1; \
 	done; exit $$rc
 
 # examples/training (PyTorch DDP over gloo, Debian's python3-torch): first

@@ -32,6 +32,23 @@ type admission struct {
 	name      string
 	wrapped   bool // the injector's status annotation is on the stored pod
 	annotated bool // the pod carries its rules in the restart-supervisor.dev/rules annotation
+	// delivery is how a wrapped pod got the binaries: "copy" (the install
+	// container), "image" (the binary volume is an image volume), or
+	// "neither" (which no injection writes).
+	delivery string
+}
+
+// deliveryOf tells how the stored pod got the supervisor's binaries.
+func deliveryOf(pod *corev1.Pod) string {
+	install := slices.ContainsFunc(pod.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == contract.InstallContainer })
+	image := slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == contract.BinVolume && v.Image != nil })
+	switch {
+	case install && !image:
+		return "copy"
+	case image && !install:
+		return "image"
+	}
+	return "neither"
 }
 
 // admissions records every pod of a namespace as the API server stored it
@@ -85,7 +102,7 @@ func (a *admissions) add(pod *corev1.Pod) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if _, seen := a.pods[pod.Name]; !seen {
-		a.pods[pod.Name] = admission{name: pod.Name, wrapped: wrapped, annotated: annotated}
+		a.pods[pod.Name] = admission{name: pod.Name, wrapped: wrapped, annotated: annotated, delivery: deliveryOf(pod)}
 	}
 }
 
@@ -251,7 +268,7 @@ func (r *report) writeAuto(path string, list []scenario) error {
 		release = fmt.Sprintf("%s control plane (etcd, kube-apiserver, kube-controller-manager) with a Kubernetes %s kubelet", r.apiVersion, r.version)
 	}
 	fmt.Fprintf(&b, "Last run: %s UTC, commit %s, %s/%s, Kubernetes %s (built from source), "+
-		"Debian containerd and runc, cgroupfs.\n\n", r.started.UTC().Format("2006-01-02 15:04"), runCommit(), runtime.GOOS, runtime.GOARCH, release)
+		"%s.\n\n", r.started.UTC().Format("2006-01-02 15:04"), runCommit(), runtime.GOOS, runtime.GOARCH, release, r.runtimeLine())
 	if len(r.kubeletGates) > 0 {
 		fmt.Fprintf(&b, "The kubelet runs with `--feature-gates=%s` of its own, the rest of the cluster at the release's defaults: a node "+
 			"whose operator turned a feature off while the control plane keeps it. A kubelet with RestartAllContainersOnContainerExits "+

@@ -20,6 +20,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -67,6 +68,9 @@ type env struct {
 	how          string // how supervised pods were mutated, for the report
 	// admitted records how the webhook admitted each pod (auto mode).
 	admitted *admissions
+	// delivered records the pods of a supervised run, to check that each
+	// wrapped pod got the binaries by the run's delivery (E2E_DELIVERY).
+	delivered *admissions
 }
 
 func repoRoot(t *testing.T) string {
@@ -153,7 +157,12 @@ func TestConformance(t *testing.T) {
 	if len(kubeletGates) > 0 && (len(modes) != 1 || modes[0] != auto) {
 		t.Fatal("E2E_KUBELET_GATES (gates of the kubelet only) runs with E2E_MODES=auto only")
 	}
-	rep := &report{results: map[string]map[mode]result{}, started: time.Now(), kubeletGates: kubeletGates}
+	rep := &report{results: map[string]map[mode]result{}, started: time.Now(), kubeletGates: kubeletGates,
+		containerdDir: os.Getenv("E2E_CONTAINERD_DIR"), delivery: cmp.Or(os.Getenv("E2E_DELIVERY"), "copy")}
+	if _, err := injector.ParseDelivery(rep.delivery); err != nil {
+		t.Fatalf("E2E_DELIVERY: %v", err)
+	}
+
 	for _, m := range modes {
 		t.Run(string(m), func(t *testing.T) { runMode(t, m, repo, binDir, rep) })
 	}
@@ -178,7 +187,14 @@ func TestConformance(t *testing.T) {
 		}
 		t.Logf("wrote %s and docs/conformance.md", path)
 	}
-	if write && ran[native] && ran[supervised] {
+	if write && ran[native] && ran[supervised] && rep.delivery == "image" {
+		// The image-volume delivery's table, beside the release's own.
+		path := filepath.Join(repo, "docs", "conformance-image-"+rep.version+".md")
+		if err := rep.write(path, scenarios()); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("wrote %s", path)
+	} else if write && ran[native] && ran[supervised] {
 		// Each release writes its own file, and the matrix of all of them
 		// (docs/conformance.md) is made again.
 		path := filepath.Join(repo, "docs", "conformance-"+rep.version+".md")
@@ -228,6 +244,8 @@ func runMode(t *testing.T, m mode, repo, binDir string, rep *report) {
 		ControllerManager: true,
 		SupervisorImage:   m != native,
 		JobSetDir:         jobSet,
+		ContainerdDir:     rep.containerdDir,
+		Delivery:          rep.delivery,
 		Log:               testWriter{t},
 	})
 	if err != nil {
@@ -246,6 +264,13 @@ func runMode(t *testing.T, m mode, repo, binDir string, rep *report) {
 				t.Fatalf("webhook: %v\n%s", err, tailFile(c.LogPath("restart-injector")))
 			}
 			e.how = "the restart-injector webhook on the host, registered from deploy/base/webhook.yaml"
+		}
+		if c.Delivery == "image" {
+			e.how += ", delivering the binaries as an image volume of the supervisor image (--delivery=image: no install container)"
+		}
+		var err error
+		if e.delivered, err = watchAdmissions(ctx, c, e.ns); err != nil {
+			t.Fatalf("watch pods: %v", err)
 		}
 	}
 	if m == auto {
@@ -270,6 +295,13 @@ func runMode(t *testing.T, m mode, repo, binDir string, rep *report) {
 		if e.admitted != nil {
 			r.admitted = e.admitted.of(key)
 			r.choice = choiceOf(r.admitted)
+		}
+		if e.delivered != nil && r.err == nil {
+			for _, a := range e.delivered.of(key) {
+				if a.wrapped && a.delivery != c.Delivery {
+					r.err = fmt.Errorf("pod %s got the binaries by %s, want %s (E2E_DELIVERY)", a.name, a.delivery, c.Delivery)
+				}
+			}
 		}
 		return r
 	}
@@ -385,7 +417,8 @@ func webhookConclusion(logPath string) string {
 // superviseWithInjector mutates every pod and Job with the project's
 // injector before creating it: the same mutation the webhook applies.
 func (e *env) superviseWithInjector() {
-	inj := injector.New(injector.Options{SupervisorImage: cluster.SupervisorImage, ImagePullPolicy: corev1.PullNever})
+	inj := injector.New(injector.Options{SupervisorImage: cluster.SupervisorImage, ImagePullPolicy: corev1.PullNever,
+		Delivery: injector.Delivery(e.c.Delivery)})
 	e.how = "injector.MutatePod / MutateObject before create"
 	e.mutatePod = func(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, error) {
 		r, err := inj.MutatePod(ctx, pod)
@@ -454,6 +487,19 @@ type report struct {
 	autoDefaults string
 	// kubeletGates are set on the kubelet only (E2E_KUBELET_GATES).
 	kubeletGates []cluster.FeatureGate
+	// containerdDir and delivery are E2E_CONTAINERD_DIR and E2E_DELIVERY:
+	// containerd 2 and the image-volume delivery (`make
+	// conformance-image`), written to a file of their own.
+	containerdDir, delivery string
+}
+
+// runtimeLine says which runtime the nodes ran, for a report's header.
+func (r *report) runtimeLine() string {
+	if r.containerdDir == "" {
+		return "Debian containerd and runc, cgroupfs"
+	}
+	v, _ := os.ReadFile(filepath.Join(r.containerdDir, "VERSION"))
+	return fmt.Sprintf("containerd %s built from the Go module proxy (hack/containerd.sh) and Debian's runc, cgroupfs", strings.TrimSpace(string(v)))
 }
 
 func (r *report) setAutoDefaults(s string) {

@@ -316,7 +316,7 @@ func (b *podBench) deleteAll(ctx context.Context, idle int) {
 // containerd's k8s.io namespace: the stopped ones cost nothing, and the
 // kubelet's container GC removes them only later.
 func (b *podBench) runtimeContainers() int {
-	out, err := exec.Command("ctr", "--address", b.c.Containerd, "-n", "k8s.io", "tasks", "ls").Output()
+	out, err := exec.Command(b.c.ContainerdTool("ctr"), "--address", b.c.Containerd, "-n", "k8s.io", "tasks", "ls").Output()
 	if err != nil {
 		b.t.Fatalf("ctr tasks ls: %v", err)
 	}

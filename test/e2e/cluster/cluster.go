@@ -111,7 +111,14 @@ type Options struct {
 	// one of its EndpointSlice addresses (--enable-aggregator-routing):
 	// there is no kube-proxy to route its ClusterIP.
 	Workloads bool
-	Log       io.Writer
+	// ContainerdDir, when set, runs the nodes on the containerd 2 of this
+	// directory (hack/containerd.sh: containerd, its runc shim and ctr)
+	// instead of Debian's 1.6: the first runtime here that mounts image
+	// volumes (containerd 2.1).
+	ContainerdDir string
+	// Delivery is the webhook's --delivery (StartWebhook); empty is copy.
+	Delivery string
+	Log      io.Writer
 }
 
 // State is what a running cluster records in Dir/state.json.
@@ -129,6 +136,10 @@ type State struct {
 	// under Options.KubeletBinDir.
 	APIServerVersion string `json:"apiServerVersion"`
 	Containerd       string `json:"containerdSocket"`
+	// ContainerdDir is Options.ContainerdDir; empty: the containerd on PATH.
+	ContainerdDir string `json:"containerdDir,omitempty"`
+	// Delivery is Options.Delivery, copy when it was empty.
+	Delivery string `json:"delivery"`
 	// Second is the second node, when Options.SecondNode started one.
 	Second *SecondNodeState `json:"second,omitempty"`
 	// Processes in start order: name → pid.
@@ -207,9 +218,18 @@ func Up(ctx context.Context, opts Options) (c *Cluster, err error) {
 		}
 	}
 	for _, tool := range []string{"containerd", "ctr", "runc"} {
+		if opts.ContainerdDir != "" && tool != "runc" {
+			if _, err := os.Stat(filepath.Join(opts.ContainerdDir, tool)); err != nil {
+				return nil, fmt.Errorf("e2e cluster: %s missing in %q (run hack/containerd.sh)", tool, opts.ContainerdDir)
+			}
+			continue
+		}
 		if _, err := exec.LookPath(tool); err != nil {
 			return nil, fmt.Errorf("e2e cluster: %s not found (run test/e2e/setup.sh)", tool)
 		}
+	}
+	if opts.Delivery == "" {
+		opts.Delivery = "copy"
 	}
 	version, err := KubeVersion(opts.KubeletBinDir)
 	if err != nil {
@@ -220,7 +240,7 @@ func Up(ctx context.Context, opts Options) (c *Cluster, err error) {
 		return nil, err
 	}
 	c = &Cluster{State: State{Dir: opts.Dir, NodeName: NodeName, RestartRules: opts.RestartRules, KubeVersion: version,
-		APIServerVersion: apiVersion},
+		APIServerVersion: apiVersion, ContainerdDir: opts.ContainerdDir, Delivery: opts.Delivery},
 		log: opts.Log, exited: map[string]chan struct{}{}}
 	defer func() {
 		if err != nil {
@@ -646,26 +666,41 @@ state = %[2]q
 	if err := os.WriteFile(c.nodePath(n, "cni", "net.d", "10-e2e.conflist"), []byte(conflist), 0o644); err != nil {
 		return err
 	}
-	if err := c.Start(n.process, []string{"containerd", "--config", c.nodePath(n, "containerd", "config.toml")}, nil); err != nil {
+	var env []string
+	if c.ContainerdDir != "" {
+		// containerd finds its shim on PATH.
+		env = []string{"PATH=" + c.ContainerdDir + string(os.PathListSeparator) + os.Getenv("PATH")}
+	}
+	if err := c.Start(n.process, []string{c.ContainerdTool("containerd"), "--config", c.nodePath(n, "containerd", "config.toml")}, env); err != nil {
 		return err
 	}
+	ctr := c.ContainerdTool("ctr")
 	err = c.waitFor(ctx, n.process, 30*time.Second, func() error {
-		return exec.Command("ctr", "--address", n.socket, "version").Run()
+		return exec.Command(ctr, "--address", n.socket, "version").Run()
 	})
 	if err != nil {
 		return err
 	}
 	for _, img := range images {
-		out, err := exec.CommandContext(ctx, "ctr", "--address", n.socket, "-n", "k8s.io", "images", "import", "--no-unpack=false", img).CombinedOutput()
+		out, err := exec.CommandContext(ctx, ctr, "--address", n.socket, "-n", "k8s.io", "images", "import", "--no-unpack=false", img).CombinedOutput()
 		if err != nil {
 			// Older ctr has no --no-unpack flag; retry plainly.
-			out, err = exec.CommandContext(ctx, "ctr", "--address", n.socket, "-n", "k8s.io", "images", "import", img).CombinedOutput()
+			out, err = exec.CommandContext(ctx, ctr, "--address", n.socket, "-n", "k8s.io", "images", "import", img).CombinedOutput()
 		}
 		if err != nil {
 			return fmt.Errorf("ctr images import %s: %v\n%s", img, err, out)
 		}
 	}
 	return nil
+}
+
+// ContainerdTool is the path of containerd or ctr: from ContainerdDir when
+// set, else as found on PATH.
+func (c *Cluster) ContainerdTool(name string) string {
+	if c.ContainerdDir != "" {
+		return filepath.Join(c.ContainerdDir, name)
+	}
+	return name
 }
 
 // --- control plane ------------------------------------------------------------

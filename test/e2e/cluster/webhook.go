@@ -90,7 +90,7 @@ func (c *Cluster) StartWebhook(ctx context.Context, repo string) error {
 		// --native=auto as deployed: it must find that this API server
 		// drops the fields and inject. Every scenario container has a
 		// command, so no registry lookups (none is reachable).
-		"--native=auto", "--registry-lookup=false",
+		"--native=auto", "--registry-lookup=false", "--delivery=" + c.Delivery,
 		"--supervisor-image", SupervisorImage, "--image-pull-policy=Never",
 		"--log-format=text",
 	}, nil)
