@@ -33,11 +33,16 @@ func goldenInjector(t testing.TB) (*injector.Injector, *testregistry.Registry) {
 
 func injectBytes(t testing.TB, inj *injector.Injector, in []byte) ([]byte, []ObjectReport) {
 	t.Helper()
+	return injectBytesCtx(context.Background(), t, inj, in)
+}
+
+func injectBytesCtx(ctx context.Context, t testing.TB, inj *injector.Injector, in []byte) ([]byte, []ObjectReport) {
+	t.Helper()
 	m, err := ReadManifests(in)
 	if err != nil {
 		t.Fatalf("ReadManifests: %v", err)
 	}
-	reports, err := Inject(context.Background(), inj, m)
+	reports, err := Inject(ctx, inj, m)
 	if err != nil {
 		t.Fatalf("InjectManifests: %v", err)
 	}

@@ -2,6 +2,7 @@ package manifests
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -14,6 +15,7 @@ import (
 	kubeyaml "sigs.k8s.io/yaml"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
+	"github.com/restart-supervisor/restart-supervisor/injector"
 )
 
 func uninjectBytes(t testing.TB, in []byte) ([]byte, []ObjectReport, error) {
@@ -67,8 +69,19 @@ func normalised(t *testing.T, in []byte) [][]byte {
 // injected ones as the writer renders the original (which, for the inputs
 // already in that form, is the original byte for byte). Uninjecting what
 // was never injected changes nothing.
+//
+// Both deliveries: the undo record of an image-volume injection (no
+// install container, the image as the binary volume) is followed back as
+// the copy's is.
 func TestUninjectGolden(t *testing.T) {
+	for _, d := range []injector.Delivery{injector.DeliveryCopy, injector.DeliveryImage} {
+		t.Run(string(d), func(t *testing.T) { uninjectGolden(t, d) })
+	}
+}
+
+func uninjectGolden(t *testing.T, d injector.Delivery) {
 	inj, _ := goldenInjector(t)
+	ctx := injector.WithDelivery(context.Background(), d)
 	exact := 0
 	var normalisedOnly []string
 	for _, in := range goldenInputs(t) {
@@ -77,7 +90,10 @@ func TestUninjectGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			injected, _ := injectBytes(t, inj, src)
+			injected, _ := injectBytesCtx(ctx, t, inj, src)
+			if d == injector.DeliveryImage && bytes.Contains(injected, []byte(contract.InstallContainer)) && !bytes.Contains(src, []byte(contract.InstallContainer)) {
+				t.Fatalf("the image delivery wrote the install container:\n%s", injected)
+			}
 			back, _, err := uninjectBytes(t, injected)
 			if err != nil {
 				t.Fatalf("uninject: %v", err)

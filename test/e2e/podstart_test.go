@@ -33,10 +33,15 @@ import (
 // created) and all at once, for each way a pod reaches the node:
 //
 //   - uninjected: no rules, no webhook registered (the baseline);
-//   - offline: injected by `restart-injector inject` (the injector's
-//     MutatePod) before it is created, no webhook registered;
+//   - offline (copy): injected by `restart-injector inject` (the
+//     injector's MutatePod) before it is created, no webhook registered,
+//     the binaries copied by the install container;
+//   - offline (image volume): the same with --delivery image, where the
+//     node can mount image volumes (PODSTART_CONTAINERD_DIR, a containerd
+//     2 from hack/containerd.sh, and a 1.35+ kubelet);
 //   - webhook: its rules in the restart-supervisor.dev/rules annotation,
-//     injected by the webhook on create;
+//     injected by the webhook on create, by the image volume where the
+//     node can mount it, else by the copy;
 //   - uninjected+webhook: no rules, with the webhook registered: what the
 //     admission call alone costs a pod it does not change.
 //
@@ -58,7 +63,17 @@ func TestPodStart(t *testing.T) {
 	upStart := time.Now()
 	// The restart gates off: the webhook wraps what it sees, as on a
 	// cluster without the feature.
-	c, err := cluster.Up(ctx, cluster.Options{BinDir: binDir, Repo: repo, RestartRules: false, SupervisorImage: true, Log: testWriter{t}})
+	kubelet, err := cluster.KubeVersion(binDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	containerdDir := os.Getenv("PODSTART_CONTAINERD_DIR")
+	delivery := "copy"
+	if containerdDir != "" && cluster.Minor(kubelet) >= 35 {
+		delivery = "image"
+	}
+	c, err := cluster.Up(ctx, cluster.Options{BinDir: binDir, Repo: repo, RestartRules: false, SupervisorImage: true,
+		ContainerdDir: containerdDir, Delivery: delivery, Log: testWriter{t}})
 	if err != nil {
 		t.Fatalf("cluster up: %v", err)
 	}
@@ -79,14 +94,22 @@ func TestPodStart(t *testing.T) {
 		make func(name string) *corev1.Pod
 	}
 	uninjected := variant{"uninjected", func(name string) *corev1.Pod { return benchPod(name, false) }}
-	offline := variant{"offline", func(name string) *corev1.Pod {
-		res, err := inj.MutatePod(ctx, benchPod(name, true))
-		if err != nil {
-			t.Fatal(err)
+	offlineBy := func(d injector.Delivery) func(string) *corev1.Pod {
+		return func(name string) *corev1.Pod {
+			res, err := inj.MutatePod(injector.WithDelivery(ctx, d), benchPod(name, true))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return res.Pod
 		}
-		return res.Pod
-	}}
-	viaWebhook := variant{"webhook", func(name string) *corev1.Pod {
+	}
+	offline := variant{"offline (copy)", offlineBy(injector.DeliveryCopy)}
+	offlineImage := variant{"offline (image volume)", offlineBy(injector.DeliveryImage)}
+	webhookName := "webhook (copy)"
+	if delivery == "image" {
+		webhookName = "webhook (image volume)"
+	}
+	viaWebhook := variant{webhookName, func(name string) *corev1.Pod {
 		p := benchPod(name, true)
 		if err := cluster.RulesToAnnotation(&p.ObjectMeta, &p.Spec); err != nil {
 			t.Fatal(err)
@@ -99,6 +122,9 @@ func TestPodStart(t *testing.T) {
 	// unpack into the snapshotter, the install container's first copy.
 	b.run(ctx, "warmup-u", uninjected.make, 10, 10)
 	b.run(ctx, "warmup-o", offline.make, 10, 10)
+	if delivery == "image" {
+		b.run(ctx, "warmup-i", offlineImage.make, 10, 10)
+	}
 
 	var rows []podstartRow
 	measure := func(v variant) {
@@ -108,7 +134,7 @@ func TestPodStart(t *testing.T) {
 				label = "all at once"
 			}
 			before := b.admissionSeconds(ctx)
-			samples := b.run(ctx, fmt.Sprintf("%s-%d", strings.ReplaceAll(v.name, "+", "-"), wave), v.make, n, wave)
+			samples := b.run(ctx, fmt.Sprintf("%s-%d", podPrefix(v.name), wave), v.make, n, wave)
 			after := b.admissionSeconds(ctx)
 			row := podstartRow{variant: v.name, mode: label, samples: samples}
 			if after.count > before.count {
@@ -121,6 +147,9 @@ func TestPodStart(t *testing.T) {
 	}
 	measure(uninjected)
 	measure(offline)
+	if delivery == "image" {
+		measure(offlineImage)
+	}
 	if err := c.StartWebhook(ctx, repo); err != nil {
 		t.Fatalf("webhook: %v", err)
 	}
@@ -128,7 +157,7 @@ func TestPodStart(t *testing.T) {
 	measure(passThrough)
 	load = append(load, podstartLoad())
 
-	doc := podstartReport(c.KubeVersion, n, rows, load, time.Since(upStart))
+	doc := podstartReport(c.KubeVersion, runtimeOf(containerdDir), n, rows, load, time.Since(upStart))
 	t.Log("\n" + doc)
 	path := filepath.Join(repo, "docs", "podstart-"+c.KubeVersion+".md")
 	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
@@ -400,15 +429,30 @@ func podstartLoad() string {
 	return strings.Join(f[:3], " ")
 }
 
-func podstartReport(release string, n int, rows []podstartRow, load []string, took time.Duration) string {
+// podPrefix makes a variant's name a pod-name prefix: "offline (image
+// volume)" → "offline-image-volume".
+func podPrefix(variant string) string {
+	return strings.Join(strings.FieldsFunc(variant, func(r rune) bool { return r == ' ' || r == '(' || r == ')' || r == '+' }), "-")
+}
+
+// runtimeOf names the nodes' container runtime for the report.
+func runtimeOf(containerdDir string) string {
+	if containerdDir == "" {
+		return "Debian's containerd 1.6"
+	}
+	v, _ := os.ReadFile(filepath.Join(containerdDir, "VERSION"))
+	return "containerd " + strings.TrimSpace(string(v)) + " (hack/containerd.sh)"
+}
+
+func podstartReport(release, runtimeName string, n int, rows []podstartRow, load []string, took time.Duration) string {
 	commit, _ := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Pod start with and without injection, kubelet %s\n\n", release)
 	fmt.Fprintf(&b, "Written by `make podstart` (test/e2e/podstart_test.go) on kubelet %s, commit %s, %s UTC; load average %s at the start, %s at the end; the run took %s.\n",
 		release, strings.TrimSpace(string(commit)), time.Now().UTC().Format("2006-01-02 15:04"), load[0], load[len(load)-1], took.Round(time.Second))
-	fmt.Fprintf(&b, "%d pods per row, one container of a local busybox image (`sleep 3600`), on one node (API server, kubelet and containerd on this machine, %d CPUs). ", n, runtime.NumCPU())
+	fmt.Fprintf(&b, "%d pods per row, one container of a local busybox image (`sleep 3600`), on one node (API server, kubelet and %s on this machine, %d CPUs). ", n, runtimeName, runtime.NumCPU())
 	b.WriteString("Each phase is when the test's watch first saw it, from the start of the pod's create call: median and p99 (nearest rank) in seconds. ")
-	b.WriteString("`created` is the create call itself (admission included); `initialized` the Initialized condition (an injected pod first runs the install container); `started` its container running; `ready` the Ready condition. ")
+	b.WriteString("`created` is the create call itself (admission included); `initialized` the Initialized condition (a pod injected with the copy first runs the install container; the image volume has none); `started` its container running; `ready` the Ready condition. ")
 	b.WriteString("`+ready` is the median `ready` over the uninjected row of the same mode. ")
 	b.WriteString("The webhook is registered as `deploy/base/webhook.yaml` registers it: its matchConditions, which the API server evaluates, send it only pods that carry rules, so `uninjected+webhook` makes no webhook call at all.\n\n")
 	b.WriteString("| pods | mode | created p50 / p99 | initialized p50 / p99 | started p50 / p99 | ready p50 / p99 | +ready | webhook mean per call |\n")
