@@ -65,10 +65,15 @@ type Options struct {
 	BinSizeLimit *resource.Quantity
 	// StateSizeLimit caps the state volume; default 1Mi.
 	StateSizeLimit *resource.Quantity
-	// InitResources are the install container's requests and limits;
-	// default 10m CPU and 16Mi memory, equal requests and limits so that
-	// a Guaranteed pod stays Guaranteed. A BestEffort pod gets none, so it
-	// stays BestEffort.
+	// InitResources, when set, are the install container's requests and
+	// limits for every pod but a BestEffort one (which gets none, so it
+	// stays BestEffort). Unset, each pod's install container takes the CPU
+	// and memory requests and limits of the pod's own regular container
+	// with the most CPU (installResources): a container that already
+	// passes the namespace's LimitRange and keeps the pod's QoS class and
+	// effective requests as they are, and a CPU quota under which the copy
+	// is not throttled (a 10m limit made it take about a second:
+	// docs/benchmarks.md).
 	InitResources *corev1.ResourceRequirements
 	// Resolver looks up image entrypoints for containers without command
 	// (imagelookup/registry.New for registries); nil means no lookups:
@@ -106,13 +111,6 @@ func New(opts Options) *Injector {
 	if opts.StateSizeLimit == nil {
 		q := resource.MustParse("1Mi")
 		opts.StateSizeLimit = &q
-	}
-	if opts.InitResources == nil {
-		rl := corev1.ResourceList{
-			corev1.ResourceCPU:    resource.MustParse("10m"),
-			corev1.ResourceMemory: resource.MustParse("16Mi"),
-		}
-		opts.InitResources = &corev1.ResourceRequirements{Requests: rl, Limits: rl.DeepCopy()}
 	}
 	return &Injector{opts: opts}
 }
