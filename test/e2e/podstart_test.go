@@ -19,6 +19,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
@@ -157,9 +158,105 @@ func TestPodStart(t *testing.T) {
 	measure(passThrough)
 	load = append(load, podstartLoad())
 
-	doc := podstartReport(c.KubeVersion, runtimeOf(containerdDir), n, rows, load, time.Since(upStart))
+	doc := podstartReport("Pod start with and without injection", c.KubeVersion, runtimeOf(containerdDir), "no resources: BestEffort", n, rows, load, time.Since(upStart))
 	t.Log("\n" + doc)
 	path := filepath.Join(repo, "docs", "podstart-"+c.KubeVersion+".md")
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("wrote %s", path)
+}
+
+// TestInstallContainerLimitOnKubelet measures what the install container's
+// own resources cost a pod that declares some (Burstable: requests 100m CPU
+// and 64Mi, limits 1 CPU and 256Mi; TestPodStart's pods are BestEffort, whose
+// install container has none): PODSTART_LIMIT_PODS pods (default 50) in
+// waves of 10, uninjected, injected with the fixed 10m/16Mi requests and
+// limits of earlier releases (Options.InitResources), with the pod's own
+// largest container's (the default now), and, where the node mounts image
+// volumes, by the image volume. Writes docs/podstart-resources-<release>.md.
+func TestInstallContainerLimitOnKubelet(t *testing.T) {
+	repo, binDir := prepareNode(t)
+	n := 50
+	if v, err := strconv.Atoi(os.Getenv("PODSTART_LIMIT_PODS")); err == nil && v > 0 {
+		n = v
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	upStart := time.Now()
+	kubelet, err := cluster.KubeVersion(binDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	containerdDir := os.Getenv("PODSTART_CONTAINERD_DIR")
+	image := containerdDir != "" && cluster.Minor(kubelet) >= 35
+	c, err := cluster.Up(ctx, cluster.Options{BinDir: binDir, Repo: repo, RestartRules: false, SupervisorImage: true,
+		ContainerdDir: containerdDir, Log: testWriter{t}})
+	if err != nil {
+		t.Fatalf("cluster up: %v", err)
+	}
+	tearDownAtEnd(t, c)
+	cfg := *c.Config
+	cfg.QPS, cfg.Burst = 1000, 1000
+	client, err := kubernetes.NewForConfig(&cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &podBench{t: t, c: c, client: client, ns: "default"}
+	load := []string{podstartLoad()}
+	burstable := func(name string, rules bool) *corev1.Pod {
+		p := benchPod(name, rules)
+		p.Spec.Containers[0].Resources = corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("256Mi")},
+		}
+		return p
+	}
+	fixed := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")}
+	withOpts := func(opts injector.Options, d injector.Delivery) func(string) *corev1.Pod {
+		opts.SupervisorImage, opts.ImagePullPolicy = cluster.SupervisorImage, corev1.PullNever
+		inj := injector.New(opts)
+		return func(name string) *corev1.Pod {
+			res, err := inj.MutatePod(injector.WithDelivery(ctx, d), burstable(name, true))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return res.Pod
+		}
+	}
+	type variant struct {
+		id, name string
+		make     func(string) *corev1.Pod
+	}
+	variants := []variant{
+		{"uninjected", "uninjected", func(name string) *corev1.Pod { return burstable(name, false) }},
+		{"fixed", "copy, fixed 10m / 16Mi (before)", withOpts(injector.Options{InitResources: &corev1.ResourceRequirements{Requests: fixed, Limits: fixed.DeepCopy()}}, injector.DeliveryCopy)},
+		{"own", "copy, the pod's own container's (now)", withOpts(injector.Options{}, injector.DeliveryCopy)},
+	}
+	if image {
+		variants = append(variants, variant{"image", "image volume", withOpts(injector.Options{}, injector.DeliveryImage)})
+	}
+	b.run(ctx, "warmup-u", variants[0].make, 10, 10)
+	b.run(ctx, "warmup-o", variants[2].make, 10, 10)
+	var rows []podstartRow
+	// Interleaved, a wave of each variant in turn, so that a drift of the
+	// machine's load over the run reaches every row alike.
+	per := map[string][]podSample{}
+	for round := 0; round < n/10; round++ {
+		for _, v := range variants {
+			per[v.name] = append(per[v.name], b.run(ctx, fmt.Sprintf("limit-%s-%d", v.id, round), v.make, 10, 10)...)
+		}
+	}
+	for _, v := range variants {
+		row := podstartRow{variant: v.name, mode: "waves of 10", samples: per[v.name]}
+		rows = append(rows, row)
+		t.Logf("%s: initialized p50 %.3fs, ready p50 %.3fs p99 %.3fs", v.name, row.quantile(phaseInitialized, 0.5), row.quantile(phaseReady, 0.5), row.quantile(phaseReady, 0.99))
+	}
+	load = append(load, podstartLoad())
+	doc := podstartReport("The install container's resources and pod start", c.KubeVersion, runtimeOf(containerdDir),
+		"requests 100m CPU and 64Mi, limits 1 CPU and 256Mi: Burstable", len(per[variants[0].name]), rows, load, time.Since(upStart))
+	t.Log("\n" + doc)
+	path := filepath.Join(repo, "docs", "podstart-resources-"+c.KubeVersion+".md")
 	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -444,13 +541,13 @@ func runtimeOf(containerdDir string) string {
 	return "containerd " + strings.TrimSpace(string(v)) + " (hack/containerd.sh)"
 }
 
-func podstartReport(release, runtimeName string, n int, rows []podstartRow, load []string, took time.Duration) string {
+func podstartReport(title, release, runtimeName, shape string, n int, rows []podstartRow, load []string, took time.Duration) string {
 	commit, _ := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
 	var b strings.Builder
-	fmt.Fprintf(&b, "# Pod start with and without injection, kubelet %s\n\n", release)
+	fmt.Fprintf(&b, "# %s, kubelet %s\n\n", title, release)
 	fmt.Fprintf(&b, "Written by `make podstart` (test/e2e/podstart_test.go) on kubelet %s, commit %s, %s UTC; load average %s at the start, %s at the end; the run took %s.\n",
 		release, strings.TrimSpace(string(commit)), time.Now().UTC().Format("2006-01-02 15:04"), load[0], load[len(load)-1], took.Round(time.Second))
-	fmt.Fprintf(&b, "%d pods per row, one container of a local busybox image (`sleep 3600`), on one node (API server, kubelet and %s on this machine, %d CPUs). ", n, runtimeName, runtime.NumCPU())
+	fmt.Fprintf(&b, "%d pods per row, one container of a local busybox image (`sleep 3600`, %s), on one node (API server, kubelet and %s on this machine, %d CPUs). ", n, shape, runtimeName, runtime.NumCPU())
 	b.WriteString("Each phase is when the test's watch first saw it, from the start of the pod's create call: median and p99 (nearest rank) in seconds. ")
 	b.WriteString("`created` is the create call itself (admission included); `initialized` the Initialized condition (a pod injected with the copy first runs the install container; the image volume has none); `started` its container running; `ready` the Ready condition. ")
 	b.WriteString("`+ready` is the median `ready` over the uninjected row of the same mode. ")
