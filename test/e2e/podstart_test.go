@@ -5,8 +5,12 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
+	"io"
 	"math"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -134,10 +140,10 @@ func TestPodStart(t *testing.T) {
 			if wave == n {
 				label = "all at once"
 			}
-			before := b.admissionSeconds(ctx)
+			before, criBefore := b.admissionSeconds(ctx), b.kubeletOps(ctx)
 			samples := b.run(ctx, fmt.Sprintf("%s-%d", podPrefix(v.name), wave), v.make, n, wave)
 			after := b.admissionSeconds(ctx)
-			row := podstartRow{variant: v.name, mode: label, samples: samples}
+			row := podstartRow{variant: v.name, mode: label, samples: samples, cri: criDelta(criBefore, b.kubeletOps(ctx))}
 			if after.count > before.count {
 				row.admission = (after.sum - before.sum) / float64(after.count-before.count)
 				row.admissionCalls = after.count - before.count
@@ -242,13 +248,22 @@ func TestInstallContainerLimitOnKubelet(t *testing.T) {
 	// Interleaved, a wave of each variant in turn, so that a drift of the
 	// machine's load over the run reaches every row alike.
 	per := map[string][]podSample{}
+	cri := map[string]map[string]histogramSum{}
 	for round := 0; round < n/10; round++ {
 		for _, v := range variants {
+			before := b.kubeletOps(ctx)
 			per[v.name] = append(per[v.name], b.run(ctx, fmt.Sprintf("limit-%s-%d", v.id, round), v.make, 10, 10)...)
+			d := criDelta(before, b.kubeletOps(ctx))
+			if cri[v.name] == nil {
+				cri[v.name] = map[string]histogramSum{}
+			}
+			for op, h := range d {
+				cri[v.name][op] = histogramSum{sum: cri[v.name][op].sum + h.sum, count: cri[v.name][op].count + h.count}
+			}
 		}
 	}
 	for _, v := range variants {
-		row := podstartRow{variant: v.name, mode: "waves of 10", samples: per[v.name]}
+		row := podstartRow{variant: v.name, mode: "waves of 10", samples: per[v.name], cri: cri[v.name]}
 		rows = append(rows, row)
 		t.Logf("%s: initialized p50 %.3fs, ready p50 %.3fs p99 %.3fs", v.name, row.quantile(phaseInitialized, 0.5), row.quantile(phaseReady, 0.5), row.quantile(phaseReady, 0.99))
 	}
@@ -497,6 +512,56 @@ type podstartRow struct {
 	samples        []podSample
 	admission      float64 // mean seconds per webhook call, 0 when none
 	admissionCalls int
+	// cri is the kubelet's time in CRI calls over the row, by operation
+	// (kubeletOps after minus before), nil when not read.
+	cri map[string]histogramSum
+}
+
+// criOps are the kubelet's CRI operations a row reports, per pod: the
+// container's creation (where the runtime mounts an image volume), its
+// start, and the image status checks (the install container's image, and
+// an image volume's before it is mounted).
+var criOps = []string{"create_container", "start_container", "image_status"}
+
+// kubeletOps reads kubelet_runtime_operations_duration_seconds, the CRI
+// calls the kubelet made by operation, from its /metrics (the harness's
+// kubelet serves it without authentication, on the node's address).
+func (b *podBench) kubeletOps(ctx context.Context) map[string]histogramSum {
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+net.JoinHostPort(b.c.NodeIP, "10250")+"/metrics", nil)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		b.t.Fatalf("kubelet metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		b.t.Fatalf("kubelet metrics: %v", err)
+	}
+	ops := map[string]histogramSum{}
+	if f := families["kubelet_runtime_operations_duration_seconds"]; f != nil {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "operation_type" {
+					ops[l.GetValue()] = histogramSum{sum: m.GetHistogram().GetSampleSum(), count: int(m.GetHistogram().GetSampleCount())}
+				}
+			}
+		}
+	}
+	return ops
+}
+
+// criDelta is after minus before, by operation.
+func criDelta(before, after map[string]histogramSum) map[string]histogramSum {
+	d := map[string]histogramSum{}
+	for op, a := range after {
+		d[op] = histogramSum{sum: a.sum - before[op].sum, count: a.count - before[op].count}
+	}
+	return d
 }
 
 // quantile is the q-quantile (nearest rank) of a phase over the row's
@@ -552,8 +617,9 @@ func podstartReport(title, release, runtimeName, shape string, n int, rows []pod
 	b.WriteString("`created` is the create call itself (admission included); `initialized` the Initialized condition (a pod injected with the copy first runs the install container; the image volume has none); `started` its container running; `ready` the Ready condition. ")
 	b.WriteString("`+ready` is the median `ready` over the uninjected row of the same mode. ")
 	b.WriteString("The webhook is registered as `deploy/base/webhook.yaml` registers it: its matchConditions, which the API server evaluates, send it only pods that carry rules, so `uninjected+webhook` makes no webhook call at all.\n\n")
-	b.WriteString("| pods | mode | created p50 / p99 | initialized p50 / p99 | started p50 / p99 | ready p50 / p99 | +ready | webhook mean per call |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("`kubelet CRI per pod` is the kubelet's time in the runtime's " + strings.Join(criOps, ", ") + " calls over the row (`kubelet_runtime_operations_duration_seconds`), divided by its pods, in ms: where the install container's second container and an image volume's mount show.\n\n")
+	b.WriteString("| pods | mode | created p50 / p99 | initialized p50 / p99 | started p50 / p99 | ready p50 / p99 | +ready | webhook mean per call | kubelet CRI per pod, ms: " + strings.Join(criOps, " / ") + " |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
 	base := map[string]float64{}
 	for _, r := range rows {
 		if r.variant == "uninjected" {
@@ -573,7 +639,15 @@ func podstartReport(title, release, runtimeName, shape string, n int, rows []pod
 		if r.admissionCalls > 0 {
 			adm = fmt.Sprintf("%.1f ms (%d calls)", 1000*r.admission, r.admissionCalls)
 		}
-		fmt.Fprintf(&b, " %s | %s |\n", over, adm)
+		cri := "not read"
+		if r.cri != nil && len(r.samples) > 0 {
+			var parts []string
+			for _, op := range criOps {
+				parts = append(parts, fmt.Sprintf("%.1f (%d calls)", 1000*r.cri[op].sum/float64(len(r.samples)), r.cri[op].count))
+			}
+			cri = strings.Join(parts, " / ")
+		}
+		fmt.Fprintf(&b, " %s | %s | %s |\n", over, adm, cri)
 	}
 	b.WriteString("\nPhases: " + strings.Join(phaseNames[:], ", ") + ".\n")
 	return b.String()
