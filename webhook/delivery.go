@@ -50,10 +50,12 @@ const ImageVolumeProbePodName = "restart-injector-image-volume-probe"
 // ImageVolumeDetector finds out whether every part of the cluster mounts
 // image volumes: the API server keeps spec.volumes[].image (checked with
 // a server-side dry-run create, as NativeDetector checks the restart
-// fields: a server with ImageVolume off drops the volume and its mounts,
-// pkg/api/pod/util.go dropImageVolumes, v1.34.4, and stores the pod, whose
-// wrapped containers would then not find the supervisor), every kubelet is MinImageVolumeKubelet or newer and every
-// node's runtime is one of imageVolumeRuntimes at its release or newer. A
+// fields), every kubelet is MinImageVolumeKubelet or newer and every
+// node's runtime is one of imageVolumeRuntimes at its release or newer.
+// The dry run is needed because a server with ImageVolume off drops the
+// volume and its mounts and stores the pod anyway (pkg/api/pod/util.go
+// dropImageVolumes, v1.34.4): its wrapped containers would not find the
+// supervisor. A
 // cluster in the middle of an upgrade is judged by its oldest node. Until
 // the first check succeeds the answer is "no", so pods get the copy: it
 // runs everywhere, an image volume on a node that cannot mount it keeps
