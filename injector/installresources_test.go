@@ -26,8 +26,8 @@ func rl(cpu, mem string) corev1.ResourceList {
 // TestInstallContainerResources: the install container takes the CPU and
 // memory of the pod's regular container with the most CPU, so the pod's
 // QoS class, its effective requests and limits and every LimitRange bound
-// that container met stay as they are; none for a BestEffort pod or one
-// with pod-level resources; Options.InitResources wins when set.
+// that container met stay as they are; none for a BestEffort pod;
+// Options.InitResources wins when set.
 func TestInstallContainerResources(t *testing.T) {
 	rules := []corev1.ContainerRestartRule{{Action: corev1.ContainerRestartRuleActionRestart,
 		ExitCodes: &corev1.ContainerRestartRuleOnExitCodes{Operator: corev1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{42}}}}
@@ -45,8 +45,8 @@ func TestInstallContainerResources(t *testing.T) {
 	guaranteed := func(cpu, mem string) corev1.ResourceRequirements {
 		return corev1.ResourceRequirements{Requests: rl(cpu, mem), Limits: rl(cpu, mem)}
 	}
-	podLevel := pod(corev1.ResourceRequirements{})
-	podLevel.Spec.Resources = &corev1.ResourceRequirements{Limits: rl("2", "2Gi")}
+	podLevel := pod(corev1.ResourceRequirements{Limits: rl("1", "1Gi")})
+	podLevel.Spec.Resources = &corev1.ResourceRequirements{Requests: rl("2", "2Gi")}
 	override := corev1.ResourceRequirements{Requests: rl("10m", "16Mi"), Limits: rl("10m", "16Mi")}
 	for _, c := range []struct {
 		name string
@@ -62,7 +62,7 @@ func TestInstallContainerResources(t *testing.T) {
 		{"extended resources are not copied", pod(corev1.ResourceRequirements{Requests: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1"), corev1.ResourceCPU: resource.MustParse("4")},
 			Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}}), Options{}, corev1.ResourceRequirements{Requests: rl("4", "")}},
 		{"BestEffort", pod(corev1.ResourceRequirements{}), Options{}, corev1.ResourceRequirements{}},
-		{"pod-level resources", podLevel, Options{}, corev1.ResourceRequirements{}},
+		{"pod-level requests, container limits: the limits stay declared", podLevel, Options{}, corev1.ResourceRequirements{Limits: rl("1", "1Gi")}},
 		{"InitResources set", pod(guaranteed("1", "1Gi")), Options{InitResources: &override}, override},
 	} {
 		res, err := New(c.opts).MutatePod(context.Background(), c.pod)

@@ -391,11 +391,12 @@ func (i *Injector) installContainer(pod *corev1.Pod) corev1.Container {
 }
 
 // installResources are the requests and limits of the install container of
-// a pod that is not BestEffort: Options.InitResources when set; none when
-// the pod declares pod-level resources (spec.resources, which bound every
-// container and decide the QoS class); else the CPU and memory requests
-// and limits of the pod's regular container with the most CPU (its limit,
-// else its request; then memory likewise; the first on a tie).
+// a pod that is not BestEffort: Options.InitResources when set; else the
+// CPU and memory requests and limits of the pod's regular container with
+// the most CPU (its limit, else its request; then memory likewise; the
+// first on a tie). Also under pod-level resources (spec.resources): a pod
+// with pod-level requests only has its cgroup limited by its containers'
+// limits when every container declares one, and the copy keeps that true.
 //
 // Why a copy of a container's own: init containers run before the regular
 // ones, so the pod's effective request and limit of a resource are the
@@ -411,9 +412,6 @@ func (i *Injector) installContainer(pod *corev1.Pod) corev1.Container {
 func (i *Injector) installResources(pod *corev1.Pod) corev1.ResourceRequirements {
 	if i.opts.InitResources != nil {
 		return *i.opts.InitResources.DeepCopy()
-	}
-	if pod.Spec.Resources != nil {
-		return corev1.ResourceRequirements{}
 	}
 	amount := func(c *corev1.Container, name corev1.ResourceName) resource.Quantity {
 		if q, ok := c.Resources.Limits[name]; ok {
