@@ -36,8 +36,10 @@ var MinImageVolumeKubelet = version.MustParseGeneric("1.35.0")
 // imageVolumeRuntimes are the container runtimes, as a node reports them
 // in status.nodeInfo.containerRuntimeVersion ("containerd://2.1.0"), and
 // their first release that mounts image volumes: containerd 2.1 (its CRI
-// plugin's image volume support) and CRI-O 1.31. Any other runtime counts
-// as lacking it.
+// plugin's internal/cri/server/container_image_mount.go is in v2.1.0 and
+// not in v2.0.5, read from the module proxy) and CRI-O 1.31 (as the
+// Kubernetes image-volume task page and KEP-4639 say; its source is not
+// served by the module proxy here). Any other runtime counts as lacking it.
 var imageVolumeRuntimes = map[string]*version.Version{
 	"containerd": version.MustParseGeneric("2.1.0"),
 	"cri-o":      version.MustParseGeneric("1.31.0"),
@@ -88,34 +90,25 @@ func (d *ImageVolumeDetector) Delivery() injector.Delivery {
 // Run checks now and then every Interval until ctx is done, keeping the
 // previous conclusion when a check fails.
 func (d *ImageVolumeDetector) Run(ctx context.Context) {
-	interval := d.Interval
-	if interval <= 0 {
-		interval = 5 * time.Minute
-	}
 	var last string
-	for {
+	repeatEvery(ctx, d.Interval, func() {
 		ok, why, err := d.Check(ctx)
 		if ctx.Err() != nil {
 			return
 		}
 		if err != nil {
 			d.log().Warn("image volumes: check failed; keeping previous conclusion", "delivery", d.Delivery(), "err", err)
-		} else {
-			d.supported.Store(ok)
-			if d.Gauge != nil {
-				d.Gauge.Set(map[bool]float64{true: 1}[ok])
-			}
-			if why != last {
-				d.log().Info("image volumes", "delivery", d.Delivery(), "reason", why)
-				last = why
-			}
-		}
-		select {
-		case <-ctx.Done():
 			return
-		case <-time.After(interval):
 		}
-	}
+		d.supported.Store(ok)
+		if d.Gauge != nil {
+			d.Gauge.Set(map[bool]float64{true: 1}[ok])
+		}
+		if why != last {
+			d.log().Info("image volumes", "delivery", d.Delivery(), "reason", why)
+			last = why
+		}
+	})
 }
 
 func (d *ImageVolumeDetector) log() *slog.Logger {

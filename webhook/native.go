@@ -164,12 +164,8 @@ func (d *NativeDetector) HonouredFor(f NativeFeature) bool {
 
 // Run checks now and then every Interval until ctx is done.
 func (d *NativeDetector) Run(ctx context.Context) {
-	interval := d.Interval
-	if interval <= 0 {
-		interval = 5 * time.Minute
-	}
 	var last string
-	for {
+	repeatEvery(ctx, d.Interval, func() {
 		ok, okAll, why, err := d.CheckAll(ctx)
 		if ctx.Err() != nil {
 			return
@@ -178,20 +174,31 @@ func (d *NativeDetector) Run(ctx context.Context) {
 			// Keep the previous conclusion: a transient API error must not
 			// flip a cluster between injecting and not.
 			d.log().Warn("native restart rules: check failed; keeping previous conclusion", "honoured", d.Honoured(), "err", err)
-		} else {
-			d.honoured.Store(ok)
-			d.honouredAll.Store(okAll)
-			if d.Metrics != nil {
-				d.Metrics.NativeHonoured.Set(map[bool]float64{false: 0, true: 1}[ok])
-			}
-			if why != last {
-				d.log().Info("native restart rules", "honoured", ok, "reason", why)
-				last = why
-			}
-			if d.OnConclusion != nil {
-				d.OnConclusion(ctx, ok, okAll, why)
-			}
+			return
 		}
+		d.honoured.Store(ok)
+		d.honouredAll.Store(okAll)
+		if d.Metrics != nil {
+			d.Metrics.NativeHonoured.Set(map[bool]float64{false: 0, true: 1}[ok])
+		}
+		if why != last {
+			d.log().Info("native restart rules", "honoured", ok, "reason", why)
+			last = why
+		}
+		if d.OnConclusion != nil {
+			d.OnConclusion(ctx, ok, okAll, why)
+		}
+	})
+}
+
+// repeatEvery calls check now and then every interval (five minutes when
+// zero or less) until ctx is done: the loop of the cluster detectors.
+func repeatEvery(ctx context.Context, interval time.Duration, check func()) {
+	if interval <= 0 {
+		interval = 5 * time.Minute
+	}
+	for {
+		check()
 		select {
 		case <-ctx.Done():
 			return
