@@ -48,7 +48,9 @@ func TestImageVolumeDeliveryPerCluster(t *testing.T) {
 			{"node-137-containerd-17", "v1.37.2", "containerd://1.7.27", false}, // a runtime without image volumes
 			{"node-134", "v1.34.4", "containerd://2.1.0", false},                // an old kubelet
 		} {
-			addNodeWithRuntime(t, client, step.node, step.kubelet, step.runtime)
+			addNodeWith(t, client, step.node, func(st *corev1.NodeStatus) {
+				st.NodeInfo.KubeletVersion, st.NodeInfo.ContainerRuntimeVersion = step.kubelet, step.runtime
+			})
 			ok, why, err := d.Check(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -93,16 +95,4 @@ func TestImageVolumeDeliveryPerCluster(t *testing.T) {
 			}
 		}
 	})
-}
-
-func addNodeWithRuntime(t testing.TB, client kubernetes.Interface, name, kubelet, runtime string) {
-	ctx := context.Background()
-	n, err := client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.Status.NodeInfo.KubeletVersion, n.Status.NodeInfo.ContainerRuntimeVersion = kubelet, runtime
-	if _, err := client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 }

@@ -454,13 +454,19 @@ func caBundleOf(t testing.TB, client kubernetes.Interface, name string) []byte {
 // kubelet with NodeDeclaredFeatures does, declares the features given (an
 // API server without the field drops them).
 func addNode(t testing.TB, client kubernetes.Interface, name, kubelet string, declared ...string) {
+	addNodeWith(t, client, name, func(st *corev1.NodeStatus) {
+		st.NodeInfo.KubeletVersion, st.DeclaredFeatures = kubelet, declared
+	})
+}
+
+// addNodeWith creates node name and sets its status as status says.
+func addNodeWith(t testing.TB, client kubernetes.Interface, name string, status func(*corev1.NodeStatus)) {
 	ctx := context.Background()
 	n, err := client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.Status.NodeInfo.KubeletVersion = kubelet
-	n.Status.DeclaredFeatures = declared
+	status(&n.Status)
 	if _, err := client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}

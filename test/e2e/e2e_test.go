@@ -498,8 +498,17 @@ func (r *report) runtimeLine() string {
 	if r.containerdDir == "" {
 		return "Debian containerd and runc, cgroupfs"
 	}
-	v, _ := os.ReadFile(filepath.Join(r.containerdDir, "VERSION"))
-	return fmt.Sprintf("containerd %s built from the Go module proxy (hack/containerd.sh) and Debian's runc, cgroupfs", strings.TrimSpace(string(v)))
+	return runtimeOf(r.containerdDir) + " and Debian's runc, cgroupfs"
+}
+
+// runtimeOf names the nodes' containerd: Debian's, or the build of
+// hack/containerd.sh in containerdDir.
+func runtimeOf(containerdDir string) string {
+	if containerdDir == "" {
+		return "Debian's containerd 1.6"
+	}
+	v, _ := os.ReadFile(filepath.Join(containerdDir, "VERSION"))
+	return "containerd " + strings.TrimSpace(string(v)) + " built from the Go module proxy (hack/containerd.sh)"
 }
 
 func (r *report) setAutoDefaults(s string) {

@@ -597,15 +597,6 @@ func podPrefix(variant string) string {
 	return strings.Join(strings.FieldsFunc(variant, func(r rune) bool { return r == ' ' || r == '(' || r == ')' || r == '+' }), "-")
 }
 
-// runtimeOf names the nodes' container runtime for the report.
-func runtimeOf(containerdDir string) string {
-	if containerdDir == "" {
-		return "Debian's containerd 1.6"
-	}
-	v, _ := os.ReadFile(filepath.Join(containerdDir, "VERSION"))
-	return "containerd " + strings.TrimSpace(string(v)) + " (hack/containerd.sh)"
-}
-
 func podstartReport(title, release, runtimeName, shape string, n int, rows []podstartRow, load []string, took time.Duration) string {
 	commit, _ := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
 	var b strings.Builder
