@@ -167,18 +167,21 @@ conformance:
 	done; exit $$rc
 
 # The conformance table again with the supervisor delivered as an image volume
-# (E2E_DELIVERY=image: the webhook's --delivery=image, no install container) on
-# nodes running containerd 2 (hack/containerd.sh, built from the Go module proxy,
-# about 75 s cold), native and supervised, on each release of
-# CONFORMANCE_IMAGE_VERSIONS (ImageVolume is on by default from 1.35): writes
-# docs/conformance-image-<version>.md. Every wrapped pod of a row is checked to have
-# the image volume and no install container. About 11 minutes a release; root.
-CONFORMANCE_IMAGE_VERSIONS ?= v1.37.2
+# (no install container) on nodes running containerd 2 (hack/containerd.sh,
+# built from the Go module proxy, about 75 s cold), native and supervised, on
+# each release of CONFORMANCE_IMAGE_VERSIONS (ImageVolume is on by default from
+# 1.35): writes docs/conformance-image-<version>.md. CONFORMANCE_IMAGE_DELIVERY
+# is the webhook's --delivery: auto (the default, as deployed) must choose the
+# image volume on these nodes, and the run fails if it does not; image forces it.
+# Every wrapped pod of a row is checked to have the image volume and no install
+# container. About 11 minutes a release; root.
+CONFORMANCE_IMAGE_VERSIONS ?= v1.35.4 v1.36.3 v1.37.2
+CONFORMANCE_IMAGE_DELIVERY ?= auto
 conformance-image:
 	rc=0; cdir=$$(hack/containerd.sh | tail -1) || exit 1; \
 	for v in $(CONFORMANCE_IMAGE_VERSIONS); do \
 		dir=$$(KUBE_VERSION=$$v hack/kube-binaries.sh etcd kube-apiserver kubectl kubelet kube-controller-manager | tail -1) || exit 1; \
-		E2E_DELIVERY=image E2E_CONTAINERD_DIR=$$cdir E2E_WRITE_REPORT=1 KUBE_BIN_DIR=$$dir go test -count=1 -run 'TestConformance$$' -v -timeout 60m ./test/e2e/ || rc=1; \
+		E2E_DELIVERY=$(CONFORMANCE_IMAGE_DELIVERY) E2E_CONTAINERD_DIR=$$cdir E2E_WRITE_REPORT=1 KUBE_BIN_DIR=$$dir go test -count=1 -run 'TestConformance$$' -v -timeout 60m ./test/e2e/ || rc=1; \
 	done; exit $$rc
 
 # examples/training (PyTorch DDP over gloo, Debian's python3-torch): first
@@ -210,7 +213,10 @@ training:
 # measures the install container's own resources on Burstable pods (fixed
 # 10m/16Mi as before, the pod's own container's now, the image volume:
 # TestInstallContainerLimitOnKubelet, docs/podstart-resources-<release>.md,
-# about 4 minutes). Then the node agent over 10 and 110 pods of its node (the
+# about 4 minutes), and by the pod's volumes: none, an emptyDir of its own, the
+# service account's token (the default), each with every delivery, interleaved
+# (TestPodStartVolumes, docs/podstart-volumes-<release>.md, about 10 minutes).
+# Then the node agent over 10 and 110 pods of its node (the
 # kubelet's default --max-pods) on a real kube-apiserver: CPU a scan, peak
 # RSS, write → metric and → Event (test/apiserver TestNodeAgentAtNodeScale,
 # about 2 min). Then PODBURST_PODS pods (default 5000) created in one burst
@@ -221,10 +227,10 @@ training:
 PODSTART_PODS ?= 100
 PODBURST_PODS ?= 5000
 podstart:
-	PODSTART_PODS=$(PODSTART_PODS) go test -tags podstart -count=1 -v -timeout 3h -run '^(TestPodStart|TestInstallContainerLimitOnKubelet)$$' ./test/e2e
+	PODSTART_PODS=$(PODSTART_PODS) go test -tags podstart -count=1 -v -timeout 3h -run '^(TestPodStart|TestInstallContainerLimitOnKubelet|TestPodStartVolumes)$$' ./test/e2e
 	cdir=$$(hack/containerd.sh | tail -1) && \
 	dir=$$(KUBE_VERSION=$(CONFORMANCE_NEWEST) hack/kube-binaries.sh etcd kube-apiserver kubectl kubelet kube-controller-manager | tail -1) && \
-	PODSTART_CONTAINERD_DIR=$$cdir KUBE_BIN_DIR=$$dir PODSTART_PODS=$(PODSTART_PODS) go test -tags podstart -count=1 -v -timeout 3h -run '^(TestPodStart|TestInstallContainerLimitOnKubelet)$$' ./test/e2e
+	PODSTART_CONTAINERD_DIR=$$cdir KUBE_BIN_DIR=$$dir PODSTART_PODS=$(PODSTART_PODS) go test -tags podstart -count=1 -v -timeout 3h -run '^(TestPodStart|TestInstallContainerLimitOnKubelet|TestPodStartVolumes)$$' ./test/e2e
 	go test -tags podstart -count=1 -v -timeout 15m -run '^TestNodeAgentAtNodeScale$$' ./test/apiserver
 	PODBURST_PODS=$(PODBURST_PODS) go test -tags podstart -count=1 -v -timeout 20m -run '^TestPodBurstThroughAPIServer$$' ./test/apiserver -update-podburst
 	PODBURST_PODS=$(PODBURST_PODS) PODBURST_KUBE_VERSION=$(CONFORMANCE_NEWEST) go test -tags podstart -count=1 -v -timeout 20m -run '^TestPodBurstThroughAPIServer$$' ./test/apiserver -update-podburst

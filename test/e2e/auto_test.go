@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"sort"
@@ -224,6 +225,36 @@ func waitConclusion(ctx context.Context, logPath string, timeout time.Duration) 
 		}
 	}
 }
+
+// waitDeliveryChoice waits for the webhook's first "image volumes" line
+// (webhook.ImageVolumeDetector, --delivery=auto) in its log and returns
+// the delivery it chose and why.
+func waitDeliveryChoice(ctx context.Context, logPath string, timeout time.Duration) (delivery, reason string, err error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		if b, err := os.ReadFile(logPath); err == nil {
+			for _, l := range strings.Split(string(b), "\n") {
+				if !strings.Contains(l, `msg="image volumes"`) {
+					continue
+				}
+				d, r := deliveryChosen.FindStringSubmatch(l), nativeReason.FindStringSubmatch(l)
+				if d != nil && r != nil {
+					return d[1], strings.ReplaceAll(r[1], `\"`, `"`), nil
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			return "", "", fmt.Errorf("no \"image volumes\" line in %s after %s", logPath, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return "", "", ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+var deliveryChosen = regexp.MustCompile(`\bdelivery=(\w+)`)
 
 // skewFile is the file of an auto run with a kubelet of an older release
 // than the API server's (E2E_KUBELET_BIN_DIR), or with gates of its own

@@ -71,6 +71,9 @@ type env struct {
 	// delivered records the pods of a supervised run, to check that each
 	// wrapped pod got the binaries by the run's delivery (E2E_DELIVERY).
 	delivered *admissions
+	// delivery is how wrapped pods get the binaries in this run: copy or
+	// image, E2E_DELIVERY's, or what the webhook's --delivery=auto chose.
+	delivery string
 }
 
 func repoRoot(t *testing.T) string {
@@ -159,8 +162,8 @@ func TestConformance(t *testing.T) {
 	}
 	rep := &report{results: map[string]map[mode]result{}, started: time.Now(), kubeletGates: kubeletGates,
 		containerdDir: os.Getenv("E2E_CONTAINERD_DIR"), delivery: cmp.Or(os.Getenv("E2E_DELIVERY"), "copy")}
-	if _, err := injector.ParseDelivery(rep.delivery); err != nil {
-		t.Fatalf("E2E_DELIVERY: %v", err)
+	if _, err := injector.ParseDelivery(rep.delivery); err != nil && rep.delivery != "auto" {
+		t.Fatalf("E2E_DELIVERY: %v, or auto", err)
 	}
 
 	for _, m := range modes {
@@ -187,7 +190,7 @@ func TestConformance(t *testing.T) {
 		}
 		t.Logf("wrote %s and docs/conformance.md", path)
 	}
-	if write && ran[native] && ran[supervised] && rep.delivery == "image" {
+	if write && ran[native] && ran[supervised] && rep.deliveredAs() == "image" {
 		// The image-volume delivery's table, beside the release's own.
 		path := filepath.Join(repo, "docs", "conformance-image-"+rep.version+".md")
 		if err := rep.write(path, scenarios()); err != nil {
@@ -255,9 +258,12 @@ func runMode(t *testing.T, m mode, repo, binDir string, rep *report) {
 	rep.setUp(m, time.Since(start))
 	rep.setVersion(c.KubeVersion)
 	rep.setAPIVersion(c.APIServerVersion)
-	e := &env{mode: m, repo: repo, c: c, ns: "default"}
+	e := &env{mode: m, repo: repo, c: c, ns: "default", delivery: c.Delivery}
 	if m == supervised {
 		if os.Getenv("E2E_SUPERVISE") == "injector" {
+			if c.Delivery == "auto" {
+				t.Fatal("E2E_DELIVERY=auto is the webhook's choice: it runs without E2E_SUPERVISE=injector")
+			}
 			e.superviseWithInjector()
 		} else {
 			if err := c.StartWebhook(ctx, repo); err != nil {
@@ -265,7 +271,27 @@ func runMode(t *testing.T, m mode, repo, binDir string, rep *report) {
 			}
 			e.how = "the restart-injector webhook on the host, registered from deploy/base/webhook.yaml"
 		}
-		if c.Delivery == "image" {
+		if c.Delivery == "auto" {
+			chose, reason, err := waitDeliveryChoice(ctx, c.LogPath("restart-injector"), time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// What auto must choose here: the image volume on a 1.35+
+			// kubelet over containerd 2 (E2E_CONTAINERD_DIR), the copy on
+			// Debian's containerd 1.6 or an older kubelet.
+			want := "copy"
+			if rep.containerdDir != "" && cluster.Minor(c.KubeVersion) >= 35 {
+				want = "image"
+			}
+			if chose != want {
+				t.Fatalf("--delivery=auto chose %s on kubelet %s over %s, want %s: %s", chose, c.KubeVersion, runtimeOf(rep.containerdDir), want, reason)
+			}
+			t.Logf("--delivery=auto chose %s: %s", chose, reason)
+			e.delivery = chose
+			rep.setDeliveredAs(chose)
+			e.how += fmt.Sprintf(" in --delivery=auto, which chose the %s (%s)", map[string]string{"image": "image volume", "copy": "install container's copy"}[chose], reason)
+		}
+		if e.delivery == "image" && c.Delivery == "image" {
 			e.how += ", delivering the binaries as an image volume of the supervisor image (--delivery=image: no install container)"
 		}
 		var err error
@@ -298,8 +324,8 @@ func runMode(t *testing.T, m mode, repo, binDir string, rep *report) {
 		}
 		if e.delivered != nil && r.err == nil {
 			for _, a := range e.delivered.of(key) {
-				if a.wrapped && a.delivery != c.Delivery {
-					r.err = fmt.Errorf("pod %s got the binaries by %s, want %s (E2E_DELIVERY)", a.name, a.delivery, c.Delivery)
+				if a.wrapped && a.delivery != e.delivery {
+					r.err = fmt.Errorf("pod %s got the binaries by %s, want %s (E2E_DELIVERY=%s)", a.name, a.delivery, e.delivery, c.Delivery)
 				}
 			}
 		}
@@ -418,7 +444,7 @@ func webhookConclusion(logPath string) string {
 // injector before creating it: the same mutation the webhook applies.
 func (e *env) superviseWithInjector() {
 	inj := injector.New(injector.Options{SupervisorImage: cluster.SupervisorImage, ImagePullPolicy: corev1.PullNever,
-		Delivery: injector.Delivery(e.c.Delivery)})
+		Delivery: injector.Delivery(e.delivery)})
 	e.how = "injector.MutatePod / MutateObject before create"
 	e.mutatePod = func(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, error) {
 		r, err := inj.MutatePod(ctx, pod)
@@ -491,6 +517,26 @@ type report struct {
 	// containerd 2 and the image-volume delivery (`make
 	// conformance-image`), written to a file of their own.
 	containerdDir, delivery string
+	// autoChose is what the webhook's --delivery=auto chose, when
+	// delivery is auto.
+	autoChose string
+}
+
+func (r *report) setDeliveredAs(d string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.autoChose = d
+}
+
+// deliveredAs is how the supervised run's wrapped pods got the binaries:
+// E2E_DELIVERY, or what auto chose.
+func (r *report) deliveredAs() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.delivery == "auto" {
+		return r.autoChose
+	}
+	return r.delivery
 }
 
 // runtimeLine says which runtime the nodes ran, for a report's header.

@@ -94,7 +94,7 @@ func jobSetOfflineScenario(ctx context.Context, e *env, name string) result {
 	}
 	// Every container has a command: no registry lookup is needed (and
 	// none is reachable).
-	cmd := exec.CommandContext(ctx, bin, "inject", "-f", manifest, "--no-lookup", "--supervisor-image", cluster.SupervisorImage, "--delivery", e.c.Delivery)
+	cmd := exec.CommandContext(ctx, bin, "inject", "-f", manifest, "--no-lookup", "--supervisor-image", cluster.SupervisorImage, "--delivery", e.delivery)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
@@ -164,7 +165,7 @@ func TestPodStart(t *testing.T) {
 	measure(passThrough)
 	load = append(load, podstartLoad())
 
-	doc := podstartReport("Pod start with and without injection", c.KubeVersion, runtimeOf(containerdDir), "no resources: BestEffort", n, rows, load, time.Since(upStart))
+	doc := podstartReport("Pod start with and without injection", c.KubeVersion, runtimeOf(containerdDir), "no resources: BestEffort", "mode", n, rows, load, time.Since(upStart))
 	t.Log("\n" + doc)
 	path := filepath.Join(repo, "docs", "podstart-"+c.KubeVersion+".md")
 	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
@@ -269,9 +270,156 @@ func TestInstallContainerLimitOnKubelet(t *testing.T) {
 	}
 	load = append(load, podstartLoad())
 	doc := podstartReport("The install container's resources and pod start", c.KubeVersion, runtimeOf(containerdDir),
-		"requests 100m CPU and 64Mi, limits 1 CPU and 256Mi: Burstable", len(per[variants[0].name]), rows, load, time.Since(upStart))
+		"requests 100m CPU and 64Mi, limits 1 CPU and 256Mi: Burstable", "mode", len(per[variants[0].name]), rows, load, time.Since(upStart))
 	t.Log("\n" + doc)
 	path := filepath.Join(repo, "docs", "podstart-resources-"+c.KubeVersion+".md")
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("wrote %s", path)
+}
+
+// TestPodStartVolumes finds where the image volume's remaining cost comes
+// from, and measures every delivery against the pod a user actually runs.
+// The kubelet waits for a pod's volumes before it creates its sandbox
+// (Kubelet.SyncPod calls volumeManager.WaitForAttachAndMount), and that
+// wait returns at once for a pod with no volume at all but otherwise polls
+// every 300 ms (podAttachAndMountRetryInterval, its first look coming
+// before the volume manager's 100 ms loops have mounted anything:
+// pkg/kubelet/volumemanager/volume_manager.go, v1.37.2). TestPodStart's
+// pods have no volume (automountServiceAccountToken: false), so the image
+// volume, their first, pays that poll; a pod of a default cluster already
+// has one, the service account's token (kube-api-access-*, added by the
+// ServiceAccount admission plugin unless the pod or its account opts out),
+// and pays it whatever is injected.
+//
+// Interleaved waves of 10, a wave of each variant in turn, PODSTART_PODS
+// pods each (default 100):
+//
+//   - no volume: uninjected; uninjected with an emptyDir of its own (the
+//     control: any volume, nothing of ours); the image volume where the
+//     node mounts them; the copy;
+//   - the service account's token (the default): uninjected; the image
+//     volume; the copy.
+//
+// Each shape's +ready is against its own uninjected row. Writes
+// docs/podstart-volumes-<release>.md.
+func TestPodStartVolumes(t *testing.T) {
+	repo, binDir := prepareNode(t)
+	n := 100
+	if v, err := strconv.Atoi(os.Getenv("PODSTART_PODS")); err == nil && v > 0 {
+		n = v
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Hour)
+	defer cancel()
+	upStart := time.Now()
+	kubelet, err := cluster.KubeVersion(binDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	containerdDir := os.Getenv("PODSTART_CONTAINERD_DIR")
+	image := containerdDir != "" && cluster.Minor(kubelet) >= 35
+	c, err := cluster.Up(ctx, cluster.Options{BinDir: binDir, Repo: repo, RestartRules: false, SupervisorImage: true,
+		ContainerdDir: containerdDir, Log: testWriter{t}})
+	if err != nil {
+		t.Fatalf("cluster up: %v", err)
+	}
+	tearDownAtEnd(t, c)
+	cfg := *c.Config
+	cfg.QPS, cfg.Burst = 1000, 1000
+	client, err := kubernetes.NewForConfig(&cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The token volume projects the ConfigMap kube-root-ca.crt, which a
+	// cluster's root-ca-cert-publisher controller writes into every
+	// namespace; without it the kubelet cannot mount the volume. This
+	// cluster runs no such controller: the test writes it as the
+	// controller would (the API server's self-signed certificate, which
+	// holds its CA, under ca.crt). The token itself the kubelet requests
+	// from the API server (TokenRequest), as on any node.
+	ca, err := os.ReadFile(filepath.Join(c.Dir, "pki", "apiserver", "apiserver.crt"))
+	if err != nil {
+		t.Fatalf("the API server's CA: %v", err)
+	}
+	if _, err := client.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kube-root-ca.crt"},
+		Data: map[string]string{"ca.crt": string(ca)}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	b := &podBench{t: t, c: c, client: client, ns: "default"}
+	load := []string{podstartLoad()}
+	const noVolume, token = "no volume", "service-account token"
+	shaped := func(name string, rules bool, shape string) *corev1.Pod {
+		p := benchPod(name, rules)
+		if shape == token {
+			p.Spec.AutomountServiceAccountToken = nil
+		}
+		return p
+	}
+	inj := injector.New(injector.Options{SupervisorImage: cluster.SupervisorImage, ImagePullPolicy: corev1.PullNever})
+	injected := func(shape string, d injector.Delivery) func(string) *corev1.Pod {
+		return func(name string) *corev1.Pod {
+			res, err := inj.MutatePod(injector.WithDelivery(ctx, d), shaped(name, true, shape))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return res.Pod
+		}
+	}
+	type variant struct {
+		id, shape, name string
+		make            func(string) *corev1.Pod
+	}
+	variants := []variant{
+		{"none-u", noVolume, "uninjected", func(name string) *corev1.Pod { return shaped(name, false, noVolume) }},
+		{"none-e", noVolume, "uninjected, an emptyDir of its own", func(name string) *corev1.Pod {
+			p := shaped(name, false, noVolume)
+			p.Spec.Volumes = []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+			p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "scratch", MountPath: "/scratch"}}
+			return p
+		}},
+	}
+	if image {
+		variants = append(variants, variant{"none-i", noVolume, "image volume", injected(noVolume, injector.DeliveryImage)})
+	}
+	variants = append(variants,
+		variant{"none-c", noVolume, "copy", injected(noVolume, injector.DeliveryCopy)},
+		variant{"token-u", token, "uninjected", func(name string) *corev1.Pod { return shaped(name, false, token) }})
+	if image {
+		variants = append(variants, variant{"token-i", token, "image volume", injected(token, injector.DeliveryImage)})
+	}
+	variants = append(variants, variant{"token-c", token, "copy", injected(token, injector.DeliveryCopy)})
+
+	// Warm-up, not reported: the first token requests, sandboxes and
+	// unpacks, and one pod of each variant's shape.
+	for _, v := range variants {
+		b.run(ctx, "warmup-"+v.id, v.make, 10, 10)
+	}
+	per := map[string][]podSample{}
+	cri := map[string]map[string]histogramSum{}
+	for round := 0; round < n/10; round++ {
+		for _, v := range variants {
+			before := b.kubeletOps(ctx)
+			per[v.id] = append(per[v.id], b.run(ctx, fmt.Sprintf("vol-%s-%d", v.id, round), v.make, 10, 10)...)
+			if cri[v.id] == nil {
+				cri[v.id] = map[string]histogramSum{}
+			}
+			for op, h := range criDelta(before, b.kubeletOps(ctx)) {
+				cri[v.id][op] = histogramSum{sum: cri[v.id][op].sum + h.sum, count: cri[v.id][op].count + h.count}
+			}
+		}
+	}
+	var rows []podstartRow
+	for _, v := range variants {
+		row := podstartRow{variant: v.name, mode: v.shape, samples: per[v.id], cri: cri[v.id]}
+		rows = append(rows, row)
+		t.Logf("%s, %s: ready p50 %.3fs p99 %.3fs", v.shape, v.name, row.quantile(phaseReady, 0.5), row.quantile(phaseReady, 0.99))
+	}
+	load = append(load, podstartLoad())
+	doc := podstartReport("Pod start by the pod's volumes", c.KubeVersion, runtimeOf(containerdDir),
+		"no resources: BestEffort; in waves of 10, a wave of each row in turn", "pod's volumes", len(per[variants[0].id]), rows, load, time.Since(upStart))
+	t.Log("\n" + doc)
+	path := filepath.Join(repo, "docs", "podstart-volumes-"+c.KubeVersion+".md")
 	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -597,7 +745,7 @@ func podPrefix(variant string) string {
 	return strings.Join(strings.FieldsFunc(variant, func(r rune) bool { return r == ' ' || r == '(' || r == ')' || r == '+' }), "-")
 }
 
-func podstartReport(title, release, runtimeName, shape string, n int, rows []podstartRow, load []string, took time.Duration) string {
+func podstartReport(title, release, runtimeName, shape, modeColumn string, n int, rows []podstartRow, load []string, took time.Duration) string {
 	commit, _ := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
 	var b strings.Builder
 	fmt.Fprintf(&b, "# %s, kubelet %s\n\n", title, release)
@@ -606,10 +754,10 @@ func podstartReport(title, release, runtimeName, shape string, n int, rows []pod
 	fmt.Fprintf(&b, "%d pods per row, one container of a local busybox image (`sleep 3600`, %s), on one node (API server, kubelet and %s on this machine, %d CPUs). ", n, shape, runtimeName, runtime.NumCPU())
 	b.WriteString("Each phase is when the test's watch first saw it, from the start of the pod's create call: median and p99 (nearest rank) in seconds. ")
 	b.WriteString("`created` is the create call itself (admission included); `initialized` the Initialized condition (a pod injected with the copy first runs the install container; the image volume has none); `started` its container running; `ready` the Ready condition. ")
-	b.WriteString("`+ready` is the median `ready` over the uninjected row of the same mode. ")
+	fmt.Fprintf(&b, "`+ready` is the median `ready` over the uninjected row of the same %s. ", modeColumn)
 	b.WriteString("The webhook is registered as `deploy/base/webhook.yaml` registers it: its matchConditions, which the API server evaluates, send it only pods that carry rules, so `uninjected+webhook` makes no webhook call at all.\n\n")
 	b.WriteString("`kubelet CRI per pod` is the kubelet's time in the runtime's " + strings.Join(criOps, ", ") + " calls over the row (`kubelet_runtime_operations_duration_seconds`), divided by its pods, in ms: where the install container's second container and an image volume's mount show.\n\n")
-	b.WriteString("| pods | mode | created p50 / p99 | initialized p50 / p99 | started p50 / p99 | ready p50 / p99 | +ready | webhook mean per call | kubelet CRI per pod, ms: " + strings.Join(criOps, " / ") + " |\n")
+	b.WriteString("| pods | " + modeColumn + " | created p50 / p99 | initialized p50 / p99 | started p50 / p99 | ready p50 / p99 | +ready | webhook mean per call | kubelet CRI per pod, ms: " + strings.Join(criOps, " / ") + " |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
 	base := map[string]float64{}
 	for _, r := range rows {

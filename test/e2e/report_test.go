@@ -96,7 +96,7 @@ func prefixed(p string, notes []string) []string {
 func (r *report) write(path string, list []scenario) error {
 	var b strings.Builder
 	b.WriteString("# Conformance: KEP-5307 scenarios, native vs supervised")
-	if r.delivery == "image" {
+	if r.deliveredAs() == "image" {
 		b.WriteString(", the supervisor delivered as an image volume")
 	}
 	b.WriteString("\n\n")
