@@ -61,40 +61,17 @@ import (
 // these figures. The API server's admission-webhook histogram gives the
 // webhook's mean per call. The run writes docs/podstart-<release>.md.
 func TestPodStart(t *testing.T) {
-	repo, binDir := prepareNode(t)
-	n := 100
-	if v, err := strconv.Atoi(os.Getenv("PODSTART_PODS")); err == nil && v > 0 {
-		n = v
-	}
+	n := podCount("PODSTART_PODS", 100)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Hour)
 	defer cancel()
 	upStart := time.Now()
-	// The restart gates off: the webhook wraps what it sees, as on a
-	// cluster without the feature.
-	kubelet, err := cluster.KubeVersion(binDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	containerdDir := os.Getenv("PODSTART_CONTAINERD_DIR")
-	delivery := "copy"
-	if containerdDir != "" && cluster.Minor(kubelet) >= 35 {
+	b := upBenchNode(ctx, t)
+	c, delivery := b.c, "copy"
+	if b.imageVolumes {
 		delivery = "image"
 	}
-	c, err := cluster.Up(ctx, cluster.Options{BinDir: binDir, Repo: repo, RestartRules: false, SupervisorImage: true,
-		ContainerdDir: containerdDir, Delivery: delivery, Log: testWriter{t}})
-	if err != nil {
-		t.Fatalf("cluster up: %v", err)
-	}
-	tearDownAtEnd(t, c)
 	t.Logf("cluster %s up in %s", c.KubeVersion, time.Since(upStart).Round(time.Second))
-	cfg := *c.Config
-	cfg.QPS, cfg.Burst = 1000, 1000
-	client, err := kubernetes.NewForConfig(&cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	inj := injector.New(injector.Options{SupervisorImage: cluster.SupervisorImage, ImagePullPolicy: corev1.PullNever})
-	b := &podBench{t: t, c: c, client: client, ns: "default"}
 	load := []string{podstartLoad()}
 
 	type variant struct {
@@ -158,20 +135,15 @@ func TestPodStart(t *testing.T) {
 	if delivery == "image" {
 		measure(offlineImage)
 	}
-	if err := c.StartWebhook(ctx, repo); err != nil {
+	if err := c.StartWebhook(ctx, b.repo); err != nil {
 		t.Fatalf("webhook: %v", err)
 	}
 	measure(viaWebhook)
 	measure(passThrough)
 	load = append(load, podstartLoad())
 
-	doc := podstartReport("Pod start with and without injection", c.KubeVersion, runtimeOf(containerdDir), "no resources: BestEffort", "mode", n, rows, load, time.Since(upStart))
-	t.Log("\n" + doc)
-	path := filepath.Join(repo, "docs", "podstart-"+c.KubeVersion+".md")
-	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("wrote %s", path)
+	b.writeReport("podstart", podstartReport("Pod start with and without injection", c.KubeVersion, runtimeOf(b.containerdDir),
+		"no resources: BestEffort", "mode", n, rows, load, time.Since(upStart)))
 }
 
 // TestInstallContainerLimitOnKubelet measures what the install container's
@@ -183,33 +155,11 @@ func TestPodStart(t *testing.T) {
 // largest container's (the default now), and, where the node mounts image
 // volumes, by the image volume. Writes docs/podstart-resources-<release>.md.
 func TestInstallContainerLimitOnKubelet(t *testing.T) {
-	repo, binDir := prepareNode(t)
-	n := 50
-	if v, err := strconv.Atoi(os.Getenv("PODSTART_LIMIT_PODS")); err == nil && v > 0 {
-		n = v
-	}
+	n := podCount("PODSTART_LIMIT_PODS", 50)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
 	upStart := time.Now()
-	kubelet, err := cluster.KubeVersion(binDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	containerdDir := os.Getenv("PODSTART_CONTAINERD_DIR")
-	image := containerdDir != "" && cluster.Minor(kubelet) >= 35
-	c, err := cluster.Up(ctx, cluster.Options{BinDir: binDir, Repo: repo, RestartRules: false, SupervisorImage: true,
-		ContainerdDir: containerdDir, Log: testWriter{t}})
-	if err != nil {
-		t.Fatalf("cluster up: %v", err)
-	}
-	tearDownAtEnd(t, c)
-	cfg := *c.Config
-	cfg.QPS, cfg.Burst = 1000, 1000
-	client, err := kubernetes.NewForConfig(&cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &podBench{t: t, c: c, client: client, ns: "default"}
+	b := upBenchNode(ctx, t)
 	load := []string{podstartLoad()}
 	burstable := func(name string, rules bool) *corev1.Pod {
 		p := benchPod(name, rules)
@@ -231,52 +181,25 @@ func TestInstallContainerLimitOnKubelet(t *testing.T) {
 			return res.Pod
 		}
 	}
-	type variant struct {
-		id, name string
-		make     func(string) *corev1.Pod
+	variants := []benchVariant{
+		{"uninjected", "", "uninjected", func(name string) *corev1.Pod { return burstable(name, false) }},
+		{"fixed", "", "copy, fixed 10m / 16Mi (before)", withOpts(injector.Options{InitResources: &corev1.ResourceRequirements{Requests: fixed, Limits: fixed.DeepCopy()}}, injector.DeliveryCopy)},
+		{"own", "", "copy, the pod's own container's (now)", withOpts(injector.Options{}, injector.DeliveryCopy)},
 	}
-	variants := []variant{
-		{"uninjected", "uninjected", func(name string) *corev1.Pod { return burstable(name, false) }},
-		{"fixed", "copy, fixed 10m / 16Mi (before)", withOpts(injector.Options{InitResources: &corev1.ResourceRequirements{Requests: fixed, Limits: fixed.DeepCopy()}}, injector.DeliveryCopy)},
-		{"own", "copy, the pod's own container's (now)", withOpts(injector.Options{}, injector.DeliveryCopy)},
-	}
-	if image {
-		variants = append(variants, variant{"image", "image volume", withOpts(injector.Options{}, injector.DeliveryImage)})
+	if b.imageVolumes {
+		variants = append(variants, benchVariant{"image", "", "image volume", withOpts(injector.Options{}, injector.DeliveryImage)})
 	}
 	b.run(ctx, "warmup-u", variants[0].make, 10, 10)
 	b.run(ctx, "warmup-o", variants[2].make, 10, 10)
 	var rows []podstartRow
-	// Interleaved, a wave of each variant in turn, so that a drift of the
-	// machine's load over the run reaches every row alike.
-	per := map[string][]podSample{}
-	cri := map[string]map[string]histogramSum{}
-	for round := 0; round < n/10; round++ {
-		for _, v := range variants {
-			before := b.kubeletOps(ctx)
-			per[v.name] = append(per[v.name], b.run(ctx, fmt.Sprintf("limit-%s-%d", v.id, round), v.make, 10, 10)...)
-			d := criDelta(before, b.kubeletOps(ctx))
-			if cri[v.name] == nil {
-				cri[v.name] = map[string]histogramSum{}
-			}
-			for op, h := range d {
-				cri[v.name][op] = histogramSum{sum: cri[v.name][op].sum + h.sum, count: cri[v.name][op].count + h.count}
-			}
-		}
-	}
-	for _, v := range variants {
-		row := podstartRow{variant: v.name, mode: "waves of 10", samples: per[v.name], cri: cri[v.name]}
+	for _, row := range b.interleave(ctx, "limit", n/10, variants) {
+		row.mode = "waves of 10"
 		rows = append(rows, row)
-		t.Logf("%s: initialized p50 %.3fs, ready p50 %.3fs p99 %.3fs", v.name, row.quantile(phaseInitialized, 0.5), row.quantile(phaseReady, 0.5), row.quantile(phaseReady, 0.99))
+		t.Logf("%s: initialized p50 %.3fs, ready p50 %.3fs p99 %.3fs", row.variant, row.quantile(phaseInitialized, 0.5), row.quantile(phaseReady, 0.5), row.quantile(phaseReady, 0.99))
 	}
 	load = append(load, podstartLoad())
-	doc := podstartReport("The install container's resources and pod start", c.KubeVersion, runtimeOf(containerdDir),
-		"requests 100m CPU and 64Mi, limits 1 CPU and 256Mi: Burstable", "mode", len(per[variants[0].name]), rows, load, time.Since(upStart))
-	t.Log("\n" + doc)
-	path := filepath.Join(repo, "docs", "podstart-resources-"+c.KubeVersion+".md")
-	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("wrote %s", path)
+	b.writeReport("podstart-resources", podstartReport("The install container's resources and pod start", b.c.KubeVersion, runtimeOf(b.containerdDir),
+		"requests 100m CPU and 64Mi, limits 1 CPU and 256Mi: Burstable", "mode", len(rows[0].samples), rows, load, time.Since(upStart)))
 }
 
 // TestPodStartVolumes finds where the image volume's remaining cost comes
@@ -305,32 +228,12 @@ func TestInstallContainerLimitOnKubelet(t *testing.T) {
 // Each shape's +ready is against its own uninjected row. Writes
 // docs/podstart-volumes-<release>.md.
 func TestPodStartVolumes(t *testing.T) {
-	repo, binDir := prepareNode(t)
-	n := 100
-	if v, err := strconv.Atoi(os.Getenv("PODSTART_PODS")); err == nil && v > 0 {
-		n = v
-	}
+	n := podCount("PODSTART_PODS", 100)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Hour)
 	defer cancel()
 	upStart := time.Now()
-	kubelet, err := cluster.KubeVersion(binDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	containerdDir := os.Getenv("PODSTART_CONTAINERD_DIR")
-	image := containerdDir != "" && cluster.Minor(kubelet) >= 35
-	c, err := cluster.Up(ctx, cluster.Options{BinDir: binDir, Repo: repo, RestartRules: false, SupervisorImage: true,
-		ContainerdDir: containerdDir, Log: testWriter{t}})
-	if err != nil {
-		t.Fatalf("cluster up: %v", err)
-	}
-	tearDownAtEnd(t, c)
-	cfg := *c.Config
-	cfg.QPS, cfg.Burst = 1000, 1000
-	client, err := kubernetes.NewForConfig(&cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := upBenchNode(ctx, t)
+	c, client := b.c, b.client
 	// The token volume projects the ConfigMap kube-root-ca.crt, which a
 	// cluster's root-ca-cert-publisher controller writes into every
 	// namespace; without it the kubelet cannot mount the volume. This
@@ -346,7 +249,6 @@ func TestPodStartVolumes(t *testing.T) {
 		Data: map[string]string{"ca.crt": string(ca)}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	b := &podBench{t: t, c: c, client: client, ns: "default"}
 	load := []string{podstartLoad()}
 	const noVolume, token = "no volume", "service-account token"
 	shaped := func(name string, rules bool, shape string) *corev1.Pod {
@@ -366,11 +268,7 @@ func TestPodStartVolumes(t *testing.T) {
 			return res.Pod
 		}
 	}
-	type variant struct {
-		id, shape, name string
-		make            func(string) *corev1.Pod
-	}
-	variants := []variant{
+	variants := []benchVariant{
 		{"none-u", noVolume, "uninjected", func(name string) *corev1.Pod { return shaped(name, false, noVolume) }},
 		{"none-e", noVolume, "uninjected, an emptyDir of its own", func(name string) *corev1.Pod {
 			p := shaped(name, false, noVolume)
@@ -379,51 +277,30 @@ func TestPodStartVolumes(t *testing.T) {
 			return p
 		}},
 	}
-	if image {
-		variants = append(variants, variant{"none-i", noVolume, "image volume", injected(noVolume, injector.DeliveryImage)})
+	if b.imageVolumes {
+		variants = append(variants, benchVariant{"none-i", noVolume, "image volume", injected(noVolume, injector.DeliveryImage)})
 	}
 	variants = append(variants,
-		variant{"none-c", noVolume, "copy", injected(noVolume, injector.DeliveryCopy)},
-		variant{"token-u", token, "uninjected", func(name string) *corev1.Pod { return shaped(name, false, token) }})
-	if image {
-		variants = append(variants, variant{"token-i", token, "image volume", injected(token, injector.DeliveryImage)})
+		benchVariant{"none-c", noVolume, "copy", injected(noVolume, injector.DeliveryCopy)},
+		benchVariant{"token-u", token, "uninjected", func(name string) *corev1.Pod { return shaped(name, false, token) }})
+	if b.imageVolumes {
+		variants = append(variants, benchVariant{"token-i", token, "image volume", injected(token, injector.DeliveryImage)})
 	}
-	variants = append(variants, variant{"token-c", token, "copy", injected(token, injector.DeliveryCopy)})
+	variants = append(variants, benchVariant{"token-c", token, "copy", injected(token, injector.DeliveryCopy)})
 
 	// Warm-up, not reported: the first token requests, sandboxes and
 	// unpacks, and one pod of each variant's shape.
 	for _, v := range variants {
 		b.run(ctx, "warmup-"+v.id, v.make, 10, 10)
 	}
-	per := map[string][]podSample{}
-	cri := map[string]map[string]histogramSum{}
-	for round := 0; round < n/10; round++ {
-		for _, v := range variants {
-			before := b.kubeletOps(ctx)
-			per[v.id] = append(per[v.id], b.run(ctx, fmt.Sprintf("vol-%s-%d", v.id, round), v.make, 10, 10)...)
-			if cri[v.id] == nil {
-				cri[v.id] = map[string]histogramSum{}
-			}
-			for op, h := range criDelta(before, b.kubeletOps(ctx)) {
-				cri[v.id][op] = histogramSum{sum: cri[v.id][op].sum + h.sum, count: cri[v.id][op].count + h.count}
-			}
-		}
-	}
 	var rows []podstartRow
-	for _, v := range variants {
-		row := podstartRow{variant: v.name, mode: v.shape, samples: per[v.id], cri: cri[v.id]}
+	for _, row := range b.interleave(ctx, "vol", n/10, variants) {
 		rows = append(rows, row)
-		t.Logf("%s, %s: ready p50 %.3fs p99 %.3fs", v.shape, v.name, row.quantile(phaseReady, 0.5), row.quantile(phaseReady, 0.99))
+		t.Logf("%s, %s: ready p50 %.3fs p99 %.3fs", row.mode, row.variant, row.quantile(phaseReady, 0.5), row.quantile(phaseReady, 0.99))
 	}
 	load = append(load, podstartLoad())
-	doc := podstartReport("Pod start by the pod's volumes", c.KubeVersion, runtimeOf(containerdDir),
-		"no resources: BestEffort; in waves of 10, a wave of each row in turn", "pod's volumes", len(per[variants[0].id]), rows, load, time.Since(upStart))
-	t.Log("\n" + doc)
-	path := filepath.Join(repo, "docs", "podstart-volumes-"+c.KubeVersion+".md")
-	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("wrote %s", path)
+	b.writeReport("podstart-volumes", podstartReport("Pod start by the pod's volumes", c.KubeVersion, runtimeOf(b.containerdDir),
+		"no resources: BestEffort; in waves of 10, a wave of each row in turn", "pod's volumes", len(rows[0].samples), rows, load, time.Since(upStart)))
 }
 
 // benchPod is the measured pod: one container of the local busybox image
@@ -466,6 +343,97 @@ type podBench struct {
 	c      *cluster.Cluster
 	client kubernetes.Interface
 	ns     string
+	repo   string
+	// containerdDir is PODSTART_CONTAINERD_DIR, the containerd the node
+	// runs ("": Debian's); imageVolumes, whether the node mounts image
+	// volumes (containerd 2 under a 1.35+ kubelet).
+	containerdDir string
+	imageVolumes  bool
+}
+
+// podCount is the count the environment variable name gives, def when it
+// is unset or not a positive number.
+func podCount(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// upBenchNode starts the single-node cluster the pod-start benchmarks run
+// on: the restart gates off, so that the webhook wraps what it sees as on
+// a cluster without the feature; the supervisor's image loaded; the
+// image-volume delivery for the webhook where the node mounts them.
+func upBenchNode(ctx context.Context, t *testing.T) *podBench {
+	t.Helper()
+	repo, binDir := prepareNode(t)
+	kubelet, err := cluster.KubeVersion(binDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &podBench{t: t, ns: "default", repo: repo, containerdDir: os.Getenv("PODSTART_CONTAINERD_DIR")}
+	b.imageVolumes = b.containerdDir != "" && cluster.Minor(kubelet) >= 35
+	delivery := "copy"
+	if b.imageVolumes {
+		delivery = "image"
+	}
+	b.c, err = cluster.Up(ctx, cluster.Options{BinDir: binDir, Repo: repo, RestartRules: false, SupervisorImage: true,
+		ContainerdDir: b.containerdDir, Delivery: delivery, Log: testWriter{t}})
+	if err != nil {
+		t.Fatalf("cluster up: %v", err)
+	}
+	tearDownAtEnd(t, b.c)
+	cfg := *b.c.Config
+	cfg.QPS, cfg.Burst = 1000, 1000
+	if b.client, err = kubernetes.NewForConfig(&cfg); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// benchVariant is one row of an interleaved run: id names its pods, shape
+// (the report's second column, "" for none) and name label the row, make
+// builds a pod of the given name.
+type benchVariant struct {
+	id, shape, name string
+	make            func(string) *corev1.Pod
+}
+
+// interleave runs rounds waves of 10 pods of each variant, a wave of each
+// in turn, so that a drift of the machine's load over the run reaches
+// every row alike; one row a variant, in order, with its samples and the
+// kubelet's runtime calls made during its waves.
+func (b *podBench) interleave(ctx context.Context, prefix string, rounds int, variants []benchVariant) []podstartRow {
+	per := map[string][]podSample{}
+	cri := map[string]map[string]histogramSum{}
+	for round := 0; round < rounds; round++ {
+		for _, v := range variants {
+			before := b.kubeletOps(ctx)
+			per[v.id] = append(per[v.id], b.run(ctx, fmt.Sprintf("%s-%s-%d", prefix, v.id, round), v.make, 10, 10)...)
+			if cri[v.id] == nil {
+				cri[v.id] = map[string]histogramSum{}
+			}
+			for op, h := range criDelta(before, b.kubeletOps(ctx)) {
+				cri[v.id][op] = histogramSum{sum: cri[v.id][op].sum + h.sum, count: cri[v.id][op].count + h.count}
+			}
+		}
+	}
+	rows := make([]podstartRow, 0, len(variants))
+	for _, v := range variants {
+		rows = append(rows, podstartRow{variant: v.name, mode: v.shape, samples: per[v.id], cri: cri[v.id]})
+	}
+	return rows
+}
+
+// writeReport logs doc and writes it as docs/<name>-<release>.md.
+func (b *podBench) writeReport(name, doc string) {
+	b.t.Helper()
+	b.t.Log("\n" + doc)
+	path := filepath.Join(b.repo, "docs", name+"-"+b.c.KubeVersion+".md")
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Logf("wrote %s", path)
 }
 
 // run creates n pods named prefix-i, wave at a time (each wave Ready
