@@ -223,7 +223,7 @@ training:
 # through a real kube-apiserver of the default and of the newest release,
 # without and through two webhook replicas (test/apiserver
 # TestPodBurstThroughAPIServer, docs/podburst-<release>.md, about 2 min
-# each). Root; about 21 minutes here.
+# each). Root; about 35 minutes here (TestPodStartVolumes: 6 to 7 minutes a release).
 PODSTART_PODS ?= 100
 PODBURST_PODS ?= 5000
 podstart:
