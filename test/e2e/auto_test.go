@@ -209,49 +209,58 @@ func autoWant(s scenario, pods []admission) string {
 // waitConclusion waits for the webhook's first --native=auto conclusion,
 // so that no scenario pod meets the detector before its first check (it
 // injects until then).
-func waitConclusion(ctx context.Context, logPath string, timeout time.Duration) (string, error) {
-	deadline := time.Now().Add(timeout)
-	for {
-		if s := webhookConclusion(logPath); s != "" {
-			return s, nil
-		}
-		if time.Now().After(deadline) {
-			return "", fmt.Errorf("no \"native restart rules\" line in %s after %s", logPath, timeout)
-		}
-		select {
-		case <-ctx.Done():
-			return "", ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
+func waitConclusion(ctx context.Context, logPath string, timeout time.Duration) (concluded string, err error) {
+	err = waitLogLine(ctx, logPath, "native restart rules", timeout, func() bool {
+		concluded = webhookConclusion(logPath)
+		return concluded != ""
+	})
+	return concluded, err
 }
 
 // waitDeliveryChoice waits for the webhook's first "image volumes" line
 // (webhook.ImageVolumeDetector, --delivery=auto) in its log and returns
 // the delivery it chose and why.
 func waitDeliveryChoice(ctx context.Context, logPath string, timeout time.Duration) (delivery, reason string, err error) {
+	err = waitLogLine(ctx, logPath, "image volumes", timeout, func() bool {
+		delivery, reason = deliveryChoice(logPath)
+		return delivery != ""
+	})
+	return delivery, reason, err
+}
+
+// waitLogLine polls found every 200 ms until it reports the webhook's
+// msg line in logPath, ctx ends or timeout passes.
+func waitLogLine(ctx context.Context, logPath, msg string, timeout time.Duration, found func() bool) error {
 	deadline := time.Now().Add(timeout)
-	for {
-		if b, err := os.ReadFile(logPath); err == nil {
-			for _, l := range strings.Split(string(b), "\n") {
-				if !strings.Contains(l, `msg="image volumes"`) {
-					continue
-				}
-				d, r := deliveryChosen.FindStringSubmatch(l), nativeReason.FindStringSubmatch(l)
-				if d != nil && r != nil {
-					return d[1], strings.ReplaceAll(r[1], `\"`, `"`), nil
-				}
-			}
-		}
+	for !found() {
 		if time.Now().After(deadline) {
-			return "", "", fmt.Errorf("no \"image volumes\" line in %s after %s", logPath, timeout)
+			return fmt.Errorf("no %q line in %s after %s", msg, logPath, timeout)
 		}
 		select {
 		case <-ctx.Done():
-			return "", "", ctx.Err()
+			return ctx.Err()
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+	return nil
+}
+
+// deliveryChoice is the delivery and reason of the webhook's first
+// "image volumes" line in logPath; "" while there is none.
+func deliveryChoice(logPath string) (delivery, reason string) {
+	b, err := os.ReadFile(logPath)
+	if err != nil {
+		return "", ""
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if !strings.Contains(l, `msg="image volumes"`) {
+			continue
+		}
+		if d, r := deliveryChosen.FindStringSubmatch(l), nativeReason.FindStringSubmatch(l); d != nil && r != nil {
+			return d[1], strings.ReplaceAll(r[1], `\"`, `"`)
+		}
+	}
+	return "", ""
 }
 
 var deliveryChosen = regexp.MustCompile(`\bdelivery=(\w+)`)

@@ -291,7 +291,7 @@ func runMode(t *testing.T, m mode, repo, binDir string, rep *report) {
 			rep.setDeliveredAs(chose)
 			e.how += fmt.Sprintf(" in --delivery=auto, which chose the %s (%s)", map[string]string{"image": "image volume", "copy": "install container's copy"}[chose], reason)
 		}
-		if e.delivery == "image" && c.Delivery == "image" {
+		if c.Delivery == "image" {
 			e.how += ", delivering the binaries as an image volume of the supervisor image (--delivery=image: no install container)"
 		}
 		var err error
