@@ -16,6 +16,7 @@ import (
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/internal/testutil"
+	"github.com/restart-supervisor/restart-supervisor/rules"
 	"github.com/restart-supervisor/restart-supervisor/statevol"
 )
 
@@ -70,7 +71,7 @@ func TestLivenessFollowsTheProcess(t *testing.T) {
 	if got := readMember(dir, "b").live; got != alive {
 		t.Fatalf("b's supervisor runs, liveness %d, want alive", got)
 	}
-	ended, cancel := m.OthersEnded()
+	ended, cancel := m.OthersEnded(rules.Never)
 	if ended == nil {
 		t.Fatal("b runs: there is someone to wait for")
 	}
@@ -92,6 +93,13 @@ func TestLivenessFollowsTheProcess(t *testing.T) {
 	case <-ended:
 	case <-time.After(30 * time.Second):
 		t.Fatal("a still waits for b, whose supervisor was killed")
+	}
+	// Under a pod policy that restarts a SIGKILL's 137 the kubelet starts
+	// b's container again: b has not ended.
+	for _, pod := range []rules.RestartPolicy{rules.OnFailure, rules.Always} {
+		if m.othersEnded([]string{"b"}, pod) {
+			t.Errorf("pod %s: b, killed whole, taken as ended; the kubelet restarts it", pod)
+		}
 	}
 	if !m.gone(contract.PodMember{Name: "b", Kind: contract.MemberRegular}) {
 		t.Error("a round would wait for b, whose supervisor was killed")

@@ -312,7 +312,9 @@ func (r restarter) Started(gen uint64) { r.p.member.Started(gen) }
 
 func (r restarter) Failed(gen uint64, exitCode int) { r.p.member.Failed(gen, exitCode) }
 
-func (r restarter) OthersEnded() (<-chan struct{}, func()) { return r.p.member.OthersEnded() }
+func (r restarter) OthersEnded(pod rules.RestartPolicy) (<-chan struct{}, func()) {
+	return r.p.member.OthersEnded(pod)
+}
 
 func (r restarter) InitFailed(gen uint64) (int, bool) { return r.p.member.InitFailed(gen) }
 

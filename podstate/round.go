@@ -198,11 +198,11 @@ const endedPoll = 250 * time.Millisecond
 
 // OthersEnded returns, for a regular member the member list names, a
 // channel closed once every other regular member listed has ended (see
-// othersEnded); nil when there is none that still runs, or for any other
-// member (the kubelet restarts sidecars anyway, init re-runs never end
-// their container, and a container without a member list, or left out of
-// it, may end as it would alone).
-func (m *Member) OthersEnded() (ended <-chan struct{}, cancel func()) {
+// othersEnded) under the pod's restartPolicy pod; nil when there is none
+// that still runs, or for any other member (the kubelet restarts sidecars
+// anyway, init re-runs never end their container, and a container without
+// a member list, or left out of it, may end as it would alone).
+func (m *Member) OthersEnded(pod rules.RestartPolicy) (ended <-chan struct{}, cancel func()) {
 	if !m.round.listed || m.round.kind != contract.MemberRegular {
 		return nil, nil
 	}
@@ -212,7 +212,7 @@ func (m *Member) OthersEnded() (ended <-chan struct{}, cancel func()) {
 			others = append(others, pm.Name)
 		}
 	}
-	if m.othersEnded(others) {
+	if m.othersEnded(others, pod) {
 		return nil, nil
 	}
 	c, done := make(chan struct{}), make(chan struct{})
@@ -225,7 +225,7 @@ func (m *Member) OthersEnded() (ended <-chan struct{}, cancel func()) {
 			case <-done:
 				return
 			case <-tick.C:
-				if m.othersEnded(others) {
+				if m.othersEnded(others, pod) {
 					close(c)
 					return
 				}
@@ -241,15 +241,23 @@ func (m *Member) OthersEnded() (ended <-chan struct{}, cancel func()) {
 // or its supervisor is dead (its liveness lock is free, whatever its
 // document says: a container killed whole writes no last document). A
 // member without a status document has not started yet (its image may
-// still be pulled) and will run, and held members (their kubelet would
-// restart them) still count as running: the pod goes on.
-func (m *Member) othersEnded(names []string) bool {
+// still be pulled) and will run; held members (their kubelet would
+// restart them) still count as running, and so does a member that the
+// kubelet restarts under the pod's policy pod (restartedByKubelet): the
+// pod goes on.
+func (m *Member) othersEnded(names []string, pod rules.RestartPolicy) bool {
 	for _, name := range names {
 		ms := readMember(m.dir, name)
 		if ms.missingDoc() {
 			return false
 		}
-		if ms.err != nil || ms.live == dead {
+		if ms.err != nil {
+			continue
+		}
+		if ms.restartedByKubelet(pod) {
+			return false
+		}
+		if ms.live == dead {
 			continue
 		}
 		switch ms.doc.State {
@@ -259,6 +267,25 @@ func (m *Member) othersEnded(names []string) bool {
 		}
 	}
 	return true
+}
+
+// restartedByKubelet reports whether the member's container has ended in
+// a way that the kubelet answers with a new start under the pod's
+// restartPolicy pod (ShouldContainerBeRestarted,
+// pkg/kubelet/container/helpers.go:90-126, v1.37.2): its supervisor
+// handed an exit over that the policy restarts, or was killed with the
+// whole container (a SIGKILL, 137) before it could write a last document.
+// A stop is no such exit: the kubelet, or the runtime, is ending the
+// container.
+func (s memberState) restartedByKubelet(pod rules.RestartPolicy) bool {
+	switch s.doc.State {
+	case contract.PhaseExited:
+		e := s.doc.LastExit
+		return e != nil && !e.Stopped && rules.PolicyRestarts(pod, e.Code)
+	case contract.PhaseStopping:
+		return false
+	}
+	return s.live == dead && rules.PolicyRestarts(pod, 128+int32(unix.SIGKILL))
 }
 
 // Failed records that this container's run of generation n failed for

@@ -129,8 +129,15 @@ func (s *supervisor) carryOut(v verdict, exit *Exit, attrs []any) {
 	}
 	switch v.handling {
 	case rules.HandOver:
-		if s.o.Pod != nil {
-			if ended, cancel := s.o.Pod.OthersEnded(); ended != nil {
+		// A final exit of a pod member waits for the others, since a pod
+		// restart would restart it too. An exit that the pod's policy
+		// restarts is not final: the kubelet restarts such a container
+		// at once, with its own back-off and restartCount, whatever the
+		// other containers do (ShouldContainerBeRestarted,
+		// pkg/kubelet/container/helpers.go:90-126, v1.37.2), so the
+		// container ends now.
+		if s.o.Pod != nil && !rules.PolicyRestarts(v.pod, int32(exit.Code)) {
+			if ended, cancel := s.o.Pod.OthersEnded(v.pod); ended != nil {
 				s.log.Info("workload exited; the container stays until the pod's other containers have ended, since a pod restart restarts it too",
 					append(attrs, "restarts", s.restarts)...)
 				s.await(waiting{kind: waitOthers, ended: ended, cancel: cancel})

@@ -93,8 +93,10 @@ type EndWaiter interface {
 	// OthersEnded returns, for a regular member of a pod whose other
 	// regular members may still run, a channel closed once each of them
 	// has ended or waits in Ended too; nil when there is no one to wait
-	// for. cancel stops the wait (a pod restart or a stop came first).
-	OthersEnded() (ended <-chan struct{}, cancel func())
+	// for. pod is the pod's restartPolicy: a member whose last exit it
+	// restarts has not ended, since the kubelet starts it again. cancel
+	// stops the wait (a pod restart or a stop came first).
+	OthersEnded(pod rules.RestartPolicy) (ended <-chan struct{}, cancel func())
 }
 
 func (s *supervisor) podPending() <-chan uint64 {

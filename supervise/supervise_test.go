@@ -98,7 +98,7 @@ func (f *fakePod) Stopped(uint64) (<-chan struct{}, func()) {
 }
 func (f *fakePod) Started(g uint64)       { f.started = append(f.started, g) }
 func (f *fakePod) Failed(g uint64, _ int) { f.failed = append(f.failed, g) }
-func (f *fakePod) OthersEnded() (<-chan struct{}, func()) {
+func (f *fakePod) OthersEnded(rules.RestartPolicy) (<-chan struct{}, func()) {
 	if f.othersEnded == nil {
 		return nil, nil
 	}

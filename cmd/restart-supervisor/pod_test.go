@@ -536,6 +536,92 @@ while [ ! -e %[1]s/end ]; do sleep 0.02; done; exit 7`, dir)))
 	}
 }
 
+// TestPreviouslyRestartedMemberRestartsThePod is upstream's e2e spec
+// "should restart all containers on a previously restarted regular
+// container exit" (test/e2e/common/node/container_restart_policy.go:440-488,
+// v1.37.2) as processes, the test playing the kubelet: pod Always; source
+// (container Always, RestartAllContainers In [42]) exits 1, then 42, then
+// runs; regular has no rules and runs. Exit 1 is the container policy's
+// restart, which the pod's policy gives too: the supervisor hands it over
+// at once, although regular runs, and the kubelet starts the container
+// again; its exit 42 then restarts regular in place.
+func TestPreviouslyRestartedMemberRestartsThePod(t *testing.T) {
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	os.Mkdir(state, 0o777)
+	members := "RESTART_SUPERVISOR_POD_MEMBERS=source:regular,regular:regular"
+	script := func(name, body string) string {
+		return writeFile(t, dir, name+".sh", fmt.Sprintf(`#!/bin/sh
+n=$(cat %[1]s/%[2]s.n 2>/dev/null || echo 0); n=$((n+1)); echo $n > %[1]s/%[2]s.n
+%[3]s
+`, dir, name, body), 0o755)
+	}
+	sourceConfig := `{"restartPolicy":"Always","podRestartPolicy":"Always","backoff":{"initial":"100ms"},` +
+		`"restartPolicyRules":[{"action":"RestartAllContainers","exitCodes":{"operator":"In","values":[42]}}]}`
+	source := script("source", `case $n in 1) exit 1 ;; 2) exit 42 ;; esac; exec sleep 60`)
+	regular := start(t, podEnv(state, "regular", `{"podRestartPolicy":"Always"}`, members), bin, "--",
+		script("regular", "exec sleep 60"))
+	waitFor(t, "regular running", 15*time.Second, func() bool { return countIn(t, dir, "regular.n") == 1 })
+	first := start(t, podEnv(state, "source", sourceConfig, members), bin, "--", source)
+	if st := first.wait(10 * time.Second); st != 1 {
+		t.Fatalf("source's first supervisor exited %d, want 1, handed to the kubelet while regular runs", st)
+	}
+	if !strings.Contains(first.stderr.String(), "passing its status on to the kubelet") {
+		t.Errorf("no hand-over logged:\n%s", first.stderr.String())
+	}
+	// The kubelet starts the container again: a new supervisor.
+	second := start(t, podEnv(state, "source", sourceConfig, members), bin, "--", source)
+	waitFor(t, "the pod restart", 20*time.Second, func() bool {
+		return countIn(t, dir, "source.n") == 3 && countIn(t, dir, "regular.n") == 2
+	})
+	for _, s := range []*sup{second, regular} {
+		s.signal(syscall.SIGTERM)
+		if st := s.wait(10 * time.Second); st != 143 {
+			t.Errorf("supervisor exited %d after SIGTERM, want 143", st)
+		}
+	}
+}
+
+// TestEndedMemberWaitsForAKubeletRestart: pod OnFailure, no rules. a exits
+// 0, which ends it, and waits in phase Ended while b runs. b exits 1: the
+// pod's policy restarts that, so b's supervisor hands it over and the
+// kubelet starts b again. a must go on waiting: b has not ended, and a pod
+// restart from b's next run restarts a too. Once b exits 0, both end.
+func TestEndedMemberWaitsForAKubeletRestart(t *testing.T) {
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	os.Mkdir(state, 0o777)
+	members := "RESTART_SUPERVISOR_POD_MEMBERS=a:regular,b:regular"
+	config := `{"podRestartPolicy":"OnFailure"}`
+	a := start(t, podEnv(state, "a", config, members), bin, "--", "true")
+	waitFor(t, "a ended", 15*time.Second, func() bool { return statusState(state, "a") == "ended" })
+	bScript := writeFile(t, dir, "b.sh", fmt.Sprintf(`#!/bin/sh
+n=$(cat %[1]s/b.n 2>/dev/null || echo 0); n=$((n+1)); echo $n > %[1]s/b.n
+[ $n -eq 1 ] && exit 1
+while [ ! -e %[1]s/end ]; do sleep 0.02; done; exit 0
+`, dir), 0o755)
+	b1 := start(t, podEnv(state, "b", config, members), bin, "--", bScript)
+	if st := b1.wait(10 * time.Second); st != 1 {
+		t.Fatalf("b's first supervisor exited %d, want 1", st)
+	}
+	// Longer than a's poll of the others (endedPoll) several times over:
+	// the kubelet's back-off may keep b down far longer.
+	select {
+	case <-a.done:
+		t.Fatalf("a's supervisor exited while the kubelet restarts b:\n%s", a.stderr.String())
+	case <-time.After(2 * time.Second):
+	}
+	b2 := start(t, podEnv(state, "b", config, members), bin, "--", bScript)
+	waitFor(t, "b's second run", 15*time.Second, func() bool { return countIn(t, dir, "b.n") == 2 })
+	os.WriteFile(filepath.Join(dir, "end"), nil, 0o644)
+	if st := b2.wait(10 * time.Second); st != 0 {
+		t.Fatalf("b exited %d, want 0", st)
+	}
+	if st := a.wait(10 * time.Second); st != 0 {
+		t.Fatalf("a exited %d, want 0", st)
+	}
+}
+
 // statusState is the state field of a member's status document, "" when
 // it cannot be read.
 func statusState(state, name string) string {

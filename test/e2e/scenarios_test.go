@@ -309,6 +309,20 @@ func scenarios() []scenario {
 		want:            same("Running, a ran 3×, b started 2×"),
 		run:             restartAllAfterRestartScenario,
 	}, {
+		name: "RestartAllContainersAfterKubeletRestart", desc: "upstream's \"previously restarted regular container\" spec: pod Always; a has Always + RestartAllContainers In [42]: exits 1 (the kubelet's restart under both policies), then 42 once b runs; b has no rules",
+		needsRestartAll: true,
+		want:            same("Running, a ran 3×, b started 2×"),
+		run:             restartAllAfterKubeletRestartScenario,
+	}, {
+		name: "RuleLessMemberCrashesAlways", desc: "pod Always; a has Never + RestartAllContainers In [42] and runs; b (no rules) exits 1 once: the kubelet restarts b alone",
+		needsRestartAll: true,
+		want:            same("Running, b ran 2×, a started 1×"),
+		run:             ruleLessMemberCrashesScenario(corev1.RestartPolicyAlways),
+	}, {
+		name: "RuleLessMemberCrashesOnFailure", desc: "pod OnFailure; as RuleLessMemberCrashesAlways",
+		needsRestartAll: true,
+		want:            same("Running, b ran 2×, a started 1×"),
+		run:             ruleLessMemberCrashesScenario(corev1.RestartPolicyOnFailure),	}, {
 		name: "RepeatedPodRestarts", desc: "pod Never; a has Restart In [1] and RestartAllContainers In [42]: three pod restarts (exit 42 once b runs again), a restarted alone (exit 1) between each two; b has no rules",
 		needsRestartAll: true,
 		want:            same("Running, a ran 7×, b started 4×, a and b started together in each round"),
@@ -855,6 +869,60 @@ func restartAllAfterRestartScenario(ctx context.Context, e *env, name string) re
 	r := fromObservation(pod, oa)
 	r.outcome = fmt.Sprintf("%s, a ran %d×, b started %d×", pod.Status.Phase, oa.starts, ob.starts)
 	return r
+}
+
+// restartAllAfterKubeletRestartScenario is upstream's e2e spec "should
+// restart all containers on a previously restarted regular container exit"
+// (test/e2e/common/node/container_restart_policy.go:440-488, v1.37.2):
+// a's exit 1 is restarted by its container policy and by the pod's, which
+// the kubelet carries out, also under the supervisor (a hand-over); its
+// next exit, 42, restarts the pod.
+func restartAllAfterKubeletRestartScenario(ctx context.Context, e *env, name string) result {
+	a := shell("a", fmt.Sprintf(`mark %s; n=$(cat /data/a.runs 2>/dev/null || echo 0); echo $((n+1)) > /data/a.runs; `+
+		`if [ "$n" -eq 0 ]; then sleep 0.5; mark %s; exit 1; fi; `+
+		`if [ "$n" -eq 1 ]; then until [ -e /events/b ]; do sleep 0.1; done; sleep 1; mark %s; exit 42; fi; sleep 3600`, markStart, markExit, markExit),
+		policy(corev1.ContainerRestartPolicyAlways),
+		rule(corev1.ContainerRestartRuleActionRestartAllContainers, corev1.ContainerRestartRuleOnExitCodesOpIn, 42))
+	b := shell("b", "mark "+markStart+"; sleep 3600", nil)
+	if err := e.createPod(ctx, name, e.withVolumes(podSpec(corev1.RestartPolicyAlways, 5, a, b), name)); err != nil {
+		return result{err: err}
+	}
+	pod, ob, err := e.secondRun(ctx, name, "b", 3*time.Second)
+	if err != nil {
+		return result{err: err}
+	}
+	oa := observe(pod, "a", e.containerLogs(ctx, pod, "a"), e.events(name, "a"))
+	r := fromObservation(pod, oa)
+	r.outcome = fmt.Sprintf("%s, a ran %d×, b started %d×", pod.Status.Phase, oa.starts, ob.starts)
+	r.notes = append(r.notes, fmt.Sprintf("restartCount a=%d b=%d", oa.kubeletRestarts, ob.kubeletRestarts))
+	return r
+}
+
+// ruleLessMemberCrashesScenario: in a pod whose restartPolicy restarts a
+// failed container, a member without rules that exits 1 is restarted by
+// the kubelet at once, whatever the other members do
+// (ShouldContainerBeRestarted, pkg/kubelet/container/helpers.go:90-126,
+// v1.37.2). A supervisor that kept it, waiting for the pod's other
+// members to end, would leave it Running with restartCount 0.
+func ruleLessMemberCrashesScenario(podPolicy corev1.RestartPolicy) func(ctx context.Context, e *env, name string) result {
+	return func(ctx context.Context, e *env, name string) result {
+		a := shell("a", "mark "+markStart+"; sleep 3600", policy(corev1.ContainerRestartPolicyNever),
+			rule(corev1.ContainerRestartRuleActionRestartAllContainers, corev1.ContainerRestartRuleOnExitCodesOpIn, 42))
+		b := shell("b", fmt.Sprintf(`mark %s; n=$(cat /data/b.runs 2>/dev/null || echo 0); echo $((n+1)) > /data/b.runs; `+
+			`if [ "$n" -eq 0 ]; then until [ -e /events/a ]; do sleep 0.1; done; sleep 0.5; mark %s; exit 1; fi; sleep 3600`, markStart, markExit), nil)
+		if err := e.createPod(ctx, name, e.withVolumes(podSpec(podPolicy, 5, a, b), name)); err != nil {
+			return result{err: err}
+		}
+		pod, ob, err := e.secondRun(ctx, name, "b", 3*time.Second)
+		if err != nil {
+			return result{err: err}
+		}
+		oa := observe(pod, "a", e.containerLogs(ctx, pod, "a"), e.events(name, "a"))
+		r := fromObservation(pod, ob)
+		r.outcome = fmt.Sprintf("%s, b ran %d×, a started %d×", pod.Status.Phase, ob.starts, oa.starts)
+		r.notes = append(r.notes, fmt.Sprintf("restartCount a=%d b=%d", oa.kubeletRestarts, ob.kubeletRestarts))
+		return r
+	}
 }
 
 // supervisedStarts returns, for each container's log, when its supervisor
