@@ -322,7 +322,8 @@ func scenarios() []scenario {
 		name: "RuleLessMemberCrashesOnFailure", desc: "pod OnFailure; as RuleLessMemberCrashesAlways",
 		needsRestartAll: true,
 		want:            same("Running, b ran 2×, a started 1×"),
-		run:             ruleLessMemberCrashesScenario(corev1.RestartPolicyOnFailure),	}, {
+		run:             ruleLessMemberCrashesScenario(corev1.RestartPolicyOnFailure),
+	}, {
 		name: "RepeatedPodRestarts", desc: "pod Never; a has Restart In [1] and RestartAllContainers In [42]: three pod restarts (exit 42 once b runs again), a restarted alone (exit 1) between each two; b has no rules",
 		needsRestartAll: true,
 		want:            same("Running, a ran 7×, b started 4×, a and b started together in each round"),
