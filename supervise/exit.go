@@ -170,10 +170,10 @@ type verdict struct {
 	minDelay time.Duration
 	// killedByProbe: the run was killed by its liveness or startup probe
 	// and previous is when the run before it exited (zero when there was
-	// none): the kubelet kills and restarts such a container in one sync,
-	// so its back-off is measured from the instance that exited before
-	// (kuberuntime_manager.go doBackOff, v1.37.2), and with none there is
-	// no back-off and no step at all.
+	// none): the kubelet kills such a container and tries to start it in
+	// the same sync, where doBackOff asks about the instance that exited
+	// before (kuberuntime_manager.go:2080-2107, v1.37.2); with none there
+	// is no back-off and no step at all (restart).
 	killedByProbe bool
 	previous      time.Time
 }

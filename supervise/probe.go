@@ -15,10 +15,12 @@ import (
 
 // The supervisor runs a wrapped container's liveness and startup probes
 // itself (rules.Config.Probes), as the kubelet's prober does for a
-// container of its own (pkg/kubelet/prober/worker.go doProbe, v1.35.4):
-// the checks start InitialDelaySeconds after each start of the workload,
-// run every PeriodSeconds, liveness only once the startup probe has
-// succeeded, and FailureThreshold failures in a row kill the workload.
+// container of its own (pkg/kubelet/prober/worker.go, v1.37.2): each
+// probe ticks every PeriodSeconds from one fixed phase, the first check
+// of a run comes at the first tick once InitialDelaySeconds have passed
+// and the kubelet could have seen the run (firstCheckIn), liveness runs
+// only once the startup probe has succeeded, and FailureThreshold
+// failures in a row kill the workload.
 // The probes are armed at every start and disarmed at every exit, so a
 // workload in back-off or held, which natively is no running container,
 // is never probed.
@@ -48,6 +50,9 @@ type runProbes struct {
 	started bool
 	// kills counts the workload's stops by a probe, for the log.
 	kills int
+	// epoch is the phase of every probe's ticks: the first start of the
+	// workload, as the kubelet's worker ticks from the pod's addition.
+	epoch time.Time
 }
 
 type prober struct {
@@ -97,12 +102,40 @@ func (s *supervisor) armProbes() {
 	if ps == nil {
 		return
 	}
+	if s.probes.epoch.IsZero() {
+		s.probes.epoch = s.lastStart
+	}
 	if ps.Startup != nil {
-		s.probes.startup = &prober{name: "startup", spec: ps.Startup, next: time.NewTimer(ps.Startup.InitialDelay())}
+		s.probes.startup = &prober{name: "startup", spec: ps.Startup, next: time.NewTimer(s.firstCheckIn(ps.Startup))}
 	}
 	if ps.Liveness != nil {
-		s.probes.liveness = &prober{name: "liveness", spec: ps.Liveness, next: time.NewTimer(ps.Liveness.InitialDelay())}
+		s.probes.liveness = &prober{name: "liveness", spec: ps.Liveness, next: time.NewTimer(s.firstCheckIn(ps.Liveness))}
 	}
+}
+
+// probeSeenAfter is the shortest time between a start and the kubelet's
+// first check of it. The prober's worker reads the container from the
+// kubelet's status cache (worker.go:221-242, v1.37.2), which shows a new
+// container only at the pod sync that follows the PLEG's relist, every
+// second (genericPlegRelistPeriod, kubelet.go:215); until then there is
+// nothing to probe. Without this bound a probe with initialDelaySeconds 0
+// and failureThreshold 1 would kill a workload milliseconds after its
+// start.
+const probeSeenAfter = time.Second
+
+// firstCheckIn returns how long after now the first check of probe p comes
+// in the run that started at s.lastStart. The kubelet's worker starts its
+// ticker when the pod is added, before any container starts, and never
+// resets it (worker.go:160-200): its checks keep that phase across every
+// restart of the container, and the first one after a start is the first
+// tick at which the container has run InitialDelaySeconds (worker.go:331)
+// and is in the status cache. Here the phase is the supervisor's first
+// start (probes.epoch), the ticks those of p's period.
+func (s *supervisor) firstCheckIn(p *rules.Probe) time.Duration {
+	due := s.lastStart.Add(max(p.InitialDelay(), probeSeenAfter))
+	period := p.Period()
+	ticks := (due.Sub(s.probes.epoch) + period - 1) / period
+	return time.Until(s.probes.epoch.Add(ticks * period))
 }
 
 // disarmProbes stops every probe and kills a check in flight; the loop

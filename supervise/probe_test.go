@@ -230,14 +230,15 @@ sleep 2; touch up-$n; exec sleep 600`, dir))
 }
 
 // TestProbeKillBackoffFromThePreviousExit: the kubelet kills and restarts
-// a container its liveness probe failed in one sync, and doBackOff measures
-// the back-off from the instance that exited before
-// (kuberuntime_manager.go, v1.37.2): the first kill has none before it (no
-// back-off, no step), the second waits Delay(0) = 0, the third Delay(1) =
-// 8 s less the time since the second exit (the third run's second or so).
-// Measured from each kill, as before, they were 0, 8 s, 16 s. Each run
-// lasts the probe's 1 s initial delay; the fourth exits 0 before its first
-// check. The 8 s leave room for a run slowed by a loaded machine.
+// a container its liveness probe failed in one sync, and doBackOff asks
+// about the instance that exited before (kuberuntime_manager.go:2080-2107,
+// v1.37.2): the first kill has none before it (no back-off, no step), the
+// second waits Delay(0) = 0, and the third finds the second's exit less
+// than Delay(1) = 8 s ago (the third run lasted a second or two), so its
+// start is refused and comes a full 8 s after the kill, measured from the
+// killed instance's own exit. (The step less the time since the previous
+// exit, as this supervisor once waited, gave 6-7 s.) Each run lasts until
+// the probe's first check; the fourth exits 0 before it.
 func TestProbeKillBackoffFromThePreviousExit(t *testing.T) {
 	dir := t.TempDir()
 	script := fmt.Sprintf(`cd %s; n=$(cat n 2>/dev/null || echo 0); n=$((n+1)); echo $n > n
@@ -260,7 +261,47 @@ exec sleep 600`, dir)
 		}
 		delays = append(delays, d)
 	}
-	if len(delays) != 3 || delays[0] != 0 || delays[1] != 0 || delays[2] <= 0 || delays[2] >= 8*time.Second {
-		t.Fatalf("delays after the probe kills %v, want 0, 0, and less than 8s; log:\n%s", delays, log)
+	if len(delays) != 3 || delays[0] != 0 || delays[1] != 0 || delays[2] != 8*time.Second {
+		t.Fatalf("delays after the probe kills %v, want 0, 0, 8s; log:\n%s", delays, log)
+	}
+}
+
+// TestFirstProbeCheckWaitsForTheKubeletToSeeTheRun: with
+// initialDelaySeconds 0 the kubelet's first check of a container comes at
+// a tick of its worker once the container is in the status cache, which
+// the PLEG's relist fills at the earliest a second after the start
+// (worker.go:221-242 and :331, kubelet.go:215, v1.37.2); never at the
+// start itself. A liveness probe that always fails with failureThreshold
+// 1 must let each run live at least that second, the run after an
+// in-place restart too; the ticks keep the first run's phase.
+func TestFirstProbeCheckWaitsForTheKubeletToSeeTheRun(t *testing.T) {
+	dir := t.TempDir()
+	script := fmt.Sprintf(`cd %s; n=$(cat n 2>/dev/null || echo 0); n=$((n+1)); echo $n > n
+[ $n -ge 3 ] && exit 0
+exec sleep 600`, dir)
+	r, log := runProbed(t, script, `{"restartPolicy":"OnFailure","podRestartPolicy":"Never","backoff":{"initial":"100ms"},
+	  "probes":{"liveness":{"exec":{"command":["false"]},"periodSeconds":1,"failureThreshold":1}}}`)
+	if r.Status != 0 || r.Restarts != 2 {
+		t.Fatalf("result %+v, want status 0 after 2 restarts; log:\n%s", r, log)
+	}
+	var ran []time.Duration
+	for _, l := range strings.Split(log, "\n") {
+		if !strings.Contains(l, "exitCode=143") {
+			continue
+		}
+		i := strings.Index(l, "ranFor=")
+		d, err := time.ParseDuration(strings.Fields(l[i+len("ranFor="):])[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		ran = append(ran, d)
+	}
+	if len(ran) != 2 {
+		t.Fatalf("%d probe kills, want 2; log:\n%s", len(ran), log)
+	}
+	for i, d := range ran {
+		if d < probeSeenAfter {
+			t.Errorf("run %d killed by its first check %s after its start, want at least %s; log:\n%s", i+1, d, probeSeenAfter, log)
+		}
 	}
 }

@@ -8,9 +8,9 @@ import (
 
 // Restarting in place: the first start (at once, or after what is left of
 // a back-off an earlier supervisor of the container handed over), the
-// delay of each restart (the container's curve; for a probe kill, measured
-// from the run before, as the kubelet measures it), and the timer the loop
-// serves.
+// delay of each restart (the container's curve; for a probe kill, none
+// when the run before exited at least the current step ago, else the full
+// step, as the kubelet decides it), and the timer the loop serves.
 
 // resume makes the first start: at once, or, when an earlier supervisor of
 // this container handed its last exit over to the kubelet, after what is
@@ -88,7 +88,18 @@ func (s *supervisor) restart(v verdict, exit *Exit, attrs []any) {
 		// No earlier instance: doBackOff finds no exited container and
 		// neither waits nor takes a step.
 	case v.killedByProbe:
-		delay = max(s.backoff.next(v.backoff, v.ran)-exit.At.Sub(v.previous), 0)
+		// The kill's sync asks doBackOff about the instance that exited
+		// before (the newest exited one in its status snapshot): when that
+		// one exited less than the current step ago the start is refused,
+		// and every later sync measures the step from the killed
+		// instance's own exit, so the start comes a full step after the
+		// kill; otherwise it comes at once. Either way the curve takes one
+		// step (kuberuntime_manager.go:2080-2107, v1.37.2). The kubelet's
+		// retry of a refused start is jittered up to half the step again
+		// (pod_workers.go:1538-1547); the supervisor waits the step.
+		if d := s.backoff.next(v.backoff, v.ran); exit.At.Sub(v.previous) < d {
+			delay = d
+		}
 	default:
 		delay = max(s.backoff.next(v.backoff, v.ran), v.minDelay)
 	}
