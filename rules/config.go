@@ -409,8 +409,16 @@ func (c Config) ValidateFor(v KubeVersion) error {
 
 // Plan decides an exit of the container this document describes, an init
 // container's (PlanInit) or any other's (Plan).
-func (c Config) Plan(exitCode int32) (Decision, Handling) {
-	if c.InitContainer {
+func (c Config) Plan(exitCode int32) (Decision, Handling) { return c.PlanExit(exitCode, false) }
+
+// PlanExit is Plan for an exit that the container runtime reports with
+// reason OOMKilled when oomKilled is set. An init container in that state
+// has failed whatever its exit code (isInitContainerFailed,
+// pkg/kubelet/kuberuntime/helpers.go:167-182, v1.37.2): the kubelet then
+// asks the restart decision for its exit code, 0 included, instead of
+// taking exit 0 as initialized.
+func (c Config) PlanExit(exitCode int32, oomKilled bool) (Decision, Handling) {
+	if c.InitContainer && !oomKilled {
 		return PlanInit(c.Container, c.Pod(), exitCode)
 	}
 	return Plan(c.Container, c.Pod(), exitCode)

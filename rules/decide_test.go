@@ -279,6 +279,15 @@ func TestPlanInit(t *testing.T) {
 	if _, h := (Config{Container: ctr(Never, notIn(R, 1)), PodRestartPolicy: OnFailure}).Plan(0); h != RestartInPlace {
 		t.Errorf("a regular container's exit 0 under NotIn [1]: %v, want restartInPlace", h)
 	}
+	// An OOMKilled init container has failed, exit 0 included
+	// (isInitContainerFailed): its exit 0 goes to the rules.
+	oom := Config{Container: ctr(Never, notIn(R, 1)), PodRestartPolicy: OnFailure, InitContainer: true}
+	if d, h := oom.PlanExit(0, true); h != RestartInPlace || d.Source != SourceRule {
+		t.Errorf("an OOMKilled init container's exit 0 under NotIn [1]: %v by %s, want restartInPlace by rule", h, d.Source)
+	}
+	if d, h := oom.PlanExit(0, false); h != HandOver || d.Source != SourceInitialized {
+		t.Errorf("an init container's exit 0 under NotIn [1]: %v by %s, want handOver, initialized", h, d.Source)
+	}
 	cfg, err := Parse([]byte(`{"initContainer":true,"restartPolicy":"Never","restartPolicyRules":[{"action":"Restart","exitCodes":{"operator":"NotIn","values":[1]}}]}`))
 	if err != nil || !cfg.InitContainer {
 		t.Fatalf("parse initContainer: %+v %v", cfg, err)

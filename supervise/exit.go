@@ -31,7 +31,7 @@ func (s *supervisor) onWorkloadExit(st ExitStatus) {
 	if end.cause == endNone {
 		// A kill of the supervisor's own (a stop's, a probe's, a pod
 		// restart's grace) is no out-of-memory kill.
-		if exit.Reason = s.oomReason(st); exit.Reason != "" {
+		if exit.Reason = s.oomReason(); exit.Reason != "" {
 			attrs = append(attrs, "exitReason", exit.Reason)
 		}
 	}
@@ -79,7 +79,7 @@ func (s *supervisor) endStoppedRun(st ExitStatus, attrs []any) {
 // judge decides an exit with the configuration in force.
 func (s *supervisor) judge(exit *Exit, ran time.Duration) verdict {
 	cfg := s.config()
-	d, h := cfg.Plan(int32(exit.Code))
+	d, h := cfg.PlanExit(int32(exit.Code), exit.Reason == ReasonOOMKilled)
 	exit.Rule, exit.Action = d.Rule, d.Action
 	return verdict{decision: d, handling: h, pod: cfg.Pod(), backoff: cfg.Backoff, ran: ran}
 }
@@ -95,6 +95,15 @@ func (s *supervisor) act(v verdict, exit *Exit, attrs []any) {
 		// Whatever the rules say: the user asked that the kubelet, and
 		// the pod's policy, have this exit.
 		s.handOverInstead(v, &HandOver{ReasonHandOverExitCode, "exit code " + itoa(exit.Code) + " is in handOverExitCodes"}, exit, attrs)
+		return
+	}
+	if v.handling == rules.RestartInPlace && cfg.InitContainer && !s.o.InitRerun && s.containerOOMKilled() {
+		// The runtime will report this container OOMKilled whatever a
+		// later run does, and the kubelet takes such an init container
+		// for failed, even after a run that exits 0 (oom.go): a new
+		// container, the kubelet's, is the only way to initialize it.
+		s.handOverInstead(v, &HandOver{ReasonInitContainerOOMKilled,
+			"the container runtime reports this init container OOMKilled for the rest of its life, which the kubelet counts as failed"}, exit, attrs)
 		return
 	}
 	if v.handling == rules.RestartInPlace {

@@ -28,6 +28,10 @@ const (
 	ReasonRestartBudgetExhausted = "RestartBudgetExhausted"
 	ReasonProgressStalled        = "ProgressStalled"
 	ReasonPreRestartCheckFailed  = "PreRestartCheckFailed"
+	// ReasonInitContainerOOMKilled: not a limit, but the same kind of
+	// hand-over: an init container that had an OOM kill cannot be
+	// initialized in place (act, oom.go).
+	ReasonInitContainerOOMKilled = "InitContainerOOMKilled"
 )
 
 // HandOver is why an exit that the rules would have restarted in place

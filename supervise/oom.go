@@ -5,19 +5,28 @@ import (
 	"strconv"
 	"strings"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/restart-supervisor/restart-supervisor/internal/boundedfile"
 )
 
-// Telling an out-of-memory kill from any other SIGKILL, as the kubelet
-// shows it (reason OOMKilled): the container's cgroup v2 memory.events, or
-// on cgroup v1 its memory.oom_control (Linux 4.13 and later), counts the
-// processes the kernel's OOM killer killed in it (oom_kill).
-// The supervisor reads the counter at every start of the workload and,
-// when a run dies of SIGKILL that nothing of the supervisor's sent, again:
-// a higher count means the kernel killed it (or another process of the
-// container in the same moment, which the counter cannot tell apart).
+// The reason OOMKilled, as the container runtime gives it: containerd
+// marks a container OOMKilled as soon as its cgroup's oom_kill counter
+// moves, whichever of its processes the kernel's OOM killer picked (the
+// init process, a child, an exec'd process), and never clears the mark
+// for the rest of the container's life; the kubelet passes the reason on
+// (toKubeContainerStatus, pkg/kubelet/kuberuntime/kuberuntime_container.go
+// :761-762, v1.37.2). The container's cgroup v2 memory.events, or on
+// cgroup v1 its memory.oom_control (Linux 4.13 and later), holds that
+// counter (oom_kill). The supervisor reads it at every start of the
+// workload and at every exit that nothing of the supervisor's caused: a
+// higher count makes the run OOMKilled, whatever its exit status.
+//
+// Runs share one container, so the runtime's mark outlives the run it
+// came from: after an OOM kill in any run, the container ends OOMKilled
+// even if its last run exits 0 (containerOOMKilled). For a regular
+// container that is only the reason shown; an init container in that
+// state has failed for the kubelet whatever its exit code
+// (isInitContainerFailed, pkg/kubelet/kuberuntime/helpers.go:167-182), so
+// the supervisor does not restart it in place after an OOM kill (act).
 //
 // This only sees kills the supervisor survives: with memory.oom.group=1,
 // which the kubelet sets on cgroup v2 unless singleProcessOOMKill is true
@@ -51,25 +60,46 @@ func oomKills(path string) (uint64, bool) {
 	return 0, false
 }
 
-// oomBaseline is the oom_kill counter read at the start of a run; ok is
-// false when it could not be read, and no exit of the run is then called
-// OOMKilled.
+// oomBaseline is the oom_kill counter read at the start of a run, and at
+// the first start, the container's; ok (firstOK) is false when it could
+// not be read, and no exit (no container) is then called OOMKilled.
 type oomBaseline struct {
-	count uint64
-	ok    bool
+	count   uint64
+	ok      bool
+	first   uint64
+	firstOK bool
+	read    bool // first has been read
 }
 
-// oomReason is the reason of a run that ended with st, given the oom_kill
-// counter read at its start: OOMKilled when SIGKILL killed it and the
-// counter has moved since.
-func (s *supervisor) oomReason(st ExitStatus) string {
-	if st.Signal != unix.SIGKILL || !s.oom.ok {
+// readOOMBaseline reads the counter at the start of a run.
+func (s *supervisor) readOOMBaseline() {
+	s.oom.count, s.oom.ok = oomKills(s.o.MemoryEvents)
+	if !s.oom.read {
+		s.oom.first, s.oom.firstOK, s.oom.read = s.oom.count, s.oom.ok, true
+	}
+}
+
+// oomReason is the reason of a run that has ended, given the oom_kill
+// counter read at its start: OOMKilled when the counter has moved since.
+func (s *supervisor) oomReason() string {
+	if !s.oom.ok {
 		return ""
 	}
 	if n, ok := oomKills(s.o.MemoryEvents); ok && n > s.oom.count {
 		return ReasonOOMKilled
 	}
 	return ""
+}
+
+// containerOOMKilled reports whether the OOM killer has killed anything in
+// the container since its first run started: the runtime then reports it
+// OOMKilled when it ends, whatever its last run does.
+func (s *supervisor) containerOOMKilled() bool {
+	if !s.oom.firstOK {
+		return false
+	}
+	n, ok := oomKills(s.o.MemoryEvents)
+	return ok && n > s.oom.first
 }
 
 // ContainerMemoryEvents returns the file that counts the OOM killer's kills

@@ -13,8 +13,10 @@ import (
 
 // TestOOMKilledReason runs workloads that die of SIGKILL or exit, with a
 // memory.events file whose oom_kill counter the workload itself moves, as
-// the kernel moves it when its OOM killer picks the workload: only a
-// SIGKILL with the counter moved since the run's start is OOMKilled.
+// the kernel moves it when its OOM killer picks the workload or any other
+// process of the container: a run during which the counter moved is
+// OOMKilled, whatever its exit status, as containerd marks the container
+// (oom.go).
 func TestOOMKilledReason(t *testing.T) {
 	for _, c := range []struct {
 		name, script string
@@ -22,8 +24,9 @@ func TestOOMKilledReason(t *testing.T) {
 	}{
 		{"SIGKILL, counter moved", `echo "oom 1" > $EV.tmp; echo "oom_kill 4" >> $EV.tmp; mv $EV.tmp $EV; kill -9 $$`, ReasonOOMKilled},
 		{"SIGKILL, counter still", `kill -9 $$`, ""},
-		{"exit 1, counter moved", `printf 'oom_kill 9\n' > $EV.tmp; mv $EV.tmp $EV; exit 1`, ""},
-		{"SIGTERM, counter moved", `printf 'oom_kill 9\n' > $EV.tmp; mv $EV.tmp $EV; kill -15 $$`, ""},
+		{"exit 1, counter moved", `printf 'oom_kill 9\n' > $EV.tmp; mv $EV.tmp $EV; exit 1`, ReasonOOMKilled},
+		{"SIGTERM, counter moved", `printf 'oom_kill 9\n' > $EV.tmp; mv $EV.tmp $EV; kill -15 $$`, ReasonOOMKilled},
+		{"exit 0, counter still", `exit 0`, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ev := filepath.Join(t.TempDir(), "memory.events")
@@ -99,6 +102,64 @@ func TestOOMKilledByTheKernel(t *testing.T) {
 	res := waitResult(t, runAsync(o))
 	if last.LastExit == nil || last.LastExit.Signal != syscall.SIGKILL || last.LastExit.Reason != ReasonOOMKilled {
 		t.Fatalf("last exit %+v (result %+v), want SIGKILL with reason %s; %s", last.LastExit, res, ReasonOOMKilled, limit)
+	}
+}
+
+// TestChildOOMKilledByTheKernel: the kernel's OOM killer picks a child of
+// the workload, which then exits 0. containerd marks such a container
+// OOMKilled, so the run is OOMKilled too.
+func TestChildOOMKilledByTheKernel(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create a memory cgroup")
+	}
+	dir, counter, limit := newMemoryCgroup(t, 32<<20)
+	o := shell(fmt.Sprintf(`echo $$ > %s/cgroup.procs && { tail /dev/zero; true; }; exit 0`, dir))
+	o.MemoryEvents = counter
+	var last State
+	o.OnChange = func(st State) { last = st }
+	res := waitResult(t, runAsync(o))
+	if res.Status != 0 || last.LastExit == nil || last.LastExit.Reason != ReasonOOMKilled {
+		t.Fatalf("last exit %+v (result %+v), want exit 0 with reason %s; %s", last.LastExit, res, ReasonOOMKilled, limit)
+	}
+}
+
+// TestInitContainerOOMKilledIsHandedOver: an init container whose rule
+// restarts the OOM kill's 137 in place. The runtime would report the
+// container OOMKilled after any later run, exit 0 included, and the
+// kubelet counts that init container failed: the supervisor hands the
+// exit over instead, so that the kubelet's new container initializes it.
+// A regular container with the same rule restarts in place.
+func TestInitContainerOOMKilledIsHandedOver(t *testing.T) {
+	for _, c := range []struct {
+		name, init string
+		status     int
+		restarts   int
+		reason     string
+	}{
+		{"init container", `"initContainer":true,`, 137, 0, ReasonInitContainerOOMKilled},
+		{"regular container", ``, 0, 1, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			ev := filepath.Join(dir, "memory.events")
+			os.WriteFile(ev, []byte("oom 0\noom_kill 0\n"), 0o644)
+			o := shell(fmt.Sprintf(`cd %s; n=$(cat n 2>/dev/null || echo 0); n=$((n+1)); echo $n > n
+[ $n -ge 2 ] && exit 0
+printf 'oom 1\noom_kill 1\n' > ev.tmp; mv ev.tmp %s; kill -9 $$`, dir, ev))
+			o.MemoryEvents = ev
+			o.Config = mustParse(t, `{`+c.init+`"restartPolicy":"Never","podRestartPolicy":"OnFailure",
+			  "restartPolicyRules":[{"action":"Restart","exitCodes":{"operator":"In","values":[137]}}]}`)
+			var last State
+			o.OnChange = func(st State) { last = st }
+			res := waitResult(t, runAsync(o))
+			got := ""
+			if last.HandOver != nil {
+				got = last.HandOver.Reason
+			}
+			if res.Status != c.status || res.Restarts != c.restarts || got != c.reason {
+				t.Fatalf("result %+v, hand-over %q; want status %d after %d restarts, hand-over %q", res, got, c.status, c.restarts, c.reason)
+			}
+		})
 	}
 }
 

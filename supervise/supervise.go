@@ -361,7 +361,7 @@ func (s *supervisor) start() {
 	if s.last != nil && s.o.BeforeRestart != nil {
 		s.o.BeforeRestart()
 	}
-	s.oom.count, s.oom.ok = oomKills(s.o.MemoryEvents)
+	s.readOOMBaseline()
 	p, err := spawn(s.o.Path, s.o.Argv, s.attemptEnv(), s.tty)
 	if err != nil {
 		s.onStartError(err.(*StartError))
