@@ -198,6 +198,7 @@ func (p *Pod) resumeFrom(prev statevol.Status, now time.Time) {
 	p.handedOver, p.lastStart = &exit, start
 	p.resume = &supervise.Resume{
 		BackoffRestarts: min(max(prev.BackoffRestarts, 0), maxResumedBackoff),
+		BackoffKey:      validKey(prev.BackoffKey),
 		LastStart:       start, LastExit: exit.At, Stopped: exit.Stopped,
 	}
 }
@@ -383,6 +384,7 @@ func fill(s *statevol.Status, st supervise.State, gen uint64, restartsBefore int
 	s.LastExit, s.LastRestart = exitOf(st.LastExit), exitOf(st.LastRestart)
 	s.StartedAt, s.NextStartAt = st.StartedAt, st.NextStartAt
 	s.BackoffRestarts = st.BackoffRestarts
+	s.BackoffKey = st.BackoffKey
 	s.Started = st.Started
 	s.Terminating = st.Terminating
 	s.Limits = nil
@@ -408,4 +410,12 @@ func exitOf(e *supervise.Exit) *statevol.Exit {
 		x.Rule = &r
 	}
 	return x
+}
+
+// validKey is a back-off key from a document, "" when it is not one.
+func validKey(k string) string {
+	if supervise.ValidBackoffKey(k) {
+		return k
+	}
+	return ""
 }

@@ -39,6 +39,27 @@ func TestResumeClampsTheFuture(t *testing.T) {
 	}
 }
 
+// TestResumeTakesOnlyAKey: the back-off key a document carries is taken
+// only when it is one a supervisor makes (16 hex digits); anything else a
+// writer of the container's UID put there is dropped, which leaves the
+// curve keyed by nothing, as before the key existed.
+func TestResumeTakesOnlyAKey(t *testing.T) {
+	now := time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)
+	for key, want := range map[string]string{
+		"0123456789abcdef":          "0123456789abcdef",
+		"0123456789ABCDEZ":          "",
+		"0123456789abcdef0":         "",
+		"":                          "",
+		"../../../../../etc/passwd": "",
+	} {
+		var p Pod
+		p.resumeFrom(statevol.Status{LastExit: &statevol.Exit{Code: 1, At: now}, StartedAt: now, BackoffKey: key}, now)
+		if got := p.Resume().BackoffKey; got != want {
+			t.Errorf("document key %q resumed as %q, want %q", key, got, want)
+		}
+	}
+}
+
 // TestRestartsTotalFromThePreviousDocument: restartsTotal goes on from the
 // document the container's earlier supervisor left; a document of an
 // earlier release, without it, gives its restarts; a count out of range

@@ -113,6 +113,11 @@ type Status struct {
 	// BackoffRestarts is the container's CrashLoopBackOff count; the next
 	// supervisor of the same container continues from it.
 	BackoffRestarts int `json:"backoffRestarts,omitempty"`
+	// BackoffKey stands for the container's resources when its curve took
+	// its last step (16 hex digits; supervise.ValidBackoffKey): the next
+	// supervisor starts a fresh curve when they differ, as the kubelet's
+	// back-off key holds the resources.
+	BackoffKey string `json:"backoffKey,omitempty"`
 	// Limits is what the limits of the config (restartBudget, progress)
 	// remember; the next supervisor of the same container continues from
 	// it, so that neither a hand-over nor the kubelet's restart resets the

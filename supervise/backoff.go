@@ -21,14 +21,23 @@ type backoff struct {
 	// one waits rules.Backoff.Delay(n). It is State.BackoffRestarts for
 	// the container's curve.
 	n int
+	// key is the container's resources when the last step was taken
+	// (resources.go; State.BackoffKey), "" when unknown.
+	key string
 }
 
 // next returns the delay before the start that follows a run of ran
-// under curve c, and takes the step. A negative ran (no run yet) never
-// resets the curve, since rules.Validate refuses a negative resetAfter.
-func (b *backoff) next(c rules.Backoff, ran time.Duration) time.Duration {
-	if ran >= c.ResetAfterDuration() {
+// under curve c, with the container's resources key now, and takes the
+// step. A negative ran (no run yet) never resets the curve, since
+// rules.Validate refuses a negative resetAfter. Resources other than
+// those of the last step make a key the kubelet has no entry for: the
+// curve starts over.
+func (b *backoff) next(c rules.Backoff, ran time.Duration, key string) time.Duration {
+	if ran >= c.ResetAfterDuration() || key != "" && b.key != "" && key != b.key {
 		b.n = 0
+	}
+	if key != "" {
+		b.key = key
 	}
 	d := c.Delay(b.n)
 	b.n++
@@ -40,8 +49,8 @@ func (b *backoff) next(c rules.Backoff, ran time.Duration) time.Duration {
 // BackoffRestarts), with the step for that supervisor's last exit taken:
 // the kubelet keeps one curve per container across all its exits. It
 // returns the delay that exit asks for, measured from r.LastExit.
-func resumed(c rules.Backoff, r *Resume) (backoff, time.Duration) {
-	b := backoff{n: r.BackoffRestarts}
-	delay := b.next(c, r.LastExit.Sub(r.LastStart))
+func resumed(c rules.Backoff, r *Resume, key string) (backoff, time.Duration) {
+	b := backoff{n: r.BackoffRestarts, key: r.BackoffKey}
+	delay := b.next(c, r.LastExit.Sub(r.LastStart), key)
 	return b, delay
 }

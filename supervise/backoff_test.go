@@ -19,20 +19,20 @@ func TestBackoffCurve(t *testing.T) {
 	want := []time.Duration{0, 10 * time.Second, 20 * time.Second, 40 * time.Second, 80 * time.Second,
 		160 * time.Second, 300 * time.Second, 300 * time.Second}
 	for i, w := range want {
-		if d := b.next(c, short); d != w {
+		if d := b.next(c, short, ""); d != w {
 			t.Fatalf("restart %d after a short run: delay %v, want %v", i, d, w)
 		}
 	}
 	if b.n != len(want) {
 		t.Fatalf("step %d after %d restarts", b.n, len(want))
 	}
-	if d := b.next(c, 10*time.Minute-time.Millisecond); d != 300*time.Second {
+	if d := b.next(c, 10*time.Minute-time.Millisecond, ""); d != 300*time.Second {
 		t.Fatalf("a run just short of resetAfter: delay %v, want the cap", d)
 	}
-	if d := b.next(c, 10*time.Minute); d != 0 || b.n != 1 {
+	if d := b.next(c, 10*time.Minute, ""); d != 0 || b.n != 1 {
 		t.Fatalf("a run of resetAfter: delay %v at step %d, want 0 at step 1", d, b.n)
 	}
-	if d := b.next(c, short); d != 10*time.Second {
+	if d := b.next(c, short, ""); d != 10*time.Second {
 		t.Fatalf("after the reset: delay %v, want the initial 10s", d)
 	}
 }
@@ -44,10 +44,10 @@ func TestBackoffNoRunNeverResets(t *testing.T) {
 	zero, initial := rules.Duration(0), rules.Duration(time.Second)
 	c := rules.Backoff{Initial: &initial, ResetAfter: &zero}
 	b := backoff{n: 2}
-	if d := b.next(c, -1); d != 2*time.Second || b.n != 3 {
+	if d := b.next(c, -1, ""); d != 2*time.Second || b.n != 3 {
 		t.Fatalf("no run: delay %v at step %d, want 2s at step 3", d, b.n)
 	}
-	if d := b.next(c, 0); d != 0 || b.n != 1 {
+	if d := b.next(c, 0, ""); d != 0 || b.n != 1 {
 		t.Fatalf("a run of 0 with resetAfter 0: delay %v at step %d, want 0 at step 1", d, b.n)
 	}
 }
@@ -59,12 +59,43 @@ func TestBackoffNoRunNeverResets(t *testing.T) {
 func TestBackoffResumed(t *testing.T) {
 	var c rules.Backoff
 	exit := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	b, d := resumed(c, &Resume{BackoffRestarts: 3, LastStart: exit.Add(-time.Second), LastExit: exit})
+	b, d := resumed(c, &Resume{BackoffRestarts: 3, LastStart: exit.Add(-time.Second), LastExit: exit}, "")
 	if d != 40*time.Second || b.n != 4 {
 		t.Fatalf("resumed at 3 after a short run: delay %v at step %d, want 40s at step 4", d, b.n)
 	}
-	b, d = resumed(c, &Resume{BackoffRestarts: 3, LastStart: exit.Add(-10 * time.Minute), LastExit: exit})
+	b, d = resumed(c, &Resume{BackoffRestarts: 3, LastStart: exit.Add(-10 * time.Minute), LastExit: exit}, "")
 	if d != 0 || b.n != 1 {
 		t.Fatalf("resumed at 3 after a run of resetAfter: delay %v at step %d, want 0 at step 1", d, b.n)
+	}
+}
+
+// TestBackoffKeyedByResources: the kubelet's back-off key holds the
+// container's resources (GetBackoffKey, kuberuntime/helpers.go:193-207,
+// v1.37.2): other resources than the last step's start a fresh curve,
+// from the supervisor's own steps and from a resumed one; an unknown key
+// ("") changes nothing.
+func TestBackoffKeyedByResources(t *testing.T) {
+	var c rules.Backoff
+	short := time.Second
+	b := backoff{n: 3, key: "aaaaaaaaaaaaaaaa"}
+	if d := b.next(c, short, "aaaaaaaaaaaaaaaa"); d != 40*time.Second {
+		t.Fatalf("same resources: delay %v, want 40s", d)
+	}
+	if d := b.next(c, short, ""); d != 80*time.Second || b.key != "aaaaaaaaaaaaaaaa" {
+		t.Fatalf("unknown resources: delay %v, key %q, want 80s and the key kept", d, b.key)
+	}
+	if d := b.next(c, short, "bbbbbbbbbbbbbbbb"); d != 0 || b.n != 1 || b.key != "bbbbbbbbbbbbbbbb" {
+		t.Fatalf("resized: delay %v at step %d, key %q, want 0 at step 1 under the new key", d, b.n, b.key)
+	}
+	if d := b.next(c, short, "bbbbbbbbbbbbbbbb"); d != 10*time.Second {
+		t.Fatalf("after the resize: delay %v, want the initial 10s", d)
+	}
+	exit := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	r := &Resume{BackoffRestarts: 3, BackoffKey: "aaaaaaaaaaaaaaaa", LastStart: exit.Add(-time.Second), LastExit: exit}
+	if b, d := resumed(c, r, "bbbbbbbbbbbbbbbb"); d != 0 || b.n != 1 {
+		t.Fatalf("resumed after a resize: delay %v at step %d, want 0 at step 1", d, b.n)
+	}
+	if b, d := resumed(c, r, "aaaaaaaaaaaaaaaa"); d != 40*time.Second || b.n != 4 {
+		t.Fatalf("resumed, same resources: delay %v at step %d, want 40s at step 4", d, b.n)
 	}
 }

@@ -2,6 +2,7 @@ package supervise
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -214,4 +215,76 @@ func bytesHasWord(b []byte, w string) bool {
 		}
 	}
 	return false
+}
+
+// TestResizeStartsAFreshCurve: a workload exits 42 under Restart In [42]
+// three times; before its third exit its cgroup's memory limit is lowered
+// (raising it on cgroup v1 would first need memory.memsw.limit_in_bytes),
+// as the kubelet applies an in-place resize. The kubelet's back-off key
+// holds the resources, so the third restart comes at once on a fresh
+// curve instead of after the old curve's third step.
+func TestResizeStartsAFreshCurve(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create a memory cgroup")
+	}
+	cg, _, desc := newMemoryCgroup(t, 64<<20)
+	limit := filepath.Join(cg, "memory.max")
+	if strings.HasPrefix(desc, "cgroup v1") {
+		limit = filepath.Join(cg, "memory.limit_in_bytes")
+	}
+	dir := t.TempDir()
+	o := shell(fmt.Sprintf(`cd %s; n=$(cat n 2>/dev/null || echo 0); n=$((n+1)); echo $n > n
+[ $n -ge 4 ] && exit 0
+[ $n -eq 3 ] && echo %d > %s
+exit 42`, dir, 48<<20, limit))
+	o.ResourceFiles = []string{limit}
+	o.Config = mustParse(t, `{"restartPolicy":"Never","podRestartPolicy":"Never","backoff":{"initial":"2s"},
+	  "restartPolicyRules":[{"action":"Restart","exitCodes":{"operator":"In","values":[42]}}]}`)
+	var log syncBuffer
+	o.Log = slog.New(slog.NewTextHandler(&log, nil))
+	if r := waitResult(t, runAsync(o)); r.Status != 0 || r.Restarts != 3 {
+		t.Fatalf("result %+v, want status 0 after 3 restarts; log:\n%s", r, log.String())
+	}
+	var delays []string
+	for _, l := range strings.Split(log.String(), "\n") {
+		if i := strings.Index(l, "delay="); i >= 0 && strings.Contains(l, "restarting in place") {
+			delays = append(delays, strings.Fields(l[i+len("delay="):])[0])
+		}
+	}
+	if strings.Join(delays, " ") != "0s 2s 0s" {
+		t.Fatalf("delays %v, want 0s 2s 0s (a fresh curve after the resize; %s); log:\n%s", delays, desc, log.String())
+	}
+}
+
+// TestResourceFilesOf finds the files of the cgroup /proc/self/cgroup
+// names that hold the CPU quota and weight and the memory limit: on v2 in
+// the unified cgroup's directory, on v1 in each controller's (the named
+// path, else the mount's top); none for a path that climbs out.
+func TestResourceFilesOf(t *testing.T) {
+	root := t.TempDir()
+	write := func(p string) {
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		os.WriteFile(p, []byte("1\n"), 0o644)
+	}
+	for _, f := range []string{"cpu.max", "cpu.weight", "memory.max"} {
+		write(filepath.Join(root, "kubepods", "c1", f))
+	}
+	write(filepath.Join(root, "memory", "memory.limit_in_bytes"))
+	write(filepath.Join(root, "cpu", "host", "c2", "cpu.cfs_quota_us"))
+	write(filepath.Join(root, "cpu", "host", "c2", "cpu.shares"))
+	for _, c := range []struct{ content, want string }{
+		{"0::/kubepods/c1\n", "kubepods/c1/cpu.max kubepods/c1/cpu.weight kubepods/c1/memory.max"},
+		{"5:memory:/host/c2\n4:cpu,cpuacct:/host/c2\n", "memory/memory.limit_in_bytes cpu/host/c2/cpu.cfs_quota_us cpu/host/c2/cpu.shares"},
+		{"0::/../etc\n", ""},
+	} {
+		proc := filepath.Join(t.TempDir(), "cgroup")
+		os.WriteFile(proc, []byte(c.content), 0o644)
+		var got []string
+		for _, f := range resourceFilesOf(proc, root) {
+			got = append(got, strings.TrimPrefix(f, root+"/"))
+		}
+		if strings.Join(got, " ") != c.want {
+			t.Errorf("%q: %v, want %s", c.content, got, c.want)
+		}
+	}
 }

@@ -27,8 +27,14 @@ func (s *supervisor) resume() {
 	}
 	r := s.o.Resume
 	if r != nil && r.Stopped {
-		s.backoff = backoff{n: r.BackoffRestarts}
-		s.log.Info("the earlier supervisor was stopped, not crashed: starting at once, the back-off goes on from its count", "backoffRestarts", r.BackoffRestarts)
+		s.backoff = backoff{n: r.BackoffRestarts, key: r.BackoffKey}
+		if k := s.resourcesKey(); k != "" && r.BackoffKey != "" && k != r.BackoffKey {
+			// A resize with RestartContainer: a new key, a fresh curve.
+			s.backoff = backoff{key: k}
+			s.log.Info("the earlier supervisor was stopped, not crashed, and the container's resources changed: starting at once, the back-off starts over")
+		} else {
+			s.log.Info("the earlier supervisor was stopped, not crashed: starting at once, the back-off goes on from its count", "backoffRestarts", r.BackoffRestarts)
+		}
 		s.start()
 		return
 	}
@@ -36,7 +42,7 @@ func (s *supervisor) resume() {
 		s.start()
 		return
 	}
-	b, delay := resumed(s.config().Backoff, r)
+	b, delay := resumed(s.config().Backoff, r, s.resourcesKey())
 	s.backoff = b
 	left := time.Until(r.LastExit.Add(delay))
 	if left <= 0 {
@@ -97,11 +103,11 @@ func (s *supervisor) restart(v verdict, exit *Exit, attrs []any) {
 		// step (kuberuntime_manager.go:2080-2107, v1.37.2). The kubelet's
 		// retry of a refused start is jittered up to half the step again
 		// (pod_workers.go:1538-1547); the supervisor waits the step.
-		if d := s.backoff.next(v.backoff, v.ran); exit.At.Sub(v.previous) < d {
+		if d := s.backoff.next(v.backoff, v.ran, s.resourcesKey()); exit.At.Sub(v.previous) < d {
 			delay = d
 		}
 	default:
-		delay = max(s.backoff.next(v.backoff, v.ran), v.minDelay)
+		delay = max(s.backoff.next(v.backoff, v.ran, s.resourcesKey()), v.minDelay)
 	}
 	s.log.Info("workload exited; restarting in place", append(attrs, "delay", delay)...)
 	if podWide {

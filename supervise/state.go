@@ -49,6 +49,9 @@ type State struct {
 	// (the kubelet's CrashLoopBackOff count): the next restart waits
 	// Backoff.Delay(BackoffRestarts).
 	BackoffRestarts int
+	// BackoffKey is the container's resources when the curve took its last
+	// step (resources.go), "" when unknown.
+	BackoffKey string
 	// Limits is what the limits remember (the restart budget, the
 	// progress count); the next supervisor of the container continues
 	// from it (Options.Limits).

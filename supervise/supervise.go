@@ -138,6 +138,11 @@ type Options struct {
 	// SIGKILLs.
 	MemoryEvents string
 
+	// ResourceFiles are the container cgroup's files whose contents are
+	// the resources in the back-off's key (resources.go,
+	// ContainerResourceFiles); none, a resize does not restart the curve.
+	ResourceFiles []string
+
 	// TerminatingSignal, when not zero and not a stop signal, tells the
 	// supervisor that the kubelet has begun to stop this container
 	// instance: the container's preStop hook (restart-probe prestop,
@@ -156,8 +161,9 @@ type Options struct {
 // the next through the pod's state volume.
 type Resume struct {
 	// BackoffRestarts is State.BackoffRestarts when the earlier supervisor
-	// exited.
+	// exited, BackoffKey its State.BackoffKey.
 	BackoffRestarts int
+	BackoffKey      string
 	// LastStart and LastExit bound the earlier supervisor's last run.
 	LastStart, LastExit time.Time
 	// Stopped: that run ended because the container was stopped (an
@@ -338,7 +344,7 @@ func (s *supervisor) changed() {
 
 func (s *supervisor) state() State {
 	st := State{Phase: s.phase, Restarts: s.restarts, PodRestarts: s.podRestarts, LastExit: s.last, LastRestart: s.lastRestart,
-		StartedAt: s.lastStart, BackoffRestarts: s.backoff.n, HandOver: s.handOver, Terminating: s.terminating}
+		StartedAt: s.lastStart, BackoffRestarts: s.backoff.n, BackoffKey: s.backoff.key, HandOver: s.handOver, Terminating: s.terminating}
 	st.Limits = s.limits
 	st.Limits.BudgetRecent = append([]time.Time(nil), s.limits.BudgetRecent...)
 	switch s.phase {

@@ -198,6 +198,7 @@ func supervisorCmd(args []string) int {
 		Resume:           pod.Resume(),
 		Limits:           pod.Limits(),
 		MemoryEvents:     supervise.ContainerMemoryEvents(),
+		ResourceFiles:    supervise.ContainerResourceFiles(),
 		// In a pod (a state directory: the injector wrapped it) the
 		// preStop hook tells the supervisor of the kubelet's stop.
 		TerminatingSignal: terminatingSignal(f.stateDir),
