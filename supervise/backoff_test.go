@@ -1,6 +1,11 @@
 package supervise
 
 import (
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,5 +102,45 @@ func TestBackoffKeyedByResources(t *testing.T) {
 	}
 	if b, d := resumed(c, r, "aaaaaaaaaaaaaaaa"); d != 40*time.Second || b.n != 4 {
 		t.Fatalf("resumed, same resources: delay %v at step %d, want 40s at step 4", d, b.n)
+	}
+}
+
+// TestStoppedResumeAfterAResize: the kubelet restarted the container for a
+// resize (RestartContainer), so the earlier supervisor was stopped, with
+// the curve at step 3 under other resources. The kubelet's start found no
+// entry under the new key and made one (an earlier instance had exited):
+// the next crash waits the initial delay, not the old curve's step 3.
+// With the same resources the old curve goes on.
+func TestStoppedResumeAfterAResize(t *testing.T) {
+	for _, c := range []struct {
+		name, limit string
+		want        string
+	}{
+		{"resized", "83886080\n", "delay=1s"},
+		{"same resources", "67108864\n", "delay=4s"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			limit := filepath.Join(dir, "memory.max")
+			os.WriteFile(limit, []byte("67108864\n"), 0o644)
+			before := resourcesKey([]string{limit})
+			os.WriteFile(limit, []byte(c.limit), 0o644)
+			o := shell(fmt.Sprintf(`cd %s; n=$(cat n 2>/dev/null || echo 0); n=$((n+1)); echo $n > n
+[ $n -ge 2 ] && exit 0
+exit 42`, dir))
+			o.ResourceFiles = []string{limit}
+			o.Resume = &Resume{Stopped: true, BackoffRestarts: 3, BackoffKey: before,
+				LastStart: time.Now().Add(-time.Minute), LastExit: time.Now().Add(-time.Second)}
+			o.Config = mustParse(t, `{"restartPolicy":"Never","podRestartPolicy":"Never","backoff":{"initial":"1s"},
+			  "restartPolicyRules":[{"action":"Restart","exitCodes":{"operator":"In","values":[42]}}]}`)
+			var log syncBuffer
+			o.Log = slog.New(slog.NewTextHandler(&log, nil))
+			if r := waitResult(t, runAsync(o)); r.Status != 0 || r.Restarts != 1 {
+				t.Fatalf("result %+v, want status 0 after 1 restart; log:\n%s", r, log.String())
+			}
+			if !strings.Contains(log.String(), c.want) {
+				t.Fatalf("no %s in the log:\n%s", c.want, log.String())
+			}
+		})
 	}
 }

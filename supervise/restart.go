@@ -29,8 +29,11 @@ func (s *supervisor) resume() {
 	if r != nil && r.Stopped {
 		s.backoff = backoff{n: r.BackoffRestarts, key: r.BackoffKey}
 		if k := s.resourcesKey(); k != "" && r.BackoffKey != "" && k != r.BackoffKey {
-			// A resize with RestartContainer: a new key, a fresh curve.
-			s.backoff = backoff{key: k}
+			// A resize with RestartContainer: the kubelet's start finds
+			// no entry under the new key and, when an earlier instance
+			// of the container exited (a step was taken before), makes
+			// one (doBackOff's Next): a fresh curve, one step in.
+			s.backoff = backoff{n: min(r.BackoffRestarts, 1), key: k}
 			s.log.Info("the earlier supervisor was stopped, not crashed, and the container's resources changed: starting at once, the back-off starts over")
 		} else {
 			s.log.Info("the earlier supervisor was stopped, not crashed: starting at once, the back-off goes on from its count", "backoffRestarts", r.BackoffRestarts)
