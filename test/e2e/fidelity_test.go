@@ -317,3 +317,131 @@ func resizeScenario(ctx context.Context, e *env, name string) result {
 	r.notes = append(r.notes, fmt.Sprintf("resize restart after %.2fs", r.latency.Seconds()), limit)
 	return r
 }
+
+// latencyWord says how a kill→start latency compares with the kubelet's
+// back-off: at once (within the kubelet's sync and the PLEG's relist), or
+// after a full step of step (the kubelet retries a refused start after
+// the time left plus up to half of it again, wait.Jitter(…, 0.5) in
+// pod_workers.go:1538-1547 of v1.37.2, and then syncs: up to 1.5 steps
+// and a few seconds), or the figure itself.
+func latencyWord(l, step time.Duration) string {
+	switch {
+	case l < 4*time.Second:
+		return "at once"
+	case l >= step-time.Second && l < step*3/2+3*time.Second:
+		return "after a full step"
+	}
+	return fmt.Sprintf("after %.1fs", l.Seconds())
+}
+
+// probeKillBackoffScenario: four liveness kills. Natively the kubelet
+// kills the container and tries to start it in the same sync, where
+// doBackOff asks about the instance that exited before
+// (kuberuntime_manager.go:2080-2107, v1.37.2): kill 1 has none (at once,
+// no step), kill 2 finds it with no entry yet (at once, first step),
+// kill 3 finds it 5 s ago, under the 10 s step (refused: a full step
+// after the kill), kill 4 finds it more than 20 s ago (at once). Runs 1-3
+// last 5 s, run 4 12 s, so that every case is clear of the boundaries.
+func probeKillBackoffScenario(ctx context.Context, e *env, name string) result {
+	c := withProbes(shell("c", `trap 'mark `+markExit+`; exit 143' TERM; mark `+markStart+`; touch /tmp/healthy; `+
+		`n=$(cat /data/$C.runs 2>/dev/null || echo 0); n=$((n+1)); echo $n > /data/$C.runs; `+
+		`case $n in 1|2|3) sleep 5 ;; 4) sleep 12 ;; *) sleep 3600 ;; esac; rm -f /tmp/healthy; while :; do sleep 0.1; done`,
+		policy(corev1.ContainerRestartPolicyAlways)), execProbe(0, 1, 1, "cat", "/tmp/healthy"), nil)
+	if err := e.createPod(ctx, name, e.withVolumes(podSpec(corev1.RestartPolicyNever, 5, c), name)); err != nil {
+		return result{err: err}
+	}
+	pod, o, err := e.waitPod(ctx, name, "c", 3*scenarioTimeout, func(_ *corev1.Pod, o observation) bool { return len(o.latencies) >= 4 })
+	if err != nil {
+		return result{err: err}
+	}
+	r := fromObservation(pod, o)
+	words := make([]string, 4)
+	for i, l := range o.latencies[:4] {
+		words[i] = latencyWord(l, 10*time.Second)
+		r.notes = append(r.notes, fmt.Sprintf("kill %d → start %.2fs", i+1, l.Seconds()))
+	}
+	r.outcome = fmt.Sprintf("%s, 4 liveness kills, restarted %s", pod.Status.Phase, strings.Join(words, ", "))
+	return r
+}
+
+// startupProbeKillScenario: a startup probe that never succeeds in the
+// first run (its file is made only in the second) kills the container
+// after failureThreshold × periodSeconds, and the container's policy
+// (Always) restarts it (kuberuntime_manager.go, "For probe failures, use
+// container-level restart policy only", v1.37.2); the second run starts.
+func startupProbeKillScenario(ctx context.Context, e *env, name string) result {
+	c := withProbes(shell("c", `trap 'mark `+markExit+`; exit 143' TERM; mark `+markStart+`; rm -f /tmp/started; `+
+		`if [ -e /data/$C.ran ]; then touch /tmp/started; fi; touch /data/$C.ran; while :; do sleep 0.1; done`,
+		policy(corev1.ContainerRestartPolicyAlways)), nil, execProbe(0, 1, 3, "cat", "/tmp/started"))
+	if err := e.createPod(ctx, name, e.withVolumes(podSpec(corev1.RestartPolicyNever, 5, c), name)); err != nil {
+		return result{err: err}
+	}
+	if _, _, err := e.waitPod(ctx, name, "c", scenarioTimeout, func(_ *corev1.Pod, o observation) bool { return o.starts >= 2 }); err != nil {
+		return result{err: err}
+	}
+	// A second kill would come within failureThreshold × periodSeconds
+	// of the second start: give it the time to show.
+	time.Sleep(6 * time.Second)
+	pod, o, err := e.waitPod(ctx, name, "c", statusSlack, func(p *corev1.Pod, _ observation) bool { return p.Status.Phase != corev1.PodPending })
+	if pod == nil {
+		return result{err: err}
+	}
+	r := fromObservation(pod, o)
+	r.outcome = fmt.Sprintf("%s, killed by the startup probe %d×, started %d×", pod.Status.Phase, o.exits, o.starts)
+	if len(o.latencies) > 0 {
+		r.notes = append(r.notes, fmt.Sprintf("kill → start %.2fs", o.latencies[0].Seconds()))
+	}
+	return r
+}
+
+// resizeInPlaceScenario: a container that crashed three times (back-off
+// 0, 10 s, 20 s) is resized in place (memory, NotRequired: no restart)
+// and then crashes again. The kubelet's back-off key holds the resources
+// (GetBackoffKey, kuberuntime/helpers.go:193-207, v1.37.2): the new key
+// has no entry and the restart comes at once, not after the old curve's
+// 40 s. The workload waits until its cgroup shows the new limit.
+func resizeInPlaceScenario(ctx context.Context, e *env, name string) result {
+	c := shell("c", `mark `+markStart+`; n=$(cat /data/$C.runs 2>/dev/null || echo 0); n=$((n+1)); echo $n > /data/$C.runs; `+
+		`f=/sys/fs/cgroup/memory.max; [ -e $f ] || f=/sys/fs/cgroup/memory/memory.limit_in_bytes; `+
+		`if [ $n -le 3 ]; then sleep 0.5; mark `+markExit+`; exit 42; fi; `+
+		`if [ $n -eq 4 ]; then l=$(cat $f); while [ "$(cat $f)" = "$l" ]; do sleep 0.1; done; sleep 0.5; mark `+markExit+`; exit 42; fi; sleep 3600`,
+		policy(corev1.ContainerRestartPolicyNever), restartIn(42))
+	c.Resources = corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("32Mi")},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
+	}
+	c.ResizePolicy = []corev1.ContainerResizePolicy{{ResourceName: corev1.ResourceMemory, RestartPolicy: corev1.NotRequired}}
+	if err := e.createPod(ctx, name, e.withVolumes(podSpec(corev1.RestartPolicyAlways, 5, c), name)); err != nil {
+		return result{err: err}
+	}
+	if _, _, err := e.waitPod(ctx, name, "c", scenarioTimeout, func(_ *corev1.Pod, o observation) bool { return o.starts >= 4 }); err != nil {
+		return result{err: err}
+	}
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pod, err := e.c.Client.CoreV1().Pods(e.ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for i := range pod.Spec.Containers {
+			if pod.Spec.Containers[i].Name == "c" {
+				pod.Spec.Containers[i].Resources.Limits[corev1.ResourceMemory] = resource.MustParse("80Mi")
+			}
+		}
+		_, err = e.c.Client.CoreV1().Pods(e.ns).UpdateResize(ctx, name, pod, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return result{err: fmt.Errorf("resize: %w", err)}
+	}
+	pod, o, err := e.waitPod(ctx, name, "c", scenarioTimeout, func(_ *corev1.Pod, o observation) bool { return o.starts >= 5 })
+	if err != nil {
+		return result{err: err}
+	}
+	r := fromObservation(pod, o)
+	last := o.latencies[len(o.latencies)-1]
+	r.outcome = fmt.Sprintf("%s, the crash after the resize restarted %s", pod.Status.Phase, latencyWord(last, 40*time.Second))
+	for i, l := range o.latencies {
+		r.notes = append(r.notes, fmt.Sprintf("restart %d after %.2fs", i+1, l.Seconds()))
+	}
+	return r
+}

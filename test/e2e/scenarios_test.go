@@ -247,6 +247,18 @@ func scenarios() []scenario {
 		want: same("Running, restarted by the resize at once"),
 		run:  resizeScenario,
 	}, {
+		name: "ResizeInPlace", desc: "pod Always, container Never + Restart In [42], memory resizePolicy NotRequired; exits 42 three times (back-off 0, 10 s, 20 s); its memory limit is resized in place 64Mi → 80Mi; then it exits 42 again",
+		want: same("Running, the crash after the resize restarted at once"),
+		run:  resizeInPlaceScenario,
+	}, {
+		name: "ProbeKillBackoff", desc: "probes: pod Never, container Always; liveness (exec, period 1 s × 1) fails 5 s after each of the first three starts and 12 s after the fourth: four kills and their back-off",
+		want: same("Running, 4 liveness kills, restarted at once, at once, after a full step, at once"),
+		run:  probeKillBackoffScenario,
+	}, {
+		name: "StartupProbeKill", desc: "probes: pod Never, container Always; a startup probe (exec, period 1 s × 3) that the first run never satisfies and the second does at once",
+		want: same("Running, killed by the startup probe 1×, started 2×"),
+		run:  startupProbeKillScenario,
+	}, {
 		name: "P1", desc: "probes: pod Never, container Always; the liveness probe (exec, period 1 s × 2) fails 5 s after the first start (the probe kill takes the container's policy)",
 		want: same("Running, restarted"),
 		run: exitScenario(never, false, withProbes(shell("c",
