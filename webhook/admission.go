@@ -321,6 +321,13 @@ func (h *Handler) review(ctx context.Context, req *admissionv1.AdmissionRequest,
 		return deny(http.StatusBadRequest, metav1.StatusReasonBadRequest, msg), ResultBadInput
 	}
 	pod.Namespace = req.Namespace
+	if _, mirror := pod.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
+		// A static pod's mirror: the kubelet runs the manifest on its
+		// disk, not this object, so a patch here would wrap nothing and
+		// make the API show containers that do not run.
+		return &admissionv1.AdmissionResponse{Allowed: true, Warnings: []string{
+			"mirror pod of a static pod: restart rules are not injected here; run `restart-injector inject` on the static pod's manifest on the node"}}, ResultUntouched
+	}
 	ctx = withPullSecretScope(ctx, req.Namespace, pod)
 	podName := pod.Name
 	if podName == "" {

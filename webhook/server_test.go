@@ -717,3 +717,24 @@ func TestRerunSidecarThroughWebhook(t *testing.T) {
 		t.Errorf("warnings %q, want one starting %q", resp.Warnings, want)
 	}
 }
+
+// TestMirrorPodsAreLeftAlone: the kubelet creates a mirror pod in the API
+// for each static pod it runs from a manifest on its disk
+// (annotation kubernetes.io/config.mirror); it never runs the mirror's
+// spec. A patch would make the API show wrapped containers that do not
+// run, so the webhook admits it untouched and says what to do instead.
+func TestMirrorPodsAreLeftAlone(t *testing.T) {
+	mirror := strings.Replace(nativePod, "metadata:\n", "metadata:\n  annotations: {kubernetes.io/config.mirror: 0123abcd}\n", 1)
+	if mirror == nativePod {
+		t.Fatal("the test pod has no metadata line to annotate")
+	}
+	ts := startServer(t, newHandler())
+	defer ts.Stop(t)
+	if resp := admit(t, ts, podReview(t, nativePod)); len(resp.Patch) == 0 {
+		t.Fatal("the same pod without the annotation is not injected: the test shows nothing")
+	}
+	resp := admit(t, ts, podReview(t, mirror))
+	if !resp.Allowed || len(resp.Patch) != 0 || len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "restart-injector inject") {
+		t.Fatalf("mirror pod: allowed=%v patch=%d bytes warnings=%q, want allowed untouched with one warning", resp.Allowed, len(resp.Patch), resp.Warnings)
+	}
+}
