@@ -174,6 +174,13 @@ func oomScenario(ctx context.Context, e *env, name string) result {
 		}
 		r.notes = append(r.notes, fmt.Sprintf("kubelet: the first run terminated with exit %d, reason %s", killed.ExitCode, killed.Reason))
 	}
-	r.outcome = fmt.Sprintf("%s, %s, the kill %s", pod.Status.Phase, restartWord(starts > 1), reported)
+	// The kubelet's final state of the container, in both modes: natively
+	// the second run is a new container (Completed); under the supervisor
+	// the same container, which containerd marked OOMKilled for its life.
+	final := "no final state"
+	if t := cs.State.Terminated; t != nil {
+		final = fmt.Sprintf("final state exit %d %s", t.ExitCode, t.Reason)
+	}
+	r.outcome = fmt.Sprintf("%s, %s, the kill %s, %s", pod.Status.Phase, restartWord(starts > 1), reported, final)
 	return r
 }
