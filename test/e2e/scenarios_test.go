@@ -202,7 +202,7 @@ func scenarios() []scenario {
 			supervised: "Succeeded, restarted, the kill reported OOMKilled, final state exit 0 OOMKilled",
 		},
 		limitation: "containerd marks a container OOMKilled when its cgroup's oom_kill counter moves and never clears the mark; the kubelet passes the reason on (kuberuntime_container.go:761-762, v1.37.2). Restarted in place, the run that exits 0 is the same container, so its final reason stays OOMKilled where natively a new container ends Completed (docs/supervisor.md, Out-of-memory kills).",
-		run: oomScenario,
+		run:        oomScenario,
 	}, {
 		name: "JobSet", desc: "JobSet (controller v0.12.0), 2 workers, failurePolicy maxRestarts 0; the trainer (container Never + Restart In [42]) exits 42 once, then 0",
 		needsJobSet: true,
