@@ -178,11 +178,22 @@ func AnnounceWith(dir string, observed uint64, source string, exitCode int32, be
 // removed here (EPERM, unless this process has CAP_FOWNER): it stays until
 // its owner's next announcement prunes it, which leaves each UID at most
 // GenKeep+1 files of its own.
+//
+// Every removal is relative to the one descriptor the listing was read
+// through (unlinkat): a container can put a link to another pod's volume
+// in place of pod-restarts/ between the listing and the removals, and the
+// node agent, which prunes what it delivers, would remove that pod's
+// files through a path.
 func prune(gdir string, newest uint64) {
 	if newest <= GenKeep {
 		return
 	}
-	names, err := listNames(gdir, ".", maxGenEntries)
+	f, err := openListing(gdir)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	names, err := readNames(f, maxGenEntries)
 	if err != nil {
 		return
 	}
@@ -192,7 +203,7 @@ func prune(gdir string, newest uint64) {
 			n, _, _, ok = ParseMarker(name)
 		}
 		if ok && n+GenKeep < newest {
-			os.Remove(filepath.Join(gdir, name))
+			unix.Unlinkat(int(f.Fd()), name, 0)
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
+	"github.com/restart-supervisor/restart-supervisor/internal/boundedfile"
 )
 
 // Group restarts (the RestartGroup action, docs/gang.md) restart every
@@ -132,7 +133,10 @@ func GroupRequests(dir string) ([]GroupRequest, []error) {
 			errs = append(errs, fmt.Errorf("%s: more than %d requests; the rest are not read", gdir, MaxGroupRequests))
 			break
 		}
-		data, err := ReadBounded(filepath.Join(gdir, name), MaxGroupFile)
+		// Read through the listing's descriptor: by its path, the name
+		// would be looked up again through whatever the pod has put at
+		// group/ since, another pod's volume included.
+		data, err := boundedfile.ReadAt(dfd, name, filepath.Join(gdir, name), MaxGroupFile, false)
 		if err != nil {
 			errs = append(errs, err)
 			continue

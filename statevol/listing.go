@@ -35,7 +35,19 @@ const maxStatusEntries = 4 * contract.MaxPodMembers
 // link; more than max names is an error (the names are then not
 // returned), as is a link or anything else that is not a directory.
 func listNames(dir, sub string, max int) ([]string, error) {
-	p := filepath.Join(dir, sub)
+	f, err := openListing(filepath.Join(dir, sub))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return readNames(f, max)
+}
+
+// openListing opens the directory p without following a link in its
+// place, for readNames and for removals relative to it (unlinkat): a name
+// removed by its path would be looked up again, through whatever link a
+// container has put at p since.
+func openListing(p string) (*os.File, error) {
 	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	switch {
 	case err == unix.ELOOP || err == unix.ENOTDIR:
@@ -43,8 +55,13 @@ func listNames(dir, sub string, max int) ([]string, error) {
 	case err != nil:
 		return nil, &os.PathError{Op: "open", Path: p, Err: err}
 	}
-	f := os.NewFile(uintptr(fd), p) // owns fd from here
-	defer f.Close()
+	return os.NewFile(uintptr(fd), p), nil // owns fd from here
+}
+
+// readNames reads the names of the open directory f, more than max of
+// them an error.
+func readNames(f *os.File, max int) ([]string, error) {
+	p := f.Name()
 	var names []string
 	for len(names) <= max {
 		batch, err := f.Readdirnames(min(1024, max+1-len(names)))
