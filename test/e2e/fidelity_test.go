@@ -445,3 +445,76 @@ func resizeInPlaceScenario(ctx context.Context, e *env, name string) result {
 	}
 	return r
 }
+
+// backoffCompared adds to a row that waits for two restarts how the second
+// compares with the kubelet's first step (10 s): the first restart of a
+// container comes at once and the second a full step later, natively and
+// supervised, or the figure says otherwise.
+func backoffCompared(run func(context.Context, *env, string) result) func(context.Context, *env, string) result {
+	return func(ctx context.Context, e *env, name string) result {
+		r := run(ctx, e, name)
+		if r.err != nil || len(r.latencies) < 2 {
+			return r
+		}
+		r.outcome = fmt.Sprintf("%s %s, then %s", r.outcome, latencyWord(r.latencies[0], 10*time.Second),
+			latencyWord(r.latencies[1], 10*time.Second))
+		return r
+	}
+}
+
+// recordingProbe makes probe p of container record each of its checks as
+// a "probe-<kind>" line in the container's events file before it runs
+// its command, wherever it runs (the kubelet's exec in the container, or
+// the supervisor's child with the container's mounts).
+func recordingProbe(kind, container string, p *corev1.Probe) *corev1.Probe {
+	p.Exec.Command = append([]string{"sh", "-c",
+		`read up _ < /proc/uptime; echo "probe-` + kind + ` $up" >> /events/` + container + `; exec "$@"`, "sh"},
+		p.Exec.Command...)
+	return p
+}
+
+// probed is a positive control for a row about what a probe must not do:
+// after the row, each named probe (recordingProbe) must have run at least
+// once within probedWait, or the row says it never ran.
+func probed(run func(context.Context, *env, string) result, container string, kinds ...string) func(context.Context, *env, string) result {
+	return func(ctx context.Context, e *env, name string) result {
+		r := run(ctx, e, name)
+		if r.err != nil {
+			return r
+		}
+		deadline := time.Now().Add(probedWait)
+		for _, k := range kinds {
+			for probeChecks(e.events(name, container), k) == 0 && time.Now().Before(deadline) {
+				time.Sleep(500 * time.Millisecond)
+			}
+		}
+		var never []string
+		for _, k := range kinds {
+			n := probeChecks(e.events(name, container), k)
+			r.notes = append(r.notes, fmt.Sprintf("%s checks: %d", k, n))
+			if n == 0 {
+				never = append(never, k)
+			}
+		}
+		if len(never) > 0 {
+			r.outcome += ", " + strings.Join(never, " and ") + " probe never ran"
+		} else {
+			r.outcome += ", probed"
+		}
+		return r
+	}
+}
+
+// probedWait bounds probed's wait for a first check: a startup probe of
+// period 2 s and the liveness after it, on a loaded node.
+const probedWait = 20 * time.Second
+
+func probeChecks(evs []event, kind string) int {
+	n := 0
+	for _, ev := range evs {
+		if ev.kind == "probe-"+kind {
+			n++
+		}
+	}
+	return n
+}

@@ -23,7 +23,8 @@ type result struct {
 	kubeletRestarts int32
 	supRestarts     int // -1: the supervisor logged nothing (not wrapped, or native)
 	restarted       bool
-	latency         time.Duration // exit → next start, when restarted (0: below the 10 ms resolution)
+	latency         time.Duration   // exit → next start, when restarted (0: below the 10 ms resolution)
+	latencies       []time.Duration // of every restart, where the row keeps them (exitScenarioN)
 	notes           []string
 	err             error
 	// admitted and choice: how --native=auto admitted the scenario's pods
@@ -138,6 +139,7 @@ func exitScenarioN(podPolicy corev1.RestartPolicy, untilTerminal bool, restarts 
 			}
 		}
 		r := fromObservation(pod, o)
+		r.latencies = o.latencies
 		for i, l := range o.latencies {
 			if i > 0 {
 				r.notes = append(r.notes, fmt.Sprintf("restart %d after %.2fs", i+1, l.Seconds()))
@@ -153,8 +155,8 @@ func scenarios() []scenario {
 	same := func(s string) map[mode]string { return map[mode]string{native: s, supervised: s} }
 	return []scenario{{
 		name: "A", desc: "pod Never, container Never + Restart In [42], exit 42 (twice: the second restart shows the back-off)",
-		want: same("Running, restarted"),
-		run:  exitScenarioN(never, false, 2, shell("c", exitScript(42), cNever, restartIn(42))),
+		want: same("Running, restarted at once, then after a full step"),
+		run:  backoffCompared(exitScenarioN(never, false, 2, shell("c", exitScript(42), cNever, restartIn(42)))),
 	}, {
 		name: "B", desc: "pod Never, container Never + Restart In [42], exit 1",
 		want: same("Failed, not restarted"),
@@ -275,17 +277,18 @@ func scenarios() []scenario {
 			`trap 'mark `+markExit+`; exit 143' TERM; mark `+markStart+`; touch /tmp/healthy; if [ ! -e /data/$C.ran ]; then touch /data/$C.ran; sleep 5; rm /tmp/healthy; fi; while :; do sleep 1; done`,
 			cAlways), execProbe(1, 1, 2, "cat", "/tmp/healthy"), nil)),
 	}, {
-		name: "P2", desc: "probes: pod Never, container Never + Restart In [42]; liveness (exec: a file the workload keeps while it runs, period 2 s × 3); exits 42 twice (back-off 10 s, 20 s), then serves 8 s and exits 0: never killed by the probe",
-		want: same("Succeeded, restarted"),
-		run: exitScenario(never, true, withProbes(shell("c",
+		name: "P2", desc: "probes: pod Never, container Never + Restart In [42]; liveness (exec: a file the workload keeps while it runs, period 2 s × 3); exits 42 twice (back-off 10 s, 20 s), then serves 8 s and exits 0: never killed by the probe (and the probe records each check: it ran)",
+		want: same("Succeeded, restarted, probed"),
+		run: probed(exitScenario(never, true, withProbes(shell("c",
 			`touch /tmp/alive; mark `+markStart+`; n=$(cat /data/$C.runs 2>/dev/null || echo 0); echo $((n+1)) > /data/$C.runs; if [ "$n" -lt 2 ]; then sleep 0.5; rm /tmp/alive; mark `+markExit+`; exit 42; fi; sleep 8; mark `+markExit+`; exit 0`,
-			cNever, restartIn(42)), execProbe(0, 2, 3, "cat", "/tmp/alive"), nil)),
+			cNever, restartIn(42)), recordingProbe("liveness", "c", execProbe(0, 2, 3, "cat", "/tmp/alive")), nil)), "c", "liveness"),
 	}, {
 		name: "P3", desc: "probes: pod Never, container Never + Restart In [42]; startup (exec, period 2 s × 10 = 20 s) and liveness (period 1 s × 1) on a file the workload makes after 5 s and removes as it exits 42 one second later, twice (an in-place restart keeps the container's files): never killed during start-up",
-		want: same("Running, restarted"),
-		run: exitScenarioN(never, false, 2, withProbes(shell("c",
+		want: same("Running, restarted, probed"),
+		run: probed(exitScenarioN(never, false, 2, withProbes(shell("c",
 			`rm -f /tmp/started; mark `+markStart+`; sleep 5; touch /tmp/started; n=$(cat /data/$C.runs 2>/dev/null || echo 0); echo $((n+1)) > /data/$C.runs; if [ "$n" -lt 2 ]; then sleep 1; rm /tmp/started; mark `+markExit+`; exit 42; fi; while :; do sleep 1; done`,
-			cNever, restartIn(42)), execProbe(0, 1, 1, "cat", "/tmp/started"), execProbe(0, 2, 10, "cat", "/tmp/started"))),
+			cNever, restartIn(42)), recordingProbe("liveness", "c", execProbe(0, 1, 1, "cat", "/tmp/started")),
+			recordingProbe("startup", "c", execProbe(0, 2, 10, "cat", "/tmp/started")))), "c", "startup", "liveness"),
 	}, {
 		name: "P4", desc: "probes: readiness (exec, period 1 s) behind a Service; pod Never, container Never + Restart In [42]; exits 42 three times (back-off 0, 10 s, 20 s), then serves: out of the EndpointSlice's ready endpoints during each back-off",
 		want: same("Running, restarted, not ready in the EndpointSlice during the 10 s and 20 s back-offs, ready after"),
