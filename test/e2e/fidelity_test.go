@@ -518,3 +518,23 @@ func probeChecks(evs []event, kind string) int {
 	}
 	return n
 }
+
+// startsCounted adds how many times container's workload started to a
+// row's outcome: a kill that comes before the workload can record its
+// exit (a probe's check at once) shows only as one start too many.
+func startsCounted(container string, run func(context.Context, *env, string) result) func(context.Context, *env, string) result {
+	return func(ctx context.Context, e *env, name string) result {
+		r := run(ctx, e, name)
+		if r.err != nil {
+			return r
+		}
+		starts := 0
+		for _, ev := range e.events(name, container) {
+			if ev.kind == markStart {
+				starts++
+			}
+		}
+		r.outcome += fmt.Sprintf(", started %d×", starts)
+		return r
+	}
+}
