@@ -249,8 +249,15 @@ func stopOrderScenario(ctx context.Context, e *env, name string) result {
 // memory limit is raised from 64Mi to 80Mi. Pod Always: a pod Never takes
 // only resizePolicy NotRequired (validation.go validateResizePolicy).
 func resizeScenario(ctx context.Context, e *env, name string) result {
-	c := shell("c", fmt.Sprintf("mark %s; if [ -e /data/c.ran ]; then trap 'mark %s; exit 143' TERM; sleep 3600 & wait; fi; "+
-		"touch /data/c.ran; sleep 0.2; mark %s; exit 42", markStart, markExit, markExit),
+	// Runs 1 and 2 exit 42 (back-off 0, then 10 s); run 3 waits for the
+	// resize's stop; run 4, the first after the resize, exits 42 once
+	// more; run 5 stays. The back-off key holds the resources
+	// (GetBackoffKey, kuberuntime/helpers.go:193-207, v1.37.2): the
+	// resize's start makes a new entry, so run 4's crash waits the first
+	// step (10 s), not the old curve's second (20 s).
+	c := shell("c", fmt.Sprintf("mark %s; n=$(cat /data/c.runs 2>/dev/null || echo 0); n=$((n+1)); echo $n > /data/c.runs; "+
+		"if [ $n -eq 3 ] || [ $n -ge 5 ]; then trap 'mark %s; exit 143' TERM; sleep 3600 & wait; fi; "+
+		"sleep 0.2; mark %s; exit 42", markStart, markExit, markExit),
 		policy(corev1.ContainerRestartPolicyNever), restartIn(42))
 	c.Resources = corev1.ResourceRequirements{
 		Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("32Mi")},
@@ -260,7 +267,7 @@ func resizeScenario(ctx context.Context, e *env, name string) result {
 	if err := e.createPod(ctx, name, e.withVolumes(podSpec(corev1.RestartPolicyAlways, 5, c), name)); err != nil {
 		return result{err: err}
 	}
-	if _, _, err := e.waitPod(ctx, name, "c", scenarioTimeout, func(_ *corev1.Pod, o observation) bool { return o.starts >= 2 }); err != nil {
+	if _, _, err := e.waitPod(ctx, name, "c", scenarioTimeout, func(_ *corev1.Pod, o observation) bool { return o.starts >= 3 }); err != nil {
 		return result{err: err}
 	}
 	time.Sleep(time.Second)
@@ -286,7 +293,7 @@ func resizeScenario(ctx context.Context, e *env, name string) result {
 	// status (restartCount, the resources it applied) follows at its next
 	// sync, which on a loaded v1.34.4 node came after the new run had
 	// started: wait for both, the status up to statusSlack.
-	if _, _, err := e.waitPod(ctx, name, "c", scenarioTimeout, func(_ *corev1.Pod, o observation) bool { return o.starts >= 3 }); err != nil {
+	if _, _, err := e.waitPod(ctx, name, "c", scenarioTimeout, func(_ *corev1.Pod, o observation) bool { return o.starts >= 5 }); err != nil {
 		return result{err: err}
 	}
 	pod, o, err := e.waitPod(ctx, name, "c", statusSlack, func(p *corev1.Pod, o observation) bool {
@@ -298,7 +305,10 @@ func resizeScenario(ctx context.Context, e *env, name string) result {
 		return result{err: err}
 	}
 	r := fromObservation(pod, o)
-	r.restarted, r.latency = true, o.latencies[len(o.latencies)-1]
+	if len(o.latencies) < 4 {
+		return result{err: fmt.Errorf("%d restarts recorded, want 4", len(o.latencies))}
+	}
+	r.restarted, r.latency = true, o.latencies[2]
 	when := "at once"
 	if r.latency > 5*time.Second {
 		when = fmt.Sprintf("after a %.0fs back-off", r.latency.Seconds())
@@ -313,8 +323,9 @@ func resizeScenario(ctx context.Context, e *env, name string) result {
 			limit = "status: limit 80Mi"
 		}
 	}
-	r.outcome = fmt.Sprintf("%s, restarted by the resize %s", pod.Status.Phase, when)
-	r.notes = append(r.notes, fmt.Sprintf("resize restart after %.2fs", r.latency.Seconds()), limit)
+	r.outcome = fmt.Sprintf("%s, restarted by the resize %s, the crash after it restarted %s", pod.Status.Phase, when,
+		latencyWord(o.latencies[3], 10*time.Second))
+	r.notes = append(r.notes, fmt.Sprintf("resize restart after %.2fs, the crash after it %.2fs", r.latency.Seconds(), o.latencies[3].Seconds()), limit)
 	return r
 }
 
