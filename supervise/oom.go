@@ -122,13 +122,41 @@ func ContainerMemoryEvents() string {
 }
 
 func memoryEventsOf(procCgroup, root string) string {
+	var v2 string
+	var v1 []string
+	eachCgroup(procCgroup, func(unified bool, controllers []byte, dir string) {
+		switch {
+		case unified:
+			if p := root + dir + "/memory.events"; v2 == "" {
+				if _, ok := oomKills(p); ok {
+					v2 = p
+				}
+			}
+		case hasController(controllers, "memory"):
+			v1 = append(v1, root+"/memory"+dir+"/memory.oom_control", root+"/memory/memory.oom_control")
+		}
+	})
+	if v2 != "" {
+		return v2
+	}
+	for _, p := range v1 {
+		if _, ok := oomKills(p); ok {
+			return p
+		}
+	}
+	return ""
+}
+
+// eachCgroup calls f for each line of procCgroup (/proc/self/cgroup,
+// "hierarchy-ID:controller-list:path", cgroups(7)) whose path is absolute
+// and does not climb: unified for cgroup v2's "0::" line, else the v1
+// hierarchy's controllers, and the path without a trailing slash.
+func eachCgroup(procCgroup string, f func(unified bool, controllers []byte, dir string)) {
 	data, err := boundedfile.Read(procCgroup, "cgroup membership", maxMemoryEvents, false)
 	if err != nil {
-		return ""
+		return
 	}
-	var v1 []string
 	for _, line := range bytes.Split(data, []byte("\n")) {
-		// hierarchy-ID:controller-list:path (cgroups(7)).
 		fields := bytes.SplitN(line, []byte(":"), 3)
 		if len(fields) != 3 {
 			continue
@@ -137,23 +165,8 @@ func memoryEventsOf(procCgroup, root string) string {
 		if !bytes.HasPrefix(rel, []byte("/")) || bytes.Contains(rel, []byte("/..")) {
 			continue
 		}
-		dir := strings.TrimSuffix(string(rel), "/")
-		switch {
-		case string(fields[0]) == "0" && len(fields[1]) == 0:
-			p := root + dir + "/memory.events"
-			if _, ok := oomKills(p); ok {
-				return p
-			}
-		case hasController(fields[1], "memory"):
-			v1 = append(v1, root+"/memory"+dir+"/memory.oom_control", root+"/memory/memory.oom_control")
-		}
+		f(string(fields[0]) == "0" && len(fields[1]) == 0, fields[1], strings.TrimSuffix(string(rel), "/"))
 	}
-	for _, p := range v1 {
-		if _, ok := oomKills(p); ok {
-			return p
-		}
-	}
-	return ""
 }
 
 // hasController reports whether a /proc/self/cgroup controller list

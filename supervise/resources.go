@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/hex"
 	"hash/fnv"
-	"strings"
 
 	"github.com/restart-supervisor/restart-supervisor/internal/boundedfile"
 )
@@ -34,10 +33,6 @@ func ContainerResourceFiles() []string {
 }
 
 func resourceFilesOf(procCgroup, root string) []string {
-	data, err := boundedfile.Read(procCgroup, "cgroup membership", maxMemoryEvents, false)
-	if err != nil {
-		return nil
-	}
 	var files []string
 	// first keeps the first of candidates that can be read: on cgroup v1
 	// the path named (a process outside a container), else the top of
@@ -50,29 +45,20 @@ func resourceFilesOf(procCgroup, root string) []string {
 			}
 		}
 	}
-	for _, line := range bytes.Split(data, []byte("\n")) {
-		fields := bytes.SplitN(line, []byte(":"), 3)
-		if len(fields) != 3 {
-			continue
-		}
-		rel := fields[2]
-		if !bytes.HasPrefix(rel, []byte("/")) || bytes.Contains(rel, []byte("/..")) {
-			continue
-		}
-		dir := strings.TrimSuffix(string(rel), "/")
+	eachCgroup(procCgroup, func(unified bool, controllers []byte, dir string) {
 		switch {
-		case string(fields[0]) == "0" && len(fields[1]) == 0:
+		case unified:
 			for _, f := range []string{"cpu.max", "cpu.weight", "memory.max"} {
 				first(root + dir + "/" + f)
 			}
-		case hasController(fields[1], "memory"):
+		case hasController(controllers, "memory"):
 			first(root+"/memory"+dir+"/memory.limit_in_bytes", root+"/memory/memory.limit_in_bytes")
-		case hasController(fields[1], "cpu"):
+		case hasController(controllers, "cpu"):
 			for _, f := range []string{"cpu.cfs_quota_us", "cpu.shares"} {
 				first(root+"/cpu"+dir+"/"+f, root+"/cpu/"+f)
 			}
 		}
-	}
+	})
 	return files
 }
 

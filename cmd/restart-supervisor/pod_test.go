@@ -507,12 +507,7 @@ func TestEndedContainerFollowsPodRestart(t *testing.T) {
 	state := filepath.Join(dir, "state")
 	os.Mkdir(state, 0o777)
 	members := "RESTART_SUPERVISOR_POD_MEMBERS=a:regular,b:regular"
-	script := func(name, body string) string {
-		return writeFile(t, dir, name+".sh", fmt.Sprintf(`#!/bin/sh
-n=$(cat %[1]s/%[2]s.n 2>/dev/null || echo 0); n=$((n+1)); echo $n > %[1]s/%[2]s.n
-%[3]s
-`, dir, name, body), 0o755)
-	}
+	script := func(name, body string) string { return countingScript(t, dir, name, body) }
 	fast := `"backoff":{"initial":"100ms"}`
 	a := start(t, podEnv(state, "a", `{"restartPolicy":"Never","podRestartPolicy":"Never",`+fast+`}`, members), bin, "--",
 		script("a", fmt.Sprintf(`[ $n -ge 2 ] && while [ ! -e %s/end ]; do sleep 0.02; done; exit 0`, dir)))
@@ -550,12 +545,7 @@ func TestPreviouslyRestartedMemberRestartsThePod(t *testing.T) {
 	state := filepath.Join(dir, "state")
 	os.Mkdir(state, 0o777)
 	members := "RESTART_SUPERVISOR_POD_MEMBERS=source:regular,regular:regular"
-	script := func(name, body string) string {
-		return writeFile(t, dir, name+".sh", fmt.Sprintf(`#!/bin/sh
-n=$(cat %[1]s/%[2]s.n 2>/dev/null || echo 0); n=$((n+1)); echo $n > %[1]s/%[2]s.n
-%[3]s
-`, dir, name, body), 0o755)
-	}
+	script := func(name, body string) string { return countingScript(t, dir, name, body) }
 	sourceConfig := `{"restartPolicy":"Always","podRestartPolicy":"Always","backoff":{"initial":"100ms"},` +
 		`"restartPolicyRules":[{"action":"RestartAllContainers","exitCodes":{"operator":"In","values":[42]}}]}`
 	source := script("source", `case $n in 1) exit 1 ;; 2) exit 42 ;; esac; exec sleep 60`)
@@ -595,11 +585,8 @@ func TestEndedMemberWaitsForAKubeletRestart(t *testing.T) {
 	config := `{"podRestartPolicy":"OnFailure"}`
 	a := start(t, podEnv(state, "a", config, members), bin, "--", "true")
 	waitFor(t, "a ended", 15*time.Second, func() bool { return statusState(state, "a") == "ended" })
-	bScript := writeFile(t, dir, "b.sh", fmt.Sprintf(`#!/bin/sh
-n=$(cat %[1]s/b.n 2>/dev/null || echo 0); n=$((n+1)); echo $n > %[1]s/b.n
-[ $n -eq 1 ] && exit 1
-while [ ! -e %[1]s/end ]; do sleep 0.02; done; exit 0
-`, dir), 0o755)
+	bScript := countingScript(t, dir, "b", fmt.Sprintf(`[ $n -eq 1 ] && exit 1
+while [ ! -e %s/end ]; do sleep 0.02; done; exit 0`, dir))
 	b1 := start(t, podEnv(state, "b", config, members), bin, "--", bScript)
 	if st := b1.wait(10 * time.Second); st != 1 {
 		t.Fatalf("b's first supervisor exited %d, want 1", st)
@@ -620,6 +607,15 @@ while [ ! -e %[1]s/end ]; do sleep 0.02; done; exit 0
 	if st := a.wait(10 * time.Second); st != 0 {
 		t.Fatalf("a exited %d, want 0", st)
 	}
+}
+
+// countingScript writes dir/name.sh: a workload that counts its runs in
+// dir/name.n (the count in $n) and then runs body.
+func countingScript(t *testing.T, dir, name, body string) string {
+	return writeFile(t, dir, name+".sh", fmt.Sprintf(`#!/bin/sh
+n=$(cat %[1]s/%[2]s.n 2>/dev/null || echo 0); n=$((n+1)); echo $n > %[1]s/%[2]s.n
+%[3]s
+`, dir, name, body), 0o755)
 }
 
 // statusState is the state field of a member's status document, "" when

@@ -271,23 +271,8 @@ func resizeScenario(ctx context.Context, e *env, name string) result {
 		return result{err: err}
 	}
 	time.Sleep(time.Second)
-	// The kubelet's status updates change the object between the read and
-	// the resize: read it again on a conflict.
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		pod, err := e.c.Client.CoreV1().Pods(e.ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		for i := range pod.Spec.Containers {
-			if pod.Spec.Containers[i].Name == "c" {
-				pod.Spec.Containers[i].Resources.Limits[corev1.ResourceMemory] = resource.MustParse("80Mi")
-			}
-		}
-		_, err = e.c.Client.CoreV1().Pods(e.ns).UpdateResize(ctx, name, pod, metav1.UpdateOptions{})
-		return err
-	})
-	if err != nil {
-		return result{err: fmt.Errorf("resize: %w", err)}
+	if err := e.resizeMemoryLimit(ctx, name, "c", "80Mi"); err != nil {
+		return result{err: err}
 	}
 	// The workload's own record says when it started again; the kubelet's
 	// status (restartCount, the resources it applied) follows at its next
@@ -428,21 +413,8 @@ func resizeInPlaceScenario(ctx context.Context, e *env, name string) result {
 	if _, _, err := e.waitPod(ctx, name, "c", scenarioTimeout, func(_ *corev1.Pod, o observation) bool { return o.starts >= 4 }); err != nil {
 		return result{err: err}
 	}
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		pod, err := e.c.Client.CoreV1().Pods(e.ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		for i := range pod.Spec.Containers {
-			if pod.Spec.Containers[i].Name == "c" {
-				pod.Spec.Containers[i].Resources.Limits[corev1.ResourceMemory] = resource.MustParse("80Mi")
-			}
-		}
-		_, err = e.c.Client.CoreV1().Pods(e.ns).UpdateResize(ctx, name, pod, metav1.UpdateOptions{})
-		return err
-	})
-	if err != nil {
-		return result{err: fmt.Errorf("resize: %w", err)}
+	if err := e.resizeMemoryLimit(ctx, name, "c", "80Mi"); err != nil {
+		return result{err: err}
 	}
 	pod, o, err := e.waitPod(ctx, name, "c", scenarioTimeout, func(_ *corev1.Pod, o observation) bool { return o.starts >= 5 })
 	if err != nil {
@@ -548,4 +520,27 @@ func startsCounted(container string, run func(context.Context, *env, string) res
 		r.outcome += fmt.Sprintf(", started %d×", starts)
 		return r
 	}
+}
+
+// resizeMemoryLimit resizes container's memory limit in pod name through
+// the resize subresource. The kubelet's status updates change the object
+// between the read and the resize: it is read again on a conflict.
+func (e *env) resizeMemoryLimit(ctx context.Context, name, container, limit string) error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pod, err := e.c.Client.CoreV1().Pods(e.ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for i := range pod.Spec.Containers {
+			if pod.Spec.Containers[i].Name == container {
+				pod.Spec.Containers[i].Resources.Limits[corev1.ResourceMemory] = resource.MustParse(limit)
+			}
+		}
+		_, err = e.c.Client.CoreV1().Pods(e.ns).UpdateResize(ctx, name, pod, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("resize: %w", err)
+	}
+	return nil
 }

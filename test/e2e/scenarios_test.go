@@ -877,24 +877,8 @@ func readinessScenario(ctx context.Context, e *env, name string) result {
 // restartAllAfterRestartScenario: the upstream e2e's pod restart by a
 // container that was restarted alone before.
 func restartAllAfterRestartScenario(ctx context.Context, e *env, name string) result {
-	a := shell("a", fmt.Sprintf(`mark %s; n=$(cat /data/a.runs 2>/dev/null || echo 0); echo $((n+1)) > /data/a.runs; `+
-		`if [ "$n" -eq 0 ]; then sleep 0.5; mark %s; exit 1; fi; `+
-		`if [ "$n" -eq 1 ]; then until [ -e /events/b ]; do sleep 0.1; done; sleep 1; mark %s; exit 42; fi; sleep 3600`, markStart, markExit, markExit),
-		policy(corev1.ContainerRestartPolicyNever),
-		rule(corev1.ContainerRestartRuleActionRestart, corev1.ContainerRestartRuleOnExitCodesOpIn, 1),
-		rule(corev1.ContainerRestartRuleActionRestartAllContainers, corev1.ContainerRestartRuleOnExitCodesOpIn, 42))
-	b := shell("b", "mark "+markStart+"; sleep 3600", nil)
-	if err := e.createPod(ctx, name, e.withVolumes(podSpec(corev1.RestartPolicyNever, 5, a, b), name)); err != nil {
-		return result{err: err}
-	}
-	pod, ob, err := e.secondRun(ctx, name, "b", 3*time.Second)
-	if err != nil {
-		return result{err: err}
-	}
-	oa := observe(pod, "a", e.containerLogs(ctx, pod, "a"), e.events(name, "a"))
-	r := fromObservation(pod, oa)
-	r.outcome = fmt.Sprintf("%s, a ran %d×, b started %d×", pod.Status.Phase, oa.starts, ob.starts)
-	return r
+	return restartAllAfterExit1(ctx, e, name, corev1.RestartPolicyNever, policy(corev1.ContainerRestartPolicyNever),
+		rule(corev1.ContainerRestartRuleActionRestart, corev1.ContainerRestartRuleOnExitCodesOpIn, 1))
 }
 
 // restartAllAfterKubeletRestartScenario is upstream's e2e spec "should
@@ -904,20 +888,23 @@ func restartAllAfterRestartScenario(ctx context.Context, e *env, name string) re
 // the kubelet carries out, also under the supervisor (a hand-over); its
 // next exit, 42, restarts the pod.
 func restartAllAfterKubeletRestartScenario(ctx context.Context, e *env, name string) result {
+	return restartAllAfterExit1(ctx, e, name, corev1.RestartPolicyAlways, policy(corev1.ContainerRestartPolicyAlways))
+}
+
+// restartAllAfterExit1 runs a pod of policy podPolicy: a, under
+// aPolicy, aRules and RestartAllContainers In [42], exits 1, then 42 once
+// b (no rules) runs, then stays; b runs. Whoever restarts the exit 1, a
+// runs three times and b twice.
+func restartAllAfterExit1(ctx context.Context, e *env, name string, podPolicy corev1.RestartPolicy, aPolicy *corev1.ContainerRestartPolicy, aRules ...corev1.ContainerRestartRule) result {
 	a := shell("a", fmt.Sprintf(`mark %s; n=$(cat /data/a.runs 2>/dev/null || echo 0); echo $((n+1)) > /data/a.runs; `+
 		`if [ "$n" -eq 0 ]; then sleep 0.5; mark %s; exit 1; fi; `+
 		`if [ "$n" -eq 1 ]; then until [ -e /events/b ]; do sleep 0.1; done; sleep 1; mark %s; exit 42; fi; sleep 3600`, markStart, markExit, markExit),
-		policy(corev1.ContainerRestartPolicyAlways),
-		rule(corev1.ContainerRestartRuleActionRestartAllContainers, corev1.ContainerRestartRuleOnExitCodesOpIn, 42))
+		aPolicy, append(aRules, rule(corev1.ContainerRestartRuleActionRestartAllContainers, corev1.ContainerRestartRuleOnExitCodesOpIn, 42))...)
 	b := shell("b", "mark "+markStart+"; sleep 3600", nil)
-	if err := e.createPod(ctx, name, e.withVolumes(podSpec(corev1.RestartPolicyAlways, 5, a, b), name)); err != nil {
-		return result{err: err}
-	}
-	pod, ob, err := e.secondRun(ctx, name, "b", 3*time.Second)
+	pod, oa, ob, err := e.untilBRunsTwice(ctx, name, podPolicy, a, b)
 	if err != nil {
 		return result{err: err}
 	}
-	oa := observe(pod, "a", e.containerLogs(ctx, pod, "a"), e.events(name, "a"))
 	r := fromObservation(pod, oa)
 	r.outcome = fmt.Sprintf("%s, a ran %d×, b started %d×", pod.Status.Phase, oa.starts, ob.starts)
 	r.notes = append(r.notes, fmt.Sprintf("restartCount a=%d b=%d", oa.kubeletRestarts, ob.kubeletRestarts))
@@ -936,19 +923,28 @@ func ruleLessMemberCrashesScenario(podPolicy corev1.RestartPolicy) func(ctx cont
 			rule(corev1.ContainerRestartRuleActionRestartAllContainers, corev1.ContainerRestartRuleOnExitCodesOpIn, 42))
 		b := shell("b", fmt.Sprintf(`mark %s; n=$(cat /data/b.runs 2>/dev/null || echo 0); echo $((n+1)) > /data/b.runs; `+
 			`if [ "$n" -eq 0 ]; then until [ -e /events/a ]; do sleep 0.1; done; sleep 0.5; mark %s; exit 1; fi; sleep 3600`, markStart, markExit), nil)
-		if err := e.createPod(ctx, name, e.withVolumes(podSpec(podPolicy, 5, a, b), name)); err != nil {
-			return result{err: err}
-		}
-		pod, ob, err := e.secondRun(ctx, name, "b", 3*time.Second)
+		pod, oa, ob, err := e.untilBRunsTwice(ctx, name, podPolicy, a, b)
 		if err != nil {
 			return result{err: err}
 		}
-		oa := observe(pod, "a", e.containerLogs(ctx, pod, "a"), e.events(name, "a"))
 		r := fromObservation(pod, ob)
 		r.outcome = fmt.Sprintf("%s, b ran %d×, a started %d×", pod.Status.Phase, ob.starts, oa.starts)
 		r.notes = append(r.notes, fmt.Sprintf("restartCount a=%d b=%d", oa.kubeletRestarts, ob.kubeletRestarts))
 		return r
 	}
+}
+
+// untilBRunsTwice creates a pod of policy podPolicy with containers a
+// and b, waits for b's second run (secondRun) and observes both.
+func (e *env) untilBRunsTwice(ctx context.Context, name string, podPolicy corev1.RestartPolicy, a, b corev1.Container) (*corev1.Pod, observation, observation, error) {
+	if err := e.createPod(ctx, name, e.withVolumes(podSpec(podPolicy, 5, a, b), name)); err != nil {
+		return nil, observation{}, observation{}, err
+	}
+	pod, ob, err := e.secondRun(ctx, name, "b", 3*time.Second)
+	if err != nil {
+		return nil, observation{}, observation{}, err
+	}
+	return pod, observe(pod, "a", e.containerLogs(ctx, pod, "a"), e.events(name, "a")), ob, nil
 }
 
 // supervisedStarts returns, for each container's log, when its supervisor
