@@ -35,12 +35,13 @@ if go list -deps ./cmd/restart-injector | grep -E '^github\.com/restart-supervis
 	exit 1
 fi
 
-# The suites behind the training, podstart, gang and controllers build tags are neither
+# The suites behind the training, podstart, gang, upstream and controllers build tags are neither
 # built by `go vet ./...` nor by lint; vet them here so that they keep
 # compiling.
 go vet -tags training ./test/training ./test/e2e
 go vet -tags podstart ./test/e2e
 go vet -tags gang ./test/e2e
+go vet -tags upstream ./test/e2e
 go vet -tags controllers ./test/apiserver
 
 missing=0
