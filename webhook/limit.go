@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -9,7 +10,9 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
+	"time"
 )
 
 // ReviewMemory is the peak memory one review is taken to need, to size the
@@ -24,7 +27,8 @@ const ReviewMemory = 16 << 20
 
 // reservedMemory is what the process needs besides reviews: the runtime,
 // the image cache (at most 16 MiB of commands), the informers of native
-// mode, TLS state.
+// mode, TLS state, the bodies being read before they get a slot
+// (BodiesBeingRead, 6 MiB).
 const reservedMemory = 64 << 20
 
 // MinInFlight and DefaultInFlight bound MaxInFlightFor: at least a few
@@ -46,28 +50,116 @@ func MaxInFlightFor(limit int64) int {
 }
 
 // limitInFlight answers 429 Too Many Requests, with Retry-After: 1, to a
-// review that arrives while n others are in flight, having read and
-// dropped its body (so that an HTTP/1.1 client reads the answer) without
-// keeping it. The API server's webhook client is client-go's REST client,
-// which retries a 429 that carries Retry-After, up to 10 times within the
-// webhook's timeout (client-go v0.34.4 rest/with_retry.go checkWait,
-// rest/request.go maxRetries).
+// review that arrives while n others are in flight. The API server's
+// webhook client is client-go's REST client, which retries a 429 that
+// carries Retry-After, up to 10 times within the webhook's timeout
+// (client-go v0.34.4 rest/with_retry.go checkWait, rest/request.go
+// maxRetries).
+//
+// A review's body is read before a slot is taken (readBody), under its
+// own budget of time (BodyReadTimeout) and of bytes (readBudget, shared by
+// every body being read): /mutate is reachable from any pod, and a client
+// that sends its body a byte at a time would otherwise hold a slot for
+// the server's whole read timeout, and a few of them every slot. The API
+// server sends a review at once, in milliseconds.
 func limitInFlight(h http.Handler, n int, m *Metrics) http.Handler {
 	slots := make(chan struct{}, n)
+	budget := &byteBudget{max: BodiesBeingRead}
+	busy := func(w http.ResponseWriter, why string) {
+		if m != nil {
+			m.Reviews.WithLabelValues(ResultBusy).Inc()
+		}
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "restart-injector: "+why+"; retry", http.StatusTooManyRequests)
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, taken, err := readBody(w, r, budget)
+		budget.give(taken) // from here the body is the slot's, or dropped
+		var tooBig *http.MaxBytesError
+		switch {
+		case errors.Is(err, errReadBudget):
+			busy(w, fmt.Sprintf("%d bytes of request bodies being read, the most its memory holds", BodiesBeingRead))
+			return
+		case errors.As(err, &tooBig):
+			http.Error(w, fmt.Sprintf("request body exceeds %d bytes", MaxRequestBytes), http.StatusRequestEntityTooLarge)
+			return
+		case err != nil:
+			http.Error(w, fmt.Sprintf("read request body within %s: %v", BodyReadTimeout, err), http.StatusRequestTimeout)
+			return
+		}
 		select {
 		case slots <- struct{}{}:
 			defer func() { <-slots }()
+			r.Body = io.NopCloser(bytes.NewReader(body))
 			h.ServeHTTP(w, r)
 		default:
-			_, _ = io.CopyN(io.Discard, r.Body, MaxRequestBytes)
-			if m != nil {
-				m.Reviews.WithLabelValues(ResultBusy).Inc()
-			}
-			w.Header().Set("Retry-After", "1")
-			http.Error(w, fmt.Sprintf("restart-injector: %d reviews in flight, the most its memory holds; retry", n), http.StatusTooManyRequests)
+			busy(w, fmt.Sprintf("%d reviews in flight, the most its memory holds", n))
 		}
 	})
+}
+
+// BodyReadTimeout bounds the read of a review's body, from the end of its
+// headers (which ReadHeaderTimeout bounds): the API server writes a review
+// of at most 3 MiB at once.
+const BodyReadTimeout = 5 * time.Second
+
+// BodiesBeingRead bounds the bytes of request bodies read and not yet
+// handed to a slot, all requests together: room for two reviews of the
+// largest size at once, within reservedMemory. A slow client holds only
+// the bytes it has sent.
+const BodiesBeingRead = 2 * MaxRequestBytes
+
+var errReadBudget = errors.New("the bytes of request bodies being read are at their bound")
+
+// readBody reads r's body, at most MaxRequestBytes, within BodyReadTimeout,
+// taking from budget every byte of the buffer it grows to hold it; it
+// returns what it took, to be given back.
+func readBody(w http.ResponseWriter, r *http.Request, budget *byteBudget) (body []byte, taken int64, err error) {
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(BodyReadTimeout))
+	src := http.MaxBytesReader(w, r.Body, MaxRequestBytes)
+	chunk := make([]byte, 4<<10)
+	for {
+		k, rerr := src.Read(chunk)
+		if k > 0 {
+			if len(body)+k > cap(body) {
+				grown := min(max(2*cap(body), len(body)+k, 4<<10), MaxRequestBytes)
+				if !budget.take(int64(grown - cap(body))) {
+					return nil, taken, errReadBudget
+				}
+				taken += int64(grown - cap(body))
+				body = append(make([]byte, 0, grown), body...)
+			}
+			body = append(body, chunk[:k]...)
+		}
+		switch {
+		case rerr == io.EOF:
+			return body, taken, nil
+		case rerr != nil:
+			return nil, taken, rerr
+		}
+	}
+}
+
+// byteBudget is a count of bytes held against a bound.
+type byteBudget struct {
+	mu        sync.Mutex
+	used, max int64
+}
+
+func (b *byteBudget) take(n int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.used+n > b.max {
+		return false
+	}
+	b.used += n
+	return true
+}
+
+func (b *byteBudget) give(n int64) {
+	b.mu.Lock()
+	b.used -= n
+	b.mu.Unlock()
 }
 
 // EnvMemoryLimit is the container's memory limit in bytes, set from the
