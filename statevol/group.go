@@ -173,21 +173,37 @@ func clipString(s string, n int) string {
 
 // groupGenerations returns the pod generations present whose files carry
 // a group cause written by the agent, by pod generation.
+//
+// The listing, the owner checks and the reads all go through one no-follow
+// descriptor of pod-restarts/: by their paths, a container that swaps the
+// directory for a link would have them look at another pod's volume.
 func groupGenerations(dir string) map[uint64]GroupCause {
 	out := map[uint64]GroupCause{}
-	names, err := GenNames(dir)
+	f, err := openListing(filepath.Join(dir, contract.PodRestartsDir))
 	if err != nil {
 		return out
 	}
+	defer f.Close()
+	names, err := readNames(f, maxGenEntries)
+	if err != nil {
+		return out
+	}
+	dfd := int(f.Fd())
 	for _, name := range names {
 		n, ok := ParseGenName(name)
 		if !ok {
 			continue
 		}
-		if OwnedByAgent(filepath.Join(dir, contract.PodRestartsDir, name)) != nil {
+		var st unix.Stat_t
+		if unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Uid != 0 {
+			continue // not the agent's (OwnedByAgent)
+		}
+		data, err := boundedfile.ReadAt(dfd, name, name, maxGenerationSize, false)
+		if err != nil {
 			continue
 		}
-		if g := ReadGeneration(dir, n); g.Group != nil {
+		g := Generation{N: n}
+		if json.Unmarshal(data, &g) == nil && g.Group != nil {
 			out[n] = *g.Group
 		}
 	}

@@ -73,3 +73,53 @@ func TestPruneRemovesNothingThroughASwappedLink(t *testing.T) {
 		t.Fatalf("%d of the other pod's %d files removed through the swapped link", lost, len(names))
 	}
 }
+
+// TestGroupGenerationsReadNothingThroughASwappedLink: the same swap as
+// TestPruneRemovesNothingThroughASwappedLink while the group generations
+// of the pod are looked up (the node agent's DeliverGroup, LastGroup): the
+// other pod's group generations, delivered by the agent, must never be
+// taken for this pod's. Bounded to 3000 look-ups.
+func TestGroupGenerationsReadNothingThroughASwappedLink(t *testing.T) {
+	root := t.TempDir()
+	victim := filepath.Join(root, "victim")
+	evil := filepath.Join(root, "evil")
+	own := filepath.Join(evil, contract.PodRestartsDir)
+	for _, d := range []string{filepath.Join(victim, contract.PodRestartsDir), own} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for n := uint64(1); n <= 3; n++ {
+		os.WriteFile(filepath.Join(victim, contract.PodRestartsDir, GenName(n)),
+			[]byte(`{"n":`+GenName(n)[19:]+`,"source":"`+contract.GroupSource+`","group":{"generation":7}}`+"\n"), 0o644)
+		os.WriteFile(filepath.Join(own, GenName(n)), []byte(`{"source":"a"}`+"\n"), 0o644)
+	}
+	if len(groupGenerations(victim)) == 0 {
+		t.Fatal("the victim's own group generations are not read: the test shows nothing")
+	}
+	link := filepath.Join(evil, "link")
+	if err := os.Symlink(filepath.Join(victim, contract.PodRestartsDir), link); err != nil {
+		t.Fatal(err)
+	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				unix.Renameat2(unix.AT_FDCWD, own, unix.AT_FDCWD, link, unix.RENAME_EXCHANGE)
+			}
+		}
+	}()
+	leaked := 0
+	for i := 0; i < 3000 && leaked == 0; i++ {
+		leaked = len(groupGenerations(evil))
+	}
+	close(stop)
+	<-done
+	if leaked > 0 {
+		t.Fatalf("%d of the other pod's group generations taken for this pod's through the swapped link", leaked)
+	}
+}
