@@ -193,7 +193,7 @@ conformance-image:
 # classed and its evidence quoted. hack/kube-binaries.sh builds the cluster
 # (kube-scheduler too: upstream's pods carry no node name) and
 # hack/upstream-e2e.sh the specs' test binary, both cached under
-# ~/.cache/restart-supervisor. Root; about 25 minutes a release once built
+# ~/.cache/restart-supervisor. Root; about 12 minutes a release once built
 # (a supervised spec that waits for restartCount waits its full 10 minutes).
 UPSTREAM_E2E_VERSIONS ?= v1.37.2
 upstream-e2e:
