@@ -282,7 +282,7 @@ func fileExists(path string) bool {
 }
 
 // renderMatrix writes docs/conformance.md's text from runs.
-func renderMatrix(runs []*releaseRun, skews []*autoRun, upstream []string) string {
+func renderMatrix(runs []*releaseRun, skews []*autoRun, upstream []upstreamRun) string {
 	newest := runs[len(runs)-1]
 	var b strings.Builder
 	b.WriteString("# Conformance across Kubernetes releases: native vs supervised\n\n")
@@ -291,13 +291,20 @@ func renderMatrix(runs []*releaseRun, skews []*autoRun, upstream []string) strin
 		"do not edit by hand. How the releases are built and run, and what each run showed: [conformance-matrix.md](conformance-matrix.md).\n\n")
 	if len(upstream) > 0 {
 		// Written by TestUpstreamSpecs (upstream_test.go, `make upstream-e2e`).
-		links := make([]string, len(upstream))
-		for i, f := range upstream {
-			links[i] = fmt.Sprintf("[%[1]s](%[1]s)", f)
-		}
+		b.WriteString("## Upstream's e2e specs, run as written\n\n")
 		b.WriteString("Upstream Kubernetes' own e2e specs for the restart rules and RestartAllContainers " +
 			"(test/e2e/common/node/container_restart_policy.go), run as written on the same cluster, native and supervised, " +
-			"spec by spec: " + strings.Join(links, ", ") + " (`make upstream-e2e`).\n\n")
+			"spec by spec (`make upstream-e2e`); each release's file gives every spec, its failing assertion and why:\n\n")
+		for _, u := range upstream {
+			fmt.Fprintf(&b, "- [%[1]s](%[1]s): %[2]s\n", u.file, u.summary)
+		}
+		b.WriteString("\nNot run: the node e2e specs of test/e2e_node/restart_all_containers_test.go (\"kubelet restart during " +
+			"cleanup\" and \"during startup\", Serial and Disruptive). They need the node e2e framework, which runs the kubelet " +
+			"itself to stop and start it, and their first wait is for the pod condition AllContainersRestarting " +
+			"(restart_all_containers_test.go:112-124 and :214-226, v1.37.2), which only a kubelet that knows the feature " +
+			"sets (docs/pod-level.md, \"No pod condition\"). The rows RestartAllContainersKubeletRestartCleanup and " +
+			"RestartAllContainersKubeletRestartStartup below restart the harness's kubelet at the same two moments.\n")
+		b.WriteString("\n## The project's scenarios\n\n")
 	}
 	fmt.Fprintf(&b, "Every cell compares an outcome with the **newest release's native outcome** (Kubernetes %s, the "+
 		"\"reference\" column): the behaviour the restart rules have upstream, which the supervisor gives older clusters. "+
@@ -425,22 +432,40 @@ func writeMatrix(docs string) error {
 	return os.WriteFile(filepath.Join(docs, "conformance.md"), []byte(renderMatrix(runs, skews, upstream)), 0o644)
 }
 
+// upstreamRun is one docs/upstream-e2e-<release>.md: its name and its
+// pass counts, the file's bold summary line.
+type upstreamRun struct{ file, summary string }
+
 // upstreamFiles are the docs/upstream-e2e-<release>.md files, by release.
-func upstreamFiles(docs string) ([]string, error) {
+func upstreamFiles(docs string) ([]upstreamRun, error) {
 	paths, err := filepath.Glob(filepath.Join(docs, "upstream-e2e-v*.md"))
 	if err != nil {
 		return nil, err
 	}
-	var files []string
+	var runs []upstreamRun
 	for _, p := range paths {
-		files = append(files, filepath.Base(p))
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return nil, err
+		}
+		u := upstreamRun{file: filepath.Base(p)}
+		for _, l := range strings.Split(string(data), "\n") {
+			if strings.HasPrefix(l, "**v") && strings.HasSuffix(l, "**") {
+				u.summary = strings.Trim(l, "*")
+				break
+			}
+		}
+		if u.summary == "" {
+			return nil, fmt.Errorf("%s: no summary line (**vX.Y.Z: native …**)", u.file)
+		}
+		runs = append(runs, u)
 	}
-	sort.Slice(files, func(i, j int) bool {
-		a := strings.TrimSuffix(strings.TrimPrefix(files[i], "upstream-e2e-"), ".md")
-		b := strings.TrimSuffix(strings.TrimPrefix(files[j], "upstream-e2e-"), ".md")
+	sort.Slice(runs, func(i, j int) bool {
+		a := strings.TrimSuffix(strings.TrimPrefix(runs[i].file, "upstream-e2e-"), ".md")
+		b := strings.TrimSuffix(strings.TrimPrefix(runs[j].file, "upstream-e2e-"), ".md")
 		return version.MustParseGeneric(a).LessThan(version.MustParseGeneric(b))
 	})
-	return files, nil
+	return runs, nil
 }
 
 // TestConformanceMatrix checks that docs/conformance.md is the matrix of
