@@ -40,6 +40,8 @@ import (
 const (
 	liveDir = "live"
 	lockExt = ".lock"
+	// endedExt names a member's ended marker (markEnded).
+	endedExt = ".ended"
 	// lockTries bounds how often a supervisor tries to take its shared
 	// lock while someone holds it exclusively: a waiter's probe holds it
 	// for microseconds, so only an adversary holds it for longer, and a
@@ -155,13 +157,65 @@ func probeLiveness(dir, container string, owner int) aliveness {
 	}
 }
 
+// markEnded creates (on) or removes the member's ended marker,
+// live/<container>.ended: an empty file that says its workload exited for
+// good, beside the status document that says so too. Being empty, it
+// needs no data block: on a volume that is full (a co-container filling a
+// Memory emptyDir), where the document cannot be written, the others still
+// learn that the member ended, and no two ended members wait for each
+// other for ever. Made like the lock: relative to a no-follow descriptor
+// of live/, without following a link, a regular file of this UID.
+func markEnded(dir, container string, on bool) error {
+	if err := statevol.CheckContainerName(container); err != nil {
+		return err
+	}
+	name := container + endedExt
+	dfd, err := statevol.OpenSubdir(dir, liveDir, name)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dfd)
+	if !on {
+		if err := unix.Unlinkat(dfd, name, 0); err != nil && err != unix.ENOENT {
+			return fmt.Errorf("ended marker %s: %w", name, err)
+		}
+		return nil
+	}
+	fd, err := unix.Openat(dfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, statevol.FileMode)
+	if err != nil {
+		return fmt.Errorf("ended marker %s: %w", name, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("ended marker %s: not a regular file of this supervisor's UID", name)
+	}
+	return nil
+}
+
+// endedMarked reports whether container has an ended marker that owner,
+// the UID of its status document, made (-1: no document, no marker).
+func endedMarked(dir, container string, owner int) bool {
+	if owner < 0 {
+		return false
+	}
+	fd, err := unix.Open(filepath.Join(dir, liveDir, container+endedExt), unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	return unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && int(st.Uid) == owner
+}
+
 // memberState is one other member as a waiter sees it: its status
-// document (err when there is none or it cannot be read) and whether its
-// supervisor lives.
+// document (err when there is none or it cannot be read), whether its
+// supervisor lives, and whether it marked its end (markEnded).
 type memberState struct {
-	doc  statevol.Status
-	err  error
-	live aliveness
+	doc   statevol.Status
+	err   error
+	live  aliveness
+	ended bool
 }
 
 // readMember reads the status document of container and probes its
@@ -174,7 +228,7 @@ func readMember(dir, container string) memberState {
 		}
 	}
 	doc, err := statevol.ReadStatus(dir, container)
-	return memberState{doc: doc, err: err, live: probeLiveness(dir, container, owner)}
+	return memberState{doc: doc, err: err, live: probeLiveness(dir, container, owner), ended: endedMarked(dir, container, owner)}
 }
 
 // missingDoc reports whether the member has no status document.

@@ -2,6 +2,7 @@ package podstate
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -264,5 +265,52 @@ func mount(t *testing.T, args ...string) {
 	t.Helper()
 	if out, err := exec.Command("mount", args...).CombinedOutput(); err != nil {
 		t.Fatalf("mount %v: %v: %s", args, err, out)
+	}
+}
+
+// TestEndedMarkerRefusesPlantedFiles: any container of the pod can put a
+// link, a FIFO or a file of another UID at a member's ended marker. A
+// waiter takes none of them for the member's end (only a regular file of
+// the UID that owns the member's status document counts), and the
+// member's own markEnded refuses to adopt them.
+func TestEndedMarkerRefusesPlantedFiles(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to give a file another UID")
+	}
+	dir := t.TempDir()
+	if err := statevol.WriteStatus(dir, statevol.Status{Container: "b", State: contract.PhaseRunning}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := statevol.SharedSubdir(dir, liveDir); err != nil {
+		t.Fatal(err)
+	}
+	marker := filepath.Join(dir, liveDir, "b"+endedExt)
+	elsewhere := filepath.Join(dir, "elsewhere")
+	os.WriteFile(elsewhere, nil, 0o644)
+	for name, plant := range map[string]func() error{
+		"link":      func() error { return os.Symlink(elsewhere, marker) },
+		"FIFO":      func() error { return unix.Mkfifo(marker, 0o644) },
+		"other UID": func() error { return errors.Join(os.WriteFile(marker, nil, 0o644), os.Lchown(marker, 65534, 65534)) },
+	} {
+		os.Remove(marker)
+		if err := plant(); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if readMember(dir, "b").ended {
+			t.Errorf("%s at b's ended marker taken for b's end", name)
+		}
+		if err := markEnded(dir, "b", true); err == nil {
+			t.Errorf("%s at b's ended marker adopted by markEnded", name)
+		}
+	}
+	os.Remove(marker)
+	if err := markEnded(dir, "b", true); err != nil {
+		t.Fatal(err)
+	}
+	if !readMember(dir, "b").ended {
+		t.Error("b's own marker not taken for its end")
+	}
+	if err := markEnded(dir, "b", false); err != nil || readMember(dir, "b").ended {
+		t.Errorf("b's marker removed: %v, still ended %v", err, readMember(dir, "b").ended)
 	}
 }

@@ -51,11 +51,15 @@ type Pod struct {
 	restartsBefore int
 	// limits is what the earlier supervisor's limits left, nil when it
 	// left nothing.
-	limits  *supervise.LimitState
-	live    *Liveness
-	rec     *Recorder
-	member  *Member
-	pending chan uint64
+	limits *supervise.LimitState
+	live   *Liveness
+	// dir and name locate the container's ended marker; endedMarked says
+	// this supervisor made it (Observe).
+	dir, name   string
+	endedMarked bool
+	rec         *Recorder
+	member      *Member
+	pending     chan uint64
 }
 
 // Open joins the state directory dir as container name. An empty dir
@@ -100,6 +104,10 @@ func OpenMember(dir, name string, members []contract.PodMember, watch WatchOptio
 		log.Warn("cannot hold the liveness lock; if this supervisor is killed, the pod's other containers go by its status document alone", "err", err)
 	}
 	p.live = live
+	// An ended marker of the container's earlier supervisor: this one
+	// runs (markEnded).
+	_ = markEnded(dir, name, false)
+	p.dir, p.name = dir, name
 	initial := statevol.Status{
 		Container: name, State: contract.PhaseRunning, RestartsTotal: p.restartsBefore,
 		SupervisorPID: os.Getpid(), SupervisorVersion: contract.Version,
@@ -340,7 +348,30 @@ func (p *Pod) Observe(st supervise.State) {
 			p.member.unwatch()
 		}
 	}
+	p.markEnd(st.Phase)
 	p.rec.Update(func(s *statevol.Status) { fill(s, st, gen, p.restartsBefore) })
+}
+
+// markEnd keeps the ended marker in step with the phase: made when the
+// workload has ended for good, before the document that says so is
+// written (it may not be: a full volume), removed when a pod restart
+// starts it again, and left at the exit that follows, for the members
+// still waiting (markEnded).
+func (p *Pod) markEnd(phase contract.Phase) {
+	switch {
+	case phase == contract.PhaseEnded && !p.endedMarked:
+		if err := markEnded(p.dir, p.name, true); err != nil {
+			p.log.Warn("cannot mark the container ended; the others learn it from the status document alone", "err", err)
+			return
+		}
+		p.endedMarked = true
+	case p.endedMarked && phase != contract.PhaseEnded && phase != contract.PhaseExited && phase != contract.PhaseStopping:
+		if err := markEnded(p.dir, p.name, false); err != nil {
+			p.log.Warn("cannot remove the container's ended marker", "err", err)
+			return
+		}
+		p.endedMarked = false
+	}
 }
 
 // Close writes the final document, stops watching and returns the final

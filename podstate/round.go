@@ -251,7 +251,10 @@ func (m *Member) othersEnded(names []string, pod rules.RestartPolicy) bool {
 		if ms.missingDoc() {
 			return false
 		}
-		if ms.err != nil {
+		if ms.err != nil || ms.ended {
+			// An ended member's marker stays after its exit (until the
+			// container's next supervisor starts), so that the document
+			// it may not have been able to write is not needed.
 			continue
 		}
 		if ms.restartedByKubelet(pod) {

@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestRestartAllContainersAcrossSupervisors runs two supervisors sharing a
@@ -781,5 +784,61 @@ while :; do sleep 0.02; done
 	}
 	if st := s.wait(15 * time.Second); st != 0 {
 		t.Errorf("exit status %d, want 0 (the workload's own exit after the stop)", st)
+	}
+}
+
+// TestFullVolumeEndedMembersEnd: a co-container fills the pod's state
+// volume (a Memory emptyDir with a size limit; here a real 256 KiB tmpfs)
+// and then both members' workloads exit 0 in a Never pod. Neither can
+// write the status document that says it ended (ENOSPC), and each waits
+// in phase Ended for the other: with documents alone they waited for ever.
+// The ended marker, an empty file that needs no data block, says it, and
+// both exit with their workload's status.
+func TestFullVolumeEndedMembersEnd(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a tmpfs")
+	}
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	os.Mkdir(state, 0o777)
+	if err := unix.Mount("tmpfs", state, "tmpfs", 0, "size=256k,mode=1777"); err != nil {
+		t.Fatalf("mount a tmpfs: %v", err)
+	}
+	t.Cleanup(func() { unix.Unmount(state, unix.MNT_DETACH) })
+	members := "RESTART_SUPERVISOR_POD_MEMBERS=a:regular,b:regular"
+	cfg := `{"restartPolicy":"Never","podRestartPolicy":"Never"}`
+	goFile := filepath.Join(dir, "go") // outside the volume
+	var sups []*sup
+	for _, name := range []string{"a", "b"} {
+		sups = append(sups, start(t, podEnv(state, name, cfg, members), bin, "--",
+			"sh", "-c", fmt.Sprintf(`while [ ! -e %s ]; do sleep 0.02; done; exit 0`, goFile)))
+	}
+	waitFor(t, "both documents", 15*time.Second, func() bool {
+		return statusState(state, "a") == "running" && statusState(state, "b") == "running"
+	})
+	fill, err := os.Create(filepath.Join(state, "fill"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 16<<10)
+	for {
+		if _, err := fill.Write(chunk); err != nil {
+			if !errors.Is(err, unix.ENOSPC) {
+				t.Fatalf("filling the volume: %v", err)
+			}
+			break
+		}
+	}
+	fill.Close()
+	if err := os.WriteFile(goFile, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range sups {
+		if st := s.wait(20 * time.Second); st != 0 {
+			t.Errorf("member %d exited %d, want 0", i, st)
+		}
+	}
+	if !strings.Contains(sups[0].stderr.String()+sups[1].stderr.String(), "cannot write the status document") {
+		t.Errorf("no status document write failed: the volume was not full, the test shows nothing")
 	}
 }
