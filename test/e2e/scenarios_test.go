@@ -249,7 +249,7 @@ func scenarios() []scenario {
 		want: same("Running, restarted, first restart within 15 s, then each delay at least 10, 20, 40, 80 s and short of the next step"),
 		run:  backoffScenario,
 	}, {
-		name: "Resize", desc: "pod Always, container Never + Restart In [42], memory resizePolicy RestartContainer; exits 42 twice (back-off 0, 10 s), then runs; its memory limit is resized 64Mi → 80Mi (the kubelet restarts the container); the first run after the resize exits 42 once more",
+		name: "Resize", desc: "pod Always, container Never + Restart In [42], memory resizePolicy RestartContainer; exits 42 three times (back-off 0, 10 s, 20 s), then runs; its memory limit is resized 64Mi → 80Mi (the kubelet restarts the container); the first run after the resize exits 42 once more (a fresh curve: 10 s; the old one: 40 s)",
 		want: same("Running, restarted by the resize at once, the crash after it restarted after a full step"),
 		run:  resizeScenario,
 	}, {
