@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
@@ -18,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 
 	"github.com/restart-supervisor/restart-supervisor/nodeagent"
 )
@@ -48,6 +51,10 @@ flags:
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := statusFlags()
 	fs.SetOutput(stderr)
+	// client-go logs a failed response through klog on its own line; the
+	// error status prints says it in one.
+	klog.SetOutput(io.Discard)
+	klog.LogToStderr(false)
 	fs.Usage = func() { fmt.Fprint(stderr, statusUsage+fs.FlagUsages()) }
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
@@ -90,6 +97,10 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if output != "" && !slices.Contains(nodeagent.StatusFormats, output) {
 		return fail("-o %q: want one of %s", output, strings.Join(nodeagent.StatusFormats, ", "))
 	}
+	timeout, err := time.ParseDuration(get("request-timeout"))
+	if err != nil || timeout < 0 {
+		return fail("--request-timeout %q: want a duration such as 30s, 0 for none", get("request-timeout"))
+	}
 	var selector labels.Selector
 	if s := get("selector"); s != "" {
 		sel, err := labels.Parse(s)
@@ -111,8 +122,16 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		namespace = ns
 	}
 	cfg, err := cc.ClientConfig()
-	var client kubernetes.Interface
+	var client, watchClient kubernetes.Interface
+	if err == nil && is("watch") {
+		// A watch lasts until it is interrupted: no timeout and no
+		// bound on its stream, whose events are decoded one at a time.
+		watchClient, err = kubernetes.NewForConfig(cfg)
+	}
 	if err == nil {
+		cfg = rest.CopyConfig(cfg)
+		cfg.Timeout = timeout
+		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return boundedResponses{rt} })
 		client, err = kubernetes.NewForConfig(cfg)
 	}
 	q := &nodeagent.StatusQuery{Client: client, AgentNamespace: get("agent-namespace"), Namespace: namespace, Pod: pod, Selector: selector}
@@ -150,6 +169,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if !is("watch") {
 		return exitOK
 	}
+	q.Client = watchClient
 	if err := q.Watch(ctx, rv, func(r nodeagent.StatusRow) error { return p.PrintChange(stdout, r) }); err != nil && ctx.Err() == nil {
 		fmt.Fprintf(stderr, "restart-injector status: %v\n", err)
 		return exitFailure
@@ -172,6 +192,7 @@ func statusFlags() *pflag.FlagSet {
 	fs.Bool("no-headers", false, "print no header line")
 	fs.String("kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, as kubectl)")
 	fs.String("context", "", "kubeconfig context to use")
+	fs.String("request-timeout", "30s", "how long each request to the API server may take before status gives up, as kubectl's flag (0: no limit); not for -w's watch")
 	fs.String("agent-namespace", nodeagent.AgentNamespace, "namespace of the node agent's pods: only Events from a node that runs one are shown")
 	return fs
 }
@@ -225,4 +246,43 @@ func listGroups(ctx context.Context, cfg *rest.Config, client kubernetes.Interfa
 		}
 	}
 	return out, nil
+}
+
+// maxStatusResponse bounds each response of the API server that status
+// reads whole: a page of 500 Events (status lists by pages) or the
+// GroupRestart objects of a namespace are far below it, and a server, or
+// anything answering in its place, that sends more is cut off instead of
+// filling status's memory.
+const maxStatusResponse = 64 << 20
+
+// boundedResponses caps the body of every response at maxStatusResponse.
+type boundedResponses struct{ rt http.RoundTripper }
+
+// WrappedRoundTripper lets client-go reach the transport beneath, to
+// cancel a request that times out.
+func (b boundedResponses) WrappedRoundTripper() http.RoundTripper { return b.rt }
+
+func (b boundedResponses) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := b.rt.RoundTrip(r)
+	if err == nil {
+		resp.Body = &boundedBody{ReadCloser: resp.Body, left: maxStatusResponse}
+	}
+	return resp, err
+}
+
+type boundedBody struct {
+	io.ReadCloser
+	left int64
+}
+
+func (b *boundedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		return 0, fmt.Errorf("the API server's response exceeds %d bytes", maxStatusResponse)
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.left -= int64(n)
+	return n, err
 }
