@@ -40,19 +40,7 @@ func TestPruneRemovesNothingThroughASwappedLink(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unix.Close(ownFD)
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-				unix.Renameat2(unix.AT_FDCWD, own, unix.AT_FDCWD, link, unix.RENAME_EXCHANGE)
-			}
-		}
-	}()
+	stopSwapping := swapUntilStopped(own, link)
 	lost := 0
 	for i := 0; i < 3000 && lost == 0; i++ {
 		for _, n := range names {
@@ -67,8 +55,7 @@ func TestPruneRemovesNothingThroughASwappedLink(t *testing.T) {
 			}
 		}
 	}
-	close(stop)
-	<-done
+	stopSwapping()
 	if lost > 0 {
 		t.Fatalf("%d of the other pod's %d files removed through the swapped link", lost, len(names))
 	}
@@ -101,25 +88,32 @@ func TestGroupGenerationsReadNothingThroughASwappedLink(t *testing.T) {
 	if err := os.Symlink(filepath.Join(victim, contract.PodRestartsDir), link); err != nil {
 		t.Fatal(err)
 	}
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-				unix.Renameat2(unix.AT_FDCWD, own, unix.AT_FDCWD, link, unix.RENAME_EXCHANGE)
-			}
-		}
-	}()
+	stopSwapping := swapUntilStopped(own, link)
 	leaked := 0
 	for i := 0; i < 3000 && leaked == 0; i++ {
 		leaked = len(groupGenerations(evil))
 	}
-	close(stop)
-	<-done
+	stopSwapping()
 	if leaked > 0 {
 		t.Fatalf("%d of the other pod's group generations taken for this pod's through the swapped link", leaked)
 	}
+}
+
+// swapUntilStopped exchanges the directory a and the link b
+// (renameat2 RENAME_EXCHANGE) over and over, as a container of the pod
+// can, until the returned function is called.
+func swapUntilStopped(a, b string) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-quit:
+				return
+			default:
+				unix.Renameat2(unix.AT_FDCWD, a, unix.AT_FDCWD, b, unix.RENAME_EXCHANGE)
+			}
+		}
+	}()
+	return func() { close(quit); <-done }
 }
