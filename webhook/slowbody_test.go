@@ -29,20 +29,26 @@ func TestSlowBodiesHoldNoSlot(t *testing.T) {
 
 	stop := make(chan struct{})
 	ended := make(chan time.Duration, slow)
-	var wg sync.WaitGroup
+	var wg, sent sync.WaitGroup
 	for range slow {
 		wg.Add(1)
+		sent.Add(1)
 		go func() {
 			defer wg.Done()
 			conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", addr, tlsConf)
 			if err != nil {
 				t.Error(err)
+				sent.Done()
 				ended <- -1
 				return
 			}
 			defer conn.Close()
 			began := time.Now()
 			fmt.Fprintf(conn, "POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n")
+			// The first byte of the body too: the server is then reading
+			// it, as a slow client's request is, before any real review.
+			_, _ = conn.Write([]byte(" "))
+			sent.Done()
 			// Trickle until the server gives up on the body (a write or
 			// the read below fails), the test ends, or 40 s pass.
 			go func() {
@@ -65,7 +71,7 @@ func TestSlowBodiesHoldNoSlot(t *testing.T) {
 			ended <- time.Since(began)
 		}()
 	}
-	time.Sleep(time.Second) // every slow connection has sent its headers
+	sent.Wait() // every slow connection is into its body, whatever the load
 	codes := map[int]int{}
 	for range real {
 		resp, _ := post(t, ts, "application/json", podReview(t, nativePod))
