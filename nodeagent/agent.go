@@ -33,6 +33,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
@@ -103,6 +104,19 @@ type Agent struct {
 }
 
 const podUIDIndex = "uid"
+
+// ClientConfig returns a copy of cfg with the agent's bounds on its calls
+// to the API server. client-go's default (5 a second, bursts of 10) is
+// sized for a controller's occasional write; the group loop makes a
+// generation, a report and two Events per round of each group with
+// members on the node, and one group's calls must not queue behind
+// another's. The calls themselves are bounded per group and step
+// (group.go), so this is a ceiling, not a pace.
+func ClientConfig(cfg *rest.Config) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.QPS, c.Burst = 50, 100
+	return c
+}
 
 // Run runs the agent until ctx ends.
 func Run(ctx context.Context, cfg Config) error {

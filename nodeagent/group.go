@@ -265,10 +265,12 @@ func (g *groups) step(ctx context.Context) {
 		id := m.pod.Namespace + "/" + GroupObjectName(m.key)
 		byGroup[id] = append(byGroup[id], m)
 	}
+	g.forgetHandled(members)
+	spent := map[string]bool{}
 	for _, id := range slices.Sorted(maps.Keys(byGroup)) {
 		ms := byGroup[id]
 		for _, m := range ms {
-			g.takeRequests(ctx, m)
+			g.takeRequests(ctx, m, spent)
 		}
 		g.carryOut(ctx, ms)
 	}
@@ -305,6 +307,21 @@ func (g *groups) step(ctx context.Context) {
 	g.a.mu.Unlock()
 }
 
+// forgetHandled drops the requests remembered for pods that are no longer
+// this node's group members (deleted, finished, moved): the record would
+// otherwise grow with every pod the node ever ran.
+func (g *groups) forgetHandled(members []localMember) {
+	live := make(map[string]bool, len(members))
+	for _, m := range members {
+		live[string(m.pod.UID)] = true
+	}
+	for hk := range g.handled {
+		if uid, _, _ := strings.Cut(hk, "/"); !live[uid] {
+			delete(g.handled, hk)
+		}
+	}
+}
+
 // localMembers returns this node's group members whose state volume is
 // there, each with a descriptor of it opened without following a link.
 func (g *groups) localMembers() []localMember {
@@ -334,17 +351,45 @@ func (g *groups) localMembers() []localMember {
 var statePath = statusPath[:len(statusPath)-1]
 
 // takeRequests turns each new request of member m into the group's next
-// generation, or a refusal.
-func (g *groups) takeRequests(ctx context.Context, m localMember) {
+// generation, or a refusal. A request is decided from the informer's copy
+// of the group's object where that copy suffices (a newer generation under
+// way, a round not over), so that a pod writing a thousand requests costs
+// its node's group loop file reads, not a thousand API calls; only a
+// request that can make the next generation goes to the API server, and
+// of those at most one per group a step (spent: by group object key):
+// the next ones are looked at again at the next step, by when the
+// informer holds what the first made. Only the requests of containers of
+// the pod's spec are taken, so that the names in the group's object and
+// Events are the spec's, not whatever bytes a pod put in a file name.
+func (g *groups) takeRequests(ctx context.Context, m localMember, spent map[string]bool) {
 	reqs, errs := statevol.GroupRequests(m.dir)
 	g.a.mu.Lock()
 	g.a.logErrors(errs)
 	g.a.mu.Unlock()
+	id := m.pod.Namespace + "/" + GroupObjectName(m.key)
 	for _, r := range reqs {
+		if !specContainer(m.pod, r.Container) {
+			continue
+		}
 		hk := string(m.pod.UID) + "/" + r.Container
 		if g.handled[hk] == r.ID {
 			continue
 		}
+		switch d, refused := g.decideFromStore(id, m.key, r); d {
+		case storeUnderWay:
+			g.handled[hk] = r.ID
+			continue
+		case storeRoundOn:
+			continue // looked at again at the next step
+		case storeRefused:
+			g.handled[hk] = r.ID
+			g.refuse(m, r, refused)
+			continue
+		}
+		if spent[id] {
+			continue // one API decision per group a step
+		}
+		spent[id] = true
 		g.handled[hk] = r.ID
 		if refused, err := g.request(ctx, m, r); errors.Is(err, errRoundUnderWay) {
 			delete(g.handled, hk) // looked at again at the next step
@@ -352,12 +397,77 @@ func (g *groups) takeRequests(ctx context.Context, m localMember) {
 			g.a.log.Warn("group restart request", "pod", m.pod.Namespace+"/"+m.pod.Name, "container", r.Container, "err", err)
 			delete(g.handled, hk) // tried again at the next step
 		} else if refused != "" {
-			if err := statevol.AnswerGroup(m.dir, r, refused); err != nil {
-				g.a.log.Warn("answer group restart request", "pod", m.pod.Namespace+"/"+m.pod.Name, "err", err)
-			}
-			g.a.log.Info("group restart refused", "pod", m.pod.Namespace+"/"+m.pod.Name, "container", r.Container, "group", m.key, "reason", refused)
+			g.refuse(m, r, refused)
 		}
 	}
+}
+
+// refuse answers request r of member m with a refusal.
+func (g *groups) refuse(m localMember, r statevol.GroupRequest, refused string) {
+	if err := statevol.AnswerGroup(m.dir, r, refused); err != nil {
+		g.a.log.Warn("answer group restart request", "pod", m.pod.Namespace+"/"+m.pod.Name, "err", err)
+	}
+	g.a.log.Info("group restart refused", "pod", m.pod.Namespace+"/"+m.pod.Name, "container", r.Container, "group", m.key, "reason", refused)
+}
+
+// specContainer reports whether name is a container (or init container)
+// of pod's spec.
+func specContainer(pod *corev1.Pod, name string) bool {
+	for _, cs := range [][]corev1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
+		for i := range cs {
+			if cs[i].Name == name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// storeDecision is what the informer's copy of a group's object says of a
+// request.
+type storeDecision int
+
+const (
+	// storeAsk: the copy does not settle it (no object yet, or its round
+	// is over): the API server decides.
+	storeAsk storeDecision = iota
+	// storeUnderWay: a generation newer than the one the request saw is
+	// under way; the request is answered by it.
+	storeUnderWay
+	// storeRoundOn: the current round is not over; the request waits.
+	storeRoundOn
+	// storeRefused: the group's budget is spent.
+	storeRefused
+)
+
+func (g *groups) decideFromStore(id, key string, r statevol.GroupRequest) (storeDecision, string) {
+	obj, ok, _ := g.objects.GetByKey(id)
+	u, isU := obj.(*unstructured.Unstructured)
+	if !ok || !isU {
+		return storeAsk, ""
+	}
+	st := groupFromObject(u)
+	switch {
+	case st.key != key:
+		return storeAsk, "" // the API server's answer names the clash
+	case st.generation > r.Observed:
+		return storeUnderWay, ""
+	case !roundOver(st, time.Now()):
+		return storeRoundOn, ""
+	}
+	if refused := budgetSpent(st); refused != "" {
+		return storeRefused, refused
+	}
+	return storeAsk, ""
+}
+
+// budgetSpent is the refusal of a request when the group has had its
+// limit of restarts, else "".
+func budgetSpent(st groupState) string {
+	if st.maxRestarts >= 0 && int64(st.generation) >= st.maxRestarts {
+		return fmt.Sprintf("group %s has had %d group restarts, its limit (%s)", st.key, st.generation, contract.AnnotationGroupMaxRestarts)
+	}
+	return ""
 }
 
 // request takes in request r of member m: the next generation of the
@@ -391,8 +501,8 @@ func (g *groups) request(ctx context.Context, m localMember, r statevol.GroupReq
 			// generation per round.
 			return "", errRoundUnderWay
 		}
-		if st.maxRestarts >= 0 && int64(st.generation) >= st.maxRestarts {
-			return fmt.Sprintf("group %s has had %d group restarts, its limit (%s)", m.key, st.generation, contract.AnnotationGroupMaxRestarts), nil
+		if refused := budgetSpent(st); refused != "" {
+			return refused, nil
 		}
 		next := st.generation + 1
 		spec := u.Object["spec"].(map[string]any)

@@ -67,6 +67,7 @@ func runNodeAgent(ctx context.Context, args []string, stderr io.Writer) int {
 		cfg, err = rest.InClusterConfig()
 	}
 	if err == nil {
+		cfg = nodeagent.ClientConfig(cfg)
 		c.Client, err = kubernetes.NewForConfig(cfg)
 	}
 	if err == nil && c.Groups {

@@ -1,0 +1,173 @@
+package apiserver_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/restart-supervisor/restart-supervisor/contract"
+	"github.com/restart-supervisor/restart-supervisor/internal/testutil"
+	"github.com/restart-supervisor/restart-supervisor/nodeagent"
+	"github.com/restart-supervisor/restart-supervisor/statevol"
+)
+
+// A pod of namespace evil, on node-a, floods its state volume with
+// statevol.MaxGroupRequests group requests while its own group's round is
+// under way (each would wait, and was asked about again at every step),
+// and one of its files is named with terminal control bytes. A victim
+// group of namespace default has a member on node-a and one on node-b,
+// both under the real supervisor, each node with its own agent (its
+// client bounded as the binary's, nodeagent.ClientConfig). The victim member on node-b
+// exits 42: both members must restart, neither before the other's run
+// ended (the barrier, not GroupStopWait's release), and a request named
+// with control bytes must make no generation. Before the requests were
+// decided from the informer's copy, node-a's group loop spent about 20 s
+// on one step of the flood (one GET per file; 205 s at client-go's
+// default pace, when node-b released its member alone after
+// GroupStopWait and the victim's runs overlapped).
+func TestGroupFloodInAnotherNamespaceStallsNoGroup(t *testing.T) {
+	env, client, dir, bin := startGroupTest(t)
+	podsDirs := map[string]string{}
+	for _, n := range []string{"node-a", "node-b"} {
+		podsDirs[n] = filepath.Join(dir, n, "pods")
+		must(t, os.MkdirAll(podsDirs[n], 0o750))
+	}
+	dyn, err := dynamic.NewForConfig(env.Config)
+	must(t, err)
+	ctx := context.Background()
+
+	// The flooding pod and its group's object, whose round stays on.
+	_, err = client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "evil"}}, metav1.CreateOptions{})
+	must(t, err)
+	evil := groupPod(t, client, "evil", "evil-0", "node-a", "evil", "")
+	evilState := stateDir(t, podsDirs["node-a"], evil.UID)
+	evilKey := contract.LabelGroup + "=evil"
+	_, err = dyn.Resource(nodeagent.GroupResource).Namespace("evil").Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": nodeagent.GroupResource.GroupVersion().String(), "kind": nodeagent.GroupKind,
+		"metadata": map[string]any{"name": nodeagent.GroupObjectName(evilKey)},
+		"spec": map[string]any{"group": evilKey, "generation": int64(1),
+			// A round made now whose other node never reports its member
+			// started: under way for the whole test.
+			"cause": map[string]any{"pod": "evil-0", "container": "rank", "exitCode": int64(42), "time": time.Now().Add(time.Hour).UTC().Format(time.RFC3339)},
+			"nodes": map[string]any{"node-z": map[string]any{"generation": int64(1), "members": int64(1), "started": int64(0)}}},
+	}}, metav1.CreateOptions{})
+	must(t, err)
+	reqDir := filepath.Join(evilState, contract.GroupDir)
+	must(t, os.MkdirAll(reqDir, 0o777))
+	for i := 0; i < statevol.MaxGroupRequests-1; i++ {
+		must(t, os.WriteFile(filepath.Join(reqDir, fmt.Sprintf("%sc%04d", contract.GroupRequestPrefix, i)),
+			fmt.Appendf(nil, `{"id":"flood-%d","exitCode":42,"observed":1}`, i), 0o644))
+	}
+	must(t, os.WriteFile(filepath.Join(reqDir, contract.GroupRequestPrefix+"rank"), []byte(`{"id":"flood-rank","exitCode":42,"observed":1}`), 0o644))
+
+	// The victim group: a member on each node.
+	type member struct {
+		pod                 *corev1.Pod
+		state, log, trigger string
+		out                 *testutil.SyncBuffer
+	}
+	var victims []*member
+	for i, node := range []string{"node-a", "node-b"} {
+		p := groupPod(t, client, "default", fmt.Sprintf("victim-%d", i), node, "victim", "")
+		victims = append(victims, &member{pod: p, state: stateDir(t, podsDirs[node], p.UID),
+			log: filepath.Join(dir, p.Name+".log"), trigger: filepath.Join(dir, p.Name+".exit"), out: &testutil.SyncBuffer{}})
+	}
+	for _, n := range []string{"node-a", "node-b"} {
+		startGroupAgent(t, env.Config, n, podsDirs[n])
+	}
+	for _, m := range victims {
+		// Each run logs its start and end, and exits 42 when the test
+		// puts its trigger file.
+		script := fmt.Sprintf(`echo "start $(date +%%s%%N)" >> %[1]s
+trap 'echo "end $(date +%%s%%N)" >> %[1]s; exit 0' TERM
+while :; do
+  if [ -e %[2]s ]; then rm -f %[2]s; echo "end $(date +%%s%%N)" >> %[1]s; exit 42; fi
+  sleep 0.05
+done`, m.log, m.trigger)
+		startMember(t, bin, m.state, script, m.out)
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("%s supervisor:\n%s", m.pod.Name, tail(m.out.String(), 30))
+			}
+		})
+	}
+	waitFor(t, "both victims' first run", 30*time.Second, func(context.Context) (bool, error) {
+		return len(readRuns(t, victims[0].log)) == 1 && len(readRuns(t, victims[1].log)) == 1, nil
+	})
+	// Let node-a's agent see the flood for a few steps before the exit.
+	waitFor(t, "node-a's agent delivering the evil group's round", 30*time.Second, func(context.Context) (bool, error) {
+		_, ok := statevol.GroupRound(evilState, 1)
+		return ok, nil
+	})
+	time.Sleep(time.Second)
+
+	exitAt := time.Now()
+	must(t, os.WriteFile(victims[1].trigger, nil, 0o644))
+	// Within GroupStopWait, after which the agents release their members
+	// without the barrier: a restart by the barrier comes well before it
+	// (0.3-4 s unloaded), a stalled node's after it (about 40 s with the
+	// agent's client, 205 s at client-go's default pace).
+	waitFor(t, "both victims' second run", nodeagent.GroupStopWait, func(context.Context) (bool, error) {
+		return len(readRuns(t, victims[0].log)) >= 2 && len(readRuns(t, victims[1].log)) >= 2, nil
+	})
+	r0, r1 := readRuns(t, victims[0].log), readRuns(t, victims[1].log)
+	if len(r0) != 2 || len(r1) != 2 {
+		t.Fatalf("victims ran %d and %d times, want 2 each", len(r0), len(r1))
+	}
+	for _, pair := range [][2][]rankRun{{r0, r1}, {r1, r0}} {
+		if pair[0][0].end.IsZero() || !pair[0][1].start.After(pair[1][0].end) {
+			t.Errorf("a victim started again (%s) before the other's run ended (%s): the barrier did not hold",
+				pair[0][1].start.Format(time.StampMicro), pair[1][0].end.Format(time.StampMicro))
+		}
+	}
+	last := r0[1].start
+	if r1[1].start.After(last) {
+		last = r1[1].start
+	}
+	t.Logf("with %d requests in another namespace's volume on node-a: exit → both victims running again: %s",
+		statevol.MaxGroupRequests, last.Sub(exitAt).Round(time.Millisecond))
+
+	// A request named with control bytes, seeing the victim's current
+	// generation, then a real one: only the real one makes a generation,
+	// and its cause names the spec's container.
+	victimName := nodeagent.GroupObjectName(contract.LabelGroup + "=victim")
+	waitFor(t, "the victim's round over", 40*time.Second, func(ctx context.Context) (bool, error) {
+		o, err := dyn.Resource(nodeagent.GroupResource).Namespace("default").Get(ctx, victimName, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		nodes, _, _ := unstructured.NestedMap(o.Object, "spec", "nodes")
+		for _, n := range []string{"node-a", "node-b"} {
+			rep, _ := nodes[n].(map[string]any)
+			if rep == nil || fmt.Sprint(rep["generation"]) != "1" || fmt.Sprint(rep["started"]) != fmt.Sprint(rep["members"]) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	vreq := filepath.Join(victims[0].state, contract.GroupDir)
+	must(t, os.MkdirAll(vreq, 0o777))
+	must(t, os.WriteFile(filepath.Join(vreq, contract.GroupRequestPrefix+"x\x1b[2J\x07"), []byte(`{"id":"esc","exitCode":42,"observed":1}`), 0o644))
+	time.Sleep(time.Second) // five group steps
+	must(t, os.WriteFile(victims[0].trigger, nil, 0o644))
+	waitFor(t, "the real request's generation", 30*time.Second, func(ctx context.Context) (bool, error) {
+		o, err := dyn.Resource(nodeagent.GroupResource).Namespace("default").Get(ctx, victimName, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		gen, _, _ := unstructured.NestedInt64(o.Object, "spec", "generation")
+		container, _, _ := unstructured.NestedString(o.Object, "spec", "cause", "container")
+		if gen >= 2 && container != "rank" {
+			return false, fmt.Errorf("generation %d was made by container %q, not the spec's %q", gen, container, "rank")
+		}
+		return gen == 2, nil
+	})
+}
