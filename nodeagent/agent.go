@@ -28,7 +28,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -186,20 +185,11 @@ func Run(ctx context.Context, cfg Config) error {
 
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
-	synced := []cache.InformerSynced{inf.HasSynced}
-	var groupObjects cache.SharedIndexInformer
-	if cfg.Groups {
-		gf := dynamicinformer.NewDynamicSharedInformerFactory(cfg.Dynamic, 0)
-		groupObjects = gf.ForResource(GroupResource).Informer()
-		gf.Start(ctx.Done())
-		defer gf.Shutdown()
-		synced = append(synced, groupObjects.HasSynced)
-	}
-	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 		return ctx.Err()
 	}
 	if cfg.Groups {
-		go a.groupLoop(ctx, groupObjects.GetIndexer())
+		go a.groupLoop(ctx)
 	}
 	a.log.Info("node agent started", "node", cfg.NodeName, "podsDir", cfg.PodsDir, "interval", cfg.Interval)
 	a.scan(ctx)

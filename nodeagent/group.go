@@ -22,7 +22,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/statevol"
@@ -209,8 +208,12 @@ type groupRound struct {
 type groups struct {
 	a      *Agent
 	client dynamic.Interface
-	// objects is the informer's store of every GroupRestart object.
-	objects cache.Indexer
+	// objects is the watched copy of the GroupRestart objects of the
+	// groups with members on this node: watches (groupwatch.go).
+	objects interface {
+		GetByKey(key string) (any, bool, error)
+	}
+	watches *groupWatches
 	// rounds by namespace/name of the object.
 	rounds map[string]*groupRound
 	// handled is the last request ID taken in, by pod UID/container.
@@ -229,8 +232,10 @@ type groupSample struct {
 // (statevol.GroupReleaseWait).
 var GroupStopWait = 30 * time.Second
 
-func (a *Agent) groupLoop(ctx context.Context, objects cache.Indexer) {
-	g := &groups{a: a, client: a.cfg.Dynamic, objects: objects, rounds: map[string]*groupRound{}, handled: map[string]string{}}
+func (a *Agent) groupLoop(ctx context.Context) {
+	w := newGroupWatches(a.cfg.Dynamic)
+	defer w.stopAll()
+	g := &groups{a: a, client: a.cfg.Dynamic, objects: w, watches: w, rounds: map[string]*groupRound{}, handled: map[string]string{}}
 	t := time.NewTicker(a.cfg.GroupInterval)
 	defer t.Stop()
 	for {
@@ -266,6 +271,14 @@ func (g *groups) step(ctx context.Context) {
 		byGroup[id] = append(byGroup[id], m)
 	}
 	g.forgetHandled(members)
+	watched := map[string]bool{}
+	for id := range byGroup {
+		watched[id] = true
+	}
+	for id := range g.rounds {
+		watched[id] = true // until its node report says the members left
+	}
+	g.watches.keep(ctx, watched)
 	spent := map[string]bool{}
 	for _, id := range slices.Sorted(maps.Keys(byGroup)) {
 		ms := byGroup[id]
@@ -505,6 +518,11 @@ func (g *groups) request(ctx context.Context, m localMember, r statevol.GroupReq
 			return refused, nil
 		}
 		next := st.generation + 1
+		if len(u.GetOwnerReferences()) == 0 {
+			if o := groupOwner(m.pod); o != nil {
+				u.SetOwnerReferences([]metav1.OwnerReference{*o}) // an object made before owners were set
+			}
+		}
 		spec := u.Object["spec"].(map[string]any)
 		spec["generation"] = int64(next)
 		spec["cause"] = map[string]any{"pod": m.pod.Name, "container": r.Container, "exitCode": int64(r.ExitCode),
@@ -579,7 +597,35 @@ func newGroupObject(pod *corev1.Pod, name, key string) *unstructured.Unstructure
 		"metadata": map[string]any{"name": name, "namespace": pod.Namespace},
 		"spec":     spec,
 	}}
+	if o := groupOwner(pod); o != nil {
+		u.SetOwnerReferences([]metav1.OwnerReference{*o})
+	}
 	return u
+}
+
+// JobSet's labels on its pods (sigs.k8s.io/jobset, api/jobset/v1alpha2
+// jobset_types.go: JobSetNameKey, JobSetUIDKey).
+const (
+	jobSetNameLabel = "jobset.sigs.k8s.io/jobset-name"
+	jobSetUIDLabel  = "jobset.sigs.k8s.io/jobset-uid"
+)
+
+// groupOwner is the owner of the GroupRestart object of pod's group, so
+// that the garbage collector deletes the object with the workload: the
+// JobSet of a JobSet's pod (its Jobs are recreated when it restarts, and
+// the group is the whole JobSet), else the pod's controller (a Job, a
+// training job, a RayCluster, a StatefulSet), else none (bare pods with
+// the group label: the object stays until deleted). Not a controller
+// reference and without blockOwnerDeletion: the object is a record, and
+// the agent has no rights on the workload.
+func groupOwner(pod *corev1.Pod) *metav1.OwnerReference {
+	if name, uid := pod.Labels[jobSetNameLabel], pod.Labels[jobSetUIDLabel]; name != "" && uid != "" {
+		return &metav1.OwnerReference{APIVersion: "jobset.x-k8s.io/v1alpha2", Kind: "JobSet", Name: name, UID: types.UID(uid)}
+	}
+	if c := metav1.GetControllerOf(pod); c != nil {
+		return &metav1.OwnerReference{APIVersion: c.APIVersion, Kind: c.Kind, Name: c.Name, UID: c.UID}
+	}
+	return nil
 }
 
 // carryOut delivers the group's current generation to ms (this node's

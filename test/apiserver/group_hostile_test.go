@@ -4,14 +4,21 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/internal/testutil"
@@ -169,5 +176,163 @@ done`, m.log, m.trigger)
 			return false, fmt.Errorf("generation %d was made by container %q, not the spec's %q", gen, container, "rank")
 		}
 		return gen == 2, nil
+	})
+}
+
+// GroupRestart objects of other nodes' groups are not the agent's to
+// hold: 20,000 of them in the cluster (one per Job that ever had a group
+// restart), none with a member on the agent's node, and the agent binary
+// (with --groups) stays under its 128 Mi limit while it carries out a
+// group restart of its own node's pod. A cluster-wide informer held them
+// all: 194 MiB.
+func TestAgentHoldsOnlyItsNodesGroups(t *testing.T) {
+	env, client, dir, _ := startGroupTest(t)
+	ctx := context.Background()
+	bin := buildInjector(t, dir)
+	admin := kubeconfigFor(t, env, dir, "admin", envtest.User{Name: "groups-admin", Groups: []string{"system:masters"}})
+	dyn, err := dynamic.NewForConfig(env.Config)
+	must(t, err)
+	_, err = client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "history"}}, metav1.CreateOptions{})
+	must(t, err)
+
+	// The history: as a finished Job's group leaves it, with two nodes'
+	// reports and a cause.
+	const historical = 20000
+	started := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for w := 0; w < 16; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := w; i < historical; i += 16 {
+				key := fmt.Sprintf("batch.kubernetes.io/job-name=train-%05d", i)
+				_, err := dyn.Resource(nodeagent.GroupResource).Namespace("history").Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+					"apiVersion": nodeagent.GroupResource.GroupVersion().String(), "kind": nodeagent.GroupKind,
+					"metadata": map[string]any{"name": nodeagent.GroupObjectName(key)},
+					"spec": map[string]any{"group": key, "generation": int64(3),
+						"cause": map[string]any{"pod": fmt.Sprintf("train-%05d-0-abcde", i), "container": "trainer", "exitCode": int64(42), "time": "2026-11-01T10:00:00Z"},
+						"nodes": map[string]any{
+							"gpu-node-001": map[string]any{"generation": int64(3), "members": int64(4), "stopped": int64(4), "started": int64(4)},
+							"gpu-node-002": map[string]any{"generation": int64(3), "members": int64(4), "stopped": int64(4), "started": int64(4)}}},
+				}}, metav1.CreateOptions{})
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("create the history: %v", err)
+	}
+	t.Logf("%d GroupRestart objects made in %s", historical, time.Since(started).Round(time.Second))
+
+	podsDir := filepath.Join(dir, "pods")
+	p := groupPod(t, client, "default", "rank-0", "node-a", "mine", "")
+	state := stateDir(t, podsDir, p.UID)
+	var logs testutil.SyncBuffer
+	agent := exec.Command(bin, "node-agent", "--kubeconfig="+admin, "--kubelet-pods-dir="+podsDir, "--groups",
+		fmt.Sprintf("--metrics-listen=127.0.0.1:%d", freePort(t)), "--log-format=text")
+	agent.Env = append(os.Environ(), "NODE_NAME=node-a")
+	agent.Stdout, agent.Stderr = &logs, &logs
+	must(t, agent.Start())
+	t.Cleanup(func() {
+		_ = agent.Process.Kill()
+		_ = agent.Wait()
+		if t.Failed() {
+			t.Logf("agent:\n%s", tail(logs.String(), 30))
+		}
+	})
+	// Its own node's group works: a request makes generation 1 and the
+	// agent delivers it to the pod's volume.
+	must(t, os.MkdirAll(filepath.Join(state, contract.GroupDir), 0o777))
+	must(t, os.WriteFile(filepath.Join(state, contract.GroupDir, contract.GroupRequestPrefix+"rank"), []byte(`{"id":"r1","exitCode":42,"observed":0}`), 0o644))
+	waitFor(t, "the agent's delivery of its own group's generation", 60*time.Second, func(context.Context) (bool, error) {
+		_, ok := statevol.GroupRound(state, 1)
+		return ok, nil
+	})
+	time.Sleep(5 * time.Second) // its steady state: scans and group steps
+	hwm := testutil.ProcStatusKiB(t, agent.Process.Pid, "VmHWM")
+	const limitKiB = 128 * 1024 // the chart's and the manifests' memory limit
+	t.Logf("agent with %d other groups in the cluster: peak RSS %.1f MiB", historical, float64(hwm)/1024)
+	if hwm >= limitKiB {
+		t.Errorf("agent peak RSS %.1f MiB, at or over its %d MiB limit", float64(hwm)/1024, limitKiB/1024)
+	}
+}
+
+// A GroupRestart object goes with its workload: the agent makes it owned
+// by the pod's controller (here a Job), and the garbage collector (a real
+// kube-controller-manager, garbagecollector only) deletes it once the Job
+// is deleted. Objects were never deleted before.
+func TestGroupObjectGoesWithItsWorkload(t *testing.T) {
+	env, client, dir, _ := startGroupTest(t)
+	ctx := context.Background()
+	startGarbageCollector(t, env, dir)
+	dyn, err := dynamic.NewForConfig(env.Config)
+	must(t, err)
+	job, err := client.BatchV1().Jobs("default").Create(ctx, &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "train"},
+		Spec: batchv1.JobSpec{ManualSelector: ptr.To(true), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "train"}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "train"}},
+				Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "rank", Image: "busybox"}}}}}},
+		metav1.CreateOptions{})
+	must(t, err)
+	podsDir := filepath.Join(dir, "pods")
+	must(t, os.MkdirAll(podsDir, 0o750))
+	p := groupPod(t, client, "default", "train-0", "node-a", "train", "", func(p *corev1.Pod) {
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: job.Name, UID: job.UID, Controller: ptr.To(true)}}
+	})
+	state := stateDir(t, podsDir, p.UID)
+	startGroupAgent(t, env.Config, "node-a", podsDir)
+	must(t, os.MkdirAll(filepath.Join(state, contract.GroupDir), 0o777))
+	must(t, os.WriteFile(filepath.Join(state, contract.GroupDir, contract.GroupRequestPrefix+"rank"), []byte(`{"id":"r1","exitCode":42,"observed":0}`), 0o644))
+	name := nodeagent.GroupObjectName(contract.LabelGroup + "=train")
+	waitFor(t, "the group's generation 1", 30*time.Second, func(ctx context.Context) (bool, error) {
+		o, err := dyn.Resource(nodeagent.GroupResource).Namespace("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		gen, _, _ := unstructured.NestedInt64(o.Object, "spec", "generation")
+		return gen == 1, nil
+	})
+	o, err := dyn.Resource(nodeagent.GroupResource).Namespace("default").Get(ctx, name, metav1.GetOptions{})
+	must(t, err)
+	if refs := o.GetOwnerReferences(); len(refs) != 1 || refs[0].UID != job.UID || refs[0].Kind != "Job" {
+		t.Fatalf("owner references %+v, want the Job %s", refs, job.UID)
+	}
+	must(t, client.BatchV1().Jobs("default").Delete(ctx, job.Name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)}))
+	deleted := time.Now()
+	waitFor(t, "the garbage collector's deletion of the group's object", 90*time.Second, func(ctx context.Context) (bool, error) {
+		_, err := dyn.Resource(nodeagent.GroupResource).Namespace("default").Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), err
+	})
+	t.Logf("the Job's deletion → its GroupRestart object gone: %s", time.Since(deleted).Round(100*time.Millisecond))
+}
+
+// startGarbageCollector runs kube-controller-manager with only the
+// garbage collector against env until the test ends.
+func startGarbageCollector(t *testing.T, env *envtest.Environment, dir string) {
+	t.Helper()
+	cmd := exec.Command("bash", filepath.Join(repoRoot(t), "hack", "kube-binaries.sh"), "kube-controller-manager")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("kube-controller-manager: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	kcm := filepath.Join(lines[len(lines)-1], "kube-controller-manager")
+	admin := kubeconfigFor(t, env, dir, "gc", envtest.User{Name: "gc-admin", Groups: []string{"system:masters"}})
+	var logs testutil.SyncBuffer
+	gc := exec.Command(kcm, "--kubeconfig", admin, "--controllers", "garbagecollector", "--leader-elect=false", "--secure-port=0")
+	gc.Stdout, gc.Stderr = &logs, &logs
+	must(t, gc.Start())
+	t.Cleanup(func() {
+		_ = gc.Process.Kill()
+		_ = gc.Wait()
+		if t.Failed() {
+			t.Logf("kube-controller-manager:\n%s", tail(logs.String(), 20))
+		}
 	})
 }
