@@ -24,6 +24,11 @@ const (
 	// reason, involved object, source host and restart-supervisor.dev/
 	// annotations (nodeagent.signedPayload), by its node's key.
 	EventAnnotationSignature = "restart-supervisor.dev/signature"
+	// EventAnnotationTime is on every Event of the node agent: when the
+	// agent recorded it (RFC 3339, nanoseconds, UTC), under the signature.
+	// status orders a container's Events by it, not by the Event's
+	// timestamps, which whoever copies an Event sets as they like.
+	EventAnnotationTime = "restart-supervisor.dev/time"
 	// AgentKeyLabel is the label (app.kubernetes.io/name=…) of the
 	// ConfigMaps, in the node agent's namespace, that publish each node's
 	// public keys: data "node" names the node, data "keys" holds the

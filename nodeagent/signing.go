@@ -83,20 +83,24 @@ func (s *signer) public() string {
 	return base64.StdEncoding.EncodeToString(s.key.Public().(ed25519.PublicKey))
 }
 
-// sign returns ann with the signature of an Event of reason on ref.
+// sign returns ann with the time (contract.EventAnnotationTime) and the
+// signature of an Event of reason on ref.
 func (s *signer) sign(reason string, ref *corev1.ObjectReference, ann map[string]string) map[string]string {
-	out := make(map[string]string, len(ann)+1)
+	out := make(map[string]string, len(ann)+2)
 	for k, v := range ann {
 		out[k] = v
 	}
-	sig := ed25519.Sign(s.key, signedPayload(reason, *ref, s.host, ann))
+	if out[contract.EventAnnotationTime] == "" {
+		out[contract.EventAnnotationTime] = time.Now().UTC().Format(time.RFC3339Nano)
+	}
+	sig := ed25519.Sign(s.key, signedPayload(reason, *ref, s.host, out))
 	out[contract.EventAnnotationSignature] = base64.StdEncoding.EncodeToString(sig)
 	return out
 }
 
 // maxSignedAnnotations bounds what an Event's signature check hashes: the
-// agent writes at most two restart-supervisor.dev/ annotations besides the
-// signature, each under maxAnnotation; an Event with more, or larger,
+// agent writes at most three restart-supervisor.dev/ annotations besides
+// the signature (a group restart's: group, generation, time), each under maxAnnotation; an Event with more, or larger,
 // is not the agent's and is refused before any hashing (the API server
 // lets an Event carry 256 KiB of annotations).
 const maxSignedAnnotations = 4

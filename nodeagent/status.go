@@ -29,6 +29,8 @@ type StatusRow struct {
 	Restart
 	PodRestarts uint64
 	Last        time.Time
+	// signedTime: Last is the agent's signed time of the Event.
+	signedTime bool
 }
 
 // AgentNamespace and AgentLabel find the node agent's pods, which
@@ -120,6 +122,7 @@ func (q *StatusQuery) List(ctx context.Context) ([]StatusRow, string, error) {
 			opts.Continue = l.Continue
 		}
 	}
+	q.dropReplacedPods(ctx)
 	out := make([]StatusRow, 0, len(q.rows))
 	for _, r := range q.rows {
 		out = append(out, *r)
@@ -265,19 +268,56 @@ func (q *StatusQuery) add(ctx context.Context, e corev1.Event) []StatusRow {
 		if !ok {
 			return nil
 		}
-		last := eventTime(e)
+		last, signed := signedEventTime(e)
 		k := rowKey{ns, name, r.Container}
-		// Event times have a resolution of a second: on a tie, the
-		// higher count is the later restart.
-		if row := q.rows[k]; row != nil && (last.Before(row.Last) || last.Equal(row.Last) && r.Total <= row.Total) {
+		// The signed time orders a container's Events (an Event's own
+		// timestamps are whatever its copier wrote); an Event of an agent
+		// from before it signed its times comes before every signed one.
+		// On a tie, the higher count is the later restart.
+		if row := q.rows[k]; row != nil && (row.signedTime && !signed || signed == row.signedTime &&
+			(last.Before(row.Last) || last.Equal(row.Last) && r.Total <= row.Total)) {
 			return nil
 		}
 		row := &StatusRow{Namespace: ns, Pod: name, UID: string(e.InvolvedObject.UID), Node: clean(e.Source.Host),
-			Restart: r, Last: last, PodRestarts: q.gens[pk]}
+			Restart: r, Last: last, PodRestarts: q.gens[pk], signedTime: signed}
 		q.rows[k] = row
 		return []StatusRow{*row}
 	}
 	return nil
+}
+
+// dropReplacedPods drops the rows whose pod has been replaced by another
+// of the same name (a new UID): their Events tell the old pod's restarts,
+// not the live one's. A pod that no longer exists keeps its rows (its
+// history, while its Events last). Without the right to read pods the
+// rows stay as they are.
+func (q *StatusQuery) dropReplacedPods(ctx context.Context) {
+	if len(q.rows) == 0 {
+		return
+	}
+	live := map[podKey]types.UID{}
+	opts := metav1.ListOptions{Limit: 500}
+	if q.Pod != "" {
+		opts.FieldSelector = fields.OneTermEqualSelector("metadata.name", q.Pod).String()
+	}
+	for {
+		l, err := q.Client.CoreV1().Pods(q.Namespace).List(ctx, opts)
+		if err != nil {
+			return
+		}
+		for _, p := range l.Items {
+			live[podKey{p.Namespace, p.Name}] = p.UID
+		}
+		if l.Continue == "" {
+			break
+		}
+		opts.Continue = l.Continue
+	}
+	for k, r := range q.rows {
+		if uid, ok := live[podKey{k.ns, k.pod}]; ok && string(uid) != r.UID {
+			delete(q.rows, k)
+		}
+	}
 }
 
 // readAgents lists the nodes that run a node agent pod, and their agents'
@@ -393,6 +433,17 @@ func trustedEvent(e corev1.Event, agentNodes map[string]bool, keys map[string][]
 	return e.Source.Component == Component && e.ReportingController == Component &&
 		e.Source.Host != "" && e.ReportingInstance == e.Source.Host && agentNodes[e.Source.Host] &&
 		signedByOneOf(e, keys[e.Source.Host])
+}
+
+// signedEventTime is the time the agent signed into e
+// (contract.EventAnnotationTime), and true; else eventTime(e), and false.
+func signedEventTime(e corev1.Event) (time.Time, bool) {
+	if v := e.Annotations[contract.EventAnnotationTime]; v != "" && len(v) <= 64 {
+		if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+			return t, true
+		}
+	}
+	return eventTime(e), false
 }
 
 func eventTime(e corev1.Event) time.Time {

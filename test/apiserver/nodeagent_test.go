@@ -26,6 +26,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/nodeagent"
@@ -458,6 +459,21 @@ func TestNodeAgent(t *testing.T) {
 	// tokens are spent depends on how the scans fall; the combined path
 	// itself is TestSinkKeepsValuesOnAggregatedEvents (nodeagent).
 	t.Logf("%d of %d Event objects combined", combined, len(l.Items))
+
+	// web recreated under its name (a new UID, no restart yet): its
+	// predecessor's Events, signed for the old UID, are not its rows.
+	must(t, client.CoreV1().Pods("default").Delete(context.Background(), "web", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}))
+	reborn := createPod(t, client, "web", agentNode, "app")
+	if reborn.UID == web.UID {
+		t.Fatal("the recreated pod kept its UID")
+	}
+	rows, err = nodeagent.ReadStatus(context.Background(), client, nodeagent.AgentNamespace, "default", "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 0 {
+		t.Errorf("status of the recreated web (uid %s) shows its predecessor's rows: %+v", reborn.UID, rows)
+	}
 	agent.stop(t)
 }
 
@@ -490,8 +506,10 @@ func forgeEvents(t *testing.T, client kubernetes.Interface, pod *corev1.Pod) {
 // copyAgentEvents copies, as any holder of the edit role could (they can
 // read every field of the agent's Events in their namespace), the newest
 // RestartedInPlace Event on from's container app, signature and all: onto
-// pod to, and onto from with the count raised and a later time. The
-// signature covers the pod and the values: neither may show in status.
+// pod to, and onto from with the count raised and a later time; and
+// replays the oldest one on from unchanged but for its timestamps, dated
+// 2099. The signature covers the pod, the values and the agent's time:
+// none may show in status.
 func copyAgentEvents(t *testing.T, client kubernetes.Interface, from, to *corev1.Pod) {
 	t.Helper()
 	ctx := context.Background()
@@ -500,10 +518,20 @@ func copyAgentEvents(t *testing.T, client kubernetes.Interface, from, to *corev1
 	if err != nil {
 		t.Fatal(err)
 	}
-	var real *corev1.Event
+	var real, oldest *corev1.Event
+	total := func(e *corev1.Event) int {
+		var r nodeagent.Restart
+		_ = json.Unmarshal([]byte(e.Annotations[contract.EventAnnotationRestart]), &r)
+		return r.Total
+	}
 	for i, e := range l.Items {
-		if e.InvolvedObject.FieldPath == "spec.containers{app}" && e.Annotations[contract.EventAnnotationSignature] != "" && (real == nil || e.LastTimestamp.After(real.LastTimestamp.Time)) {
-			real = &l.Items[i]
+		if e.InvolvedObject.FieldPath == "spec.containers{app}" && e.Annotations[contract.EventAnnotationSignature] != "" {
+			if real == nil || e.LastTimestamp.After(real.LastTimestamp.Time) {
+				real = &l.Items[i]
+			}
+			if oldest == nil || total(&e) < total(oldest) {
+				oldest = &l.Items[i]
+			}
 		}
 	}
 	if real == nil {
@@ -519,7 +547,14 @@ func copyAgentEvents(t *testing.T, client kubernetes.Interface, from, to *corev1
 	}
 	raised.Annotations[contract.EventAnnotationRestart] = strings.Replace(real.Annotations[contract.EventAnnotationRestart], `"total":`, `"total":99`, 1)
 	raised.LastTimestamp = metav1.NewTime(time.Now().Add(time.Hour))
-	for _, e := range []*corev1.Event{onto, raised} {
+	replayed := oldest.DeepCopy()
+	replayed.ObjectMeta = metav1.ObjectMeta{Name: "copied.replayed", Namespace: from.Namespace, Annotations: oldest.Annotations}
+	future := metav1.NewTime(time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC))
+	replayed.FirstTimestamp, replayed.LastTimestamp = future, future
+	if total(replayed) == total(real) {
+		t.Fatalf("only one signed Event on %s/app (total %d): nothing older to replay", from.Name, total(real))
+	}
+	for _, e := range []*corev1.Event{onto, raised, replayed} {
 		if _, err := client.CoreV1().Events(e.Namespace).Create(ctx, e, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
