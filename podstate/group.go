@@ -65,7 +65,7 @@ func (p *Pod) RequestGroup(exitCode int32) (refused <-chan string, cancel func()
 				return
 			case <-tick.C:
 			}
-			a, err := readAnswer(path)
+			a, err := statevol.ReadAnswer(path)
 			if err == nil && a.ID == req.ID && a.Refused != "" {
 				c <- a.Refused
 				return
@@ -75,38 +75,22 @@ func (p *Pod) RequestGroup(exitCode int32) (refused <-chan string, cancel func()
 	return c, func() { once.Do(func() { close(done) }) }, nil
 }
 
-// readAnswer reads an answer the agent wrote: root's, as the agent runs.
-func readAnswer(path string) (statevol.GroupAnswer, error) {
-	var a statevol.GroupAnswer
-	if err := statevol.OwnedByAgent(path); err != nil {
-		return a, err
-	}
-	data, err := statevol.ReadBounded(path, statevol.MaxGroupFile)
-	if err != nil {
-		return a, err
-	}
-	err = json.Unmarshal(data, &a)
-	return a, err
-}
-
 // released reports whether the agent released pod generation n.
 func (m *Member) released(n uint64) bool {
-	return statevol.OwnedByAgent(filepath.Join(m.dir, contract.PodRestartsDir, statevol.MarkerName(n, statevol.MarkReleased, statevol.ReleasedBy))) == nil
+	return statevol.GroupReleased(m.dir, n)
 }
 
 // groupRound reports whether pod generation n is a group restart the
 // agent delivered.
 func (m *Member) groupRound(n uint64) bool {
-	if statevol.OwnedByAgent(filepath.Join(m.dir, contract.PodRestartsDir, statevol.GenName(n))) != nil {
-		return false
-	}
-	return statevol.ReadGeneration(m.dir, n).Group != nil
+	_, err := statevol.AgentGeneration(m.dir, n)
+	return err == nil
 }
 
 // verifyGroup is Verify for a generation that claims a group cause: its
-// file must be the agent's.
+// file must be the agent's delivery of that generation.
 func (m *Member) verifyGroup(g statevol.Generation) error {
-	if err := statevol.OwnedByAgent(filepath.Join(m.dir, contract.PodRestartsDir, statevol.GenName(g.N))); err != nil {
+	if _, err := statevol.AgentGeneration(m.dir, g.N); err != nil {
 		return fmt.Errorf("generation %d claims a group restart: %w", g.N, err)
 	}
 	return nil

@@ -101,6 +101,62 @@ func OwnedByAgent(path string) error {
 	return nil
 }
 
+// readAgentFile reads the file at path as the node agent's: regular, not
+// followed, at most max bytes, owned by root, the owner checked on the
+// descriptor read from.
+func readAgentFile(path string, max int64) ([]byte, error) {
+	return boundedfile.ReadAtOwnedBy(unix.AT_FDCWD, path, filepath.Base(path), max, 0)
+}
+
+// groupRelease is the content of a release marker: the pod generation it
+// releases. A marker is root's, but a container of the pod that made the
+// directory it lies in may rename(2) it, root's or not: an older round's
+// release renamed to the current round's name says the older round.
+type groupRelease struct {
+	Generation uint64 `json:"generation"`
+}
+
+// GroupReleased reports whether the agent released pod generation n: its
+// release marker is root's and names n.
+func GroupReleased(dir string, n uint64) bool {
+	data, err := readAgentFile(filepath.Join(dir, contract.PodRestartsDir, MarkerName(n, MarkReleased, ReleasedBy)), MaxGroupFile)
+	var r groupRelease
+	return err == nil && json.Unmarshal(data, &r) == nil && r.Generation == n
+}
+
+// AgentGeneration returns pod generation n when the agent delivered it
+// for a group restart: its file is root's, says generation n (not an
+// older delivery renamed) and carries a group cause.
+func AgentGeneration(dir string, n uint64) (Generation, error) {
+	name := GenName(n)
+	data, err := readAgentFile(filepath.Join(dir, contract.PodRestartsDir, name), maxGenerationSize)
+	if err != nil {
+		return Generation{}, err
+	}
+	var g Generation
+	switch {
+	case json.Unmarshal(data, &g) != nil:
+		return Generation{}, fmt.Errorf("%s: not a generation", name)
+	case g.N != n:
+		return Generation{}, fmt.Errorf("%s: says generation %d", name, g.N)
+	case g.Group == nil:
+		return Generation{}, fmt.Errorf("%s: no group cause", name)
+	}
+	return g, nil
+}
+
+// ReadAnswer reads the agent's answer at path: root's, read from the
+// descriptor its owner was checked on.
+func ReadAnswer(path string) (GroupAnswer, error) {
+	var a GroupAnswer
+	data, err := readAgentFile(path, MaxGroupFile)
+	if err != nil {
+		return a, err
+	}
+	err = json.Unmarshal(data, &a)
+	return a, err
+}
+
 // GroupRequests returns the requests in the pod's state directory dir, at
 // most MaxGroupRequests, each read as an adversary's file (regular, not
 // followed, capped); a file that cannot be read or parsed is one error.
@@ -194,16 +250,14 @@ func groupGenerations(dir string) map[uint64]GroupCause {
 		if !ok {
 			continue
 		}
-		var st unix.Stat_t
-		if unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Uid != 0 {
-			continue // not the agent's (OwnedByAgent)
-		}
-		data, err := boundedfile.ReadAt(dfd, name, name, maxGenerationSize, false)
+		// Root's (the agent's), and naming the generation of its name: a
+		// delivery renamed is not a delivery.
+		data, err := boundedfile.ReadAtOwnedBy(dfd, name, name, maxGenerationSize, 0)
 		if err != nil {
 			continue
 		}
-		g := Generation{N: n}
-		if json.Unmarshal(data, &g) == nil && g.Group != nil {
+		var g Generation
+		if json.Unmarshal(data, &g) == nil && g.N == n && g.Group != nil {
 			out[n] = *g.Group
 		}
 	}
@@ -331,7 +385,8 @@ func ReleaseGroup(dir string, n uint64) error {
 		return err
 	}
 	defer unix.Close(dfd)
-	tmp, err := CreateTempAt(dfd, "release", nil)
+	data, _ := json.Marshal(groupRelease{Generation: n})
+	tmp, err := CreateTempAt(dfd, "release", append(data, '\n'))
 	if err != nil {
 		return err
 	}

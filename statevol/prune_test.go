@@ -78,7 +78,7 @@ func TestGroupGenerationsReadNothingThroughASwappedLink(t *testing.T) {
 	}
 	for n := uint64(1); n <= 3; n++ {
 		os.WriteFile(filepath.Join(victim, contract.PodRestartsDir, GenName(n)),
-			[]byte(`{"n":`+GenName(n)[19:]+`,"source":"`+contract.GroupSource+`","group":{"generation":7}}`+"\n"), 0o644)
+			[]byte(`{"generation":`+GenName(n)[19:]+`,"source":"`+contract.GroupSource+`","group":{"generation":7}}`+"\n"), 0o644)
 		os.WriteFile(filepath.Join(own, GenName(n)), []byte(`{"source":"a"}`+"\n"), 0o644)
 	}
 	if len(groupGenerations(victim)) == 0 {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -26,6 +27,18 @@ func Read(path, name string, max int64, followLinks bool) ([]byte, error) {
 // unix.AT_FDCWD), for readers that walk a tree someone else controls one
 // no-follow directory descriptor at a time.
 func ReadAt(dirfd int, path, name string, max int64, followLinks bool) ([]byte, error) {
+	return readAt(dirfd, path, name, max, followLinks, -1)
+}
+
+// ReadAtOwnedBy is ReadAt, never following a link, of a file that must be
+// owned by uid: the owner is checked on the descriptor the content is read
+// from, so that a file swapped in between a check by path and the read
+// cannot pass for the owner's.
+func ReadAtOwnedBy(dirfd int, path, name string, max int64, uid uint32) ([]byte, error) {
+	return readAt(dirfd, path, name, max, false, int64(uid))
+}
+
+func readAt(dirfd int, path, name string, max int64, followLinks bool, owner int64) ([]byte, error) {
 	flags := unix.O_RDONLY | unix.O_NONBLOCK | unix.O_CLOEXEC | unix.O_NOCTTY
 	if !followLinks {
 		flags |= unix.O_NOFOLLOW
@@ -45,6 +58,9 @@ func ReadAt(dirfd int, path, name string, max int64, followLinks bool) ([]byte, 
 	}
 	if !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("%s: not a regular file (%s)", name, fi.Mode().Type())
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); owner >= 0 && (!ok || int64(st.Uid) != owner) {
+		return nil, fmt.Errorf("%s: not owned by UID %d", name, owner)
 	}
 	if fi.Size() > max {
 		return nil, fmt.Errorf("%s: %d bytes: larger than %d bytes", name, fi.Size(), max)
