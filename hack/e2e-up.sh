@@ -8,7 +8,10 @@
 #   eval "$(hack/e2e-up.sh | tail -1)"   # export KUBECONFIG=...
 #   hack/e2e-down.sh                     # remove everything again
 #
-# Needs root. Installs Debian's containerd/runc/CNI plugins/busybox-static
+# Takes the node lock that the Go tests' clusters hold (/tmp/restart-supervisor-e2e.lock):
+# refuses, exit 1, while a test uses the node, or while a cluster brought up by hand still
+# runs (hack/e2e-down.sh first); the tests likewise refuse to replace a cluster brought up
+# by hand. Needs root. Installs Debian's containerd/runc/CNI plugins/busybox-static
 # when missing and builds the Kubernetes binaries once (hack/kube-binaries.sh).
 # Prints `export KUBECONFIG=...` as its last stdout line.
 set -euo pipefail

@@ -29,7 +29,6 @@ import (
 	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -112,13 +111,15 @@ func prepareNode(t *testing.T) (repo, binDir string) {
 		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 		binDir = lines[len(lines)-1]
 	}
-	lock, err := os.OpenFile(cluster.DefaultDir+".lock", os.O_CREATE|os.O_RDWR, 0o600)
+	unlock, err := cluster.Lock(cluster.DefaultDir, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { lock.Close() })
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		t.Fatal(err)
+	t.Cleanup(unlock)
+	// A cluster brought up by hand (hack/e2e-up.sh) holds no lock once
+	// its command has ended; this test's cluster would replace it.
+	if pid, running := cluster.ManualCluster(cluster.DefaultDir); running {
+		t.Fatalf("a cluster brought up by hand runs in %s (kube-apiserver pid %d): hack/e2e-down.sh first", cluster.DefaultDir, pid)
 	}
 	return repo, binDir
 }

@@ -36,6 +36,12 @@ func main() {
 		if fs.Parse(os.Args[2:]) != nil {
 			os.Exit(2)
 		}
+		unlock, err := cluster.Lock(*dir, false)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "e2e-cluster down:", err)
+			os.Exit(1)
+		}
+		defer unlock()
 		if err := cluster.Down(*dir, os.Stderr); err != nil {
 			fmt.Fprintln(os.Stderr, "e2e-cluster down:", err)
 			os.Exit(1)
@@ -79,6 +85,18 @@ func up(ctx context.Context, args []string) int {
 		return 1
 	}
 	opts.Repo = repo
+	// The node's lock for the bring-up, and no cluster of another user
+	// replaced: a test's (it holds the lock) or one brought up by hand.
+	unlock, err := cluster.Lock(opts.Dir, false)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e-cluster up:", err)
+		return 1
+	}
+	defer unlock()
+	if pid, running := cluster.ManualCluster(opts.Dir); running {
+		fmt.Fprintf(os.Stderr, "e2e-cluster up: a cluster brought up by hand runs in %s (kube-apiserver pid %d): hack/e2e-down.sh first\n", opts.Dir, pid)
+		return 1
+	}
 	c, err := cluster.Up(ctx, opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e-cluster up:", err)
@@ -90,6 +108,11 @@ func up(ctx context.Context, args []string) int {
 			_ = cluster.Down(opts.Dir, os.Stderr)
 			return 1
 		}
+	}
+	if err := cluster.MarkManual(c); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e-cluster up:", err)
+		_ = cluster.Down(opts.Dir, os.Stderr)
+		return 1
 	}
 	fmt.Printf("export KUBECONFIG=%s\n", c.Kubeconfig)
 	return 0
