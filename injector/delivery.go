@@ -1,7 +1,6 @@
 package injector
 
 import (
-	"context"
 	"fmt"
 )
 
@@ -36,21 +35,8 @@ func ParseDelivery(s string) (Delivery, error) {
 	return "", fmt.Errorf("delivery %q: want copy or image", s)
 }
 
-type deliveryKey struct{}
-
-// WithDelivery returns a context under which MutatePod, PodPatch and
-// InjectManifests deliver the binaries by d, overriding Options.Delivery:
-// the webhook's --delivery=auto learns what the cluster supports only after
-// start-up.
-func WithDelivery(ctx context.Context, d Delivery) context.Context {
-	return context.WithValue(ctx, deliveryKey{}, d)
-}
-
-// delivery is the context's delivery, else Options.Delivery, else copy.
-func (i *Injector) delivery(ctx context.Context) Delivery {
-	if d, ok := ctx.Value(deliveryKey{}).(Delivery); ok && d != "" {
-		return d
-	}
+// delivery is Options.Delivery, else copy.
+func (i *Injector) delivery() Delivery {
 	if i.opts.Delivery != "" {
 		return i.opts.Delivery
 	}

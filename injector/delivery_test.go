@@ -83,9 +83,9 @@ func TestImageDeliveryIsTheCopyWithoutItsInstallContainer(t *testing.T) {
 
 const sha64 = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 
-// TestDeliveryFromContext: WithDelivery overrides Options.Delivery, and an
+// TestDeliveryPerCall: Call.Delivery overrides Options.Delivery, and an
 // empty one keeps it.
-func TestDeliveryFromContext(t *testing.T) {
+func TestDeliveryPerCall(t *testing.T) {
 	pod := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Command: []string{"x"},
 		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyNever),
 		RestartPolicyRules: []corev1.ContainerRestartRule{{Action: corev1.ContainerRestartRuleActionRestart,
@@ -94,7 +94,7 @@ func TestDeliveryFromContext(t *testing.T) {
 		opt, ctx Delivery
 		install  bool
 	}{{"", "", true}, {DeliveryImage, "", false}, {DeliveryImage, DeliveryCopy, true}, {DeliveryCopy, DeliveryImage, false}} {
-		res, err := New(Options{Delivery: c.opt}).MutatePod(WithDelivery(context.Background(), c.ctx), pod)
+		res, err := New(Options{Delivery: c.opt}).MutatePodWith(context.Background(), pod, Call{Delivery: c.ctx})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -52,7 +52,7 @@ type Options struct {
 	// volume follows the reference's tag as for a container's image).
 	ImagePullPolicy corev1.PullPolicy
 	// Delivery is how the binaries reach the pod; empty is DeliveryCopy.
-	// WithDelivery overrides it per call.
+	// Call.Delivery overrides it per call.
 	Delivery Delivery
 	// PullSecrets are added to the pod's imagePullSecrets (those it lacks)
 	// so that the kubelet can pull SupervisorImage from a private
@@ -82,7 +82,7 @@ type Options struct {
 	Resolver imagelookup.Resolver
 	// KubeVersion is the Kubernetes release whose API-server validation
 	// the restart fields must pass, with its messages; zero is the newest.
-	// WithKubeVersion overrides it per call.
+	// Call.KubeVersion overrides it per call.
 	KubeVersion rules.KubeVersion
 	// Backoff is the in-place back-off of every wrapped container whose
 	// rules annotation gives none (field by field): the nodes'

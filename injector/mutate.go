@@ -149,7 +149,7 @@ func readinessRule(pod *corev1.Pod, specPath, object string) (bool, error) {
 // mutate computes the injection of in as a patch relative to its root.
 func (i *Injector) mutate(ctx context.Context, in *corev1.Pod, namespace, specPath, object string, budget *ownerBudget) (*Result, error) {
 	res := &Result{}
-	crs, err := PodRulesFor(i.kubeVersion(ctx), in, specPath, object)
+	crs, err := PodRulesFor(i.kubeVersion(), in, specPath, object)
 	if err != nil {
 		return nil, err
 	}
@@ -187,7 +187,7 @@ func (i *Injector) mutate(ctx context.Context, in *corev1.Pod, namespace, specPa
 	// Pod-level additions first: the container edits below address
 	// initContainers by their index after the install container went in
 	// (none goes in for DeliveryImage).
-	delivery := i.delivery(ctx)
+	delivery := i.delivery()
 	addToArray(&m.p, "/spec/volumes", len(in.Spec.Volumes), i.volumes(delivery)...)
 	if delivery == DeliveryCopy {
 		install := withoutEmptyResources(i.installContainer(in))

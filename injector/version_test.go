@@ -50,11 +50,7 @@ func TestKubeVersionSelectsValidation(t *testing.T) {
 		{0, rules.Kube135, forbidden},
 	} {
 		inj := New(Options{KubeVersion: tc.opts})
-		c := ctx
-		if tc.ctx != 0 {
-			c = WithKubeVersion(ctx, tc.ctx)
-		}
-		_, err := inj.PodPatch(c, versionTestPod(sidecar))
+		_, err := inj.PodPatchWith(ctx, versionTestPod(sidecar), Call{KubeVersion: tc.ctx})
 		got := ""
 		if err != nil {
 			got = err.Error()

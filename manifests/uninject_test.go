@@ -81,7 +81,8 @@ func TestUninjectGolden(t *testing.T) {
 
 func uninjectGolden(t *testing.T, d injector.Delivery) {
 	inj, _ := goldenInjector(t)
-	ctx := injector.WithDelivery(context.Background(), d)
+	inj = inj.With(injector.Call{Delivery: d})
+	ctx := context.Background()
 	exact := 0
 	var normalisedOnly []string
 	for _, in := range goldenInputs(t) {

@@ -71,9 +71,10 @@ func encodePatch(ops []injector.PatchOp, max int) ([]byte, error) {
 var patchJSON = jsoniter.Config{EscapeHTML: false, SortMapKeys: true, ValidateJsonRawMessage: true}.Froze()
 
 // Mutator is what the webhook needs from the injector: the patch, not a
-// mutated copy of the pod (see injector.Injector.PodPatch).
+// mutated copy of the pod, with the inputs the webhook learns of its
+// cluster at run time passed per call (injector.Injector.PodPatchWith).
 type Mutator interface {
-	PodPatch(ctx context.Context, pod *corev1.Pod) (*injector.Result, error)
+	PodPatchWith(ctx context.Context, pod *corev1.Pod, call injector.Call) (*injector.Result, error)
 }
 
 // EntrypointPolicy says what to do with a pod whose image entrypoint cannot be
@@ -266,11 +267,25 @@ func (h *Handler) log() *slog.Logger {
 	return h.Log
 }
 
+// The responses a review ends in, built here alone.
+
+// deny refuses the object with an HTTP-style code and reason.
 func deny(code int32, reason metav1.StatusReason, msg string) *admissionv1.AdmissionResponse {
 	return &admissionv1.AdmissionResponse{
 		Allowed: false,
 		Result:  &metav1.Status{Status: metav1.StatusFailure, Code: code, Reason: reason, Message: msg},
 	}
+}
+
+// allow admits the object untouched, with warnings for the client.
+func allow(warnings ...string) *admissionv1.AdmissionResponse {
+	return &admissionv1.AdmissionResponse{Allowed: true, Warnings: warnings}
+}
+
+// allowPatched admits the object with patch, an encoded JSON patch.
+func allowPatched(patch []byte, warnings []string) *admissionv1.AdmissionResponse {
+	pt := admissionv1.PatchTypeJSONPatch
+	return &admissionv1.AdmissionResponse{Allowed: true, Patch: patch, PatchType: &pt, Warnings: warnings}
 }
 
 // safeReview is review with a panic (a bug) turned into a denial that names
@@ -305,7 +320,7 @@ func (h *Handler) review(ctx context.Context, req *admissionv1.AdmissionRequest,
 	}
 	if req.Operation != admissionv1.Create {
 		// A pod's spec is immutable after creation: nothing to inject.
-		return &admissionv1.AdmissionResponse{Allowed: true}, ResultUntouched
+		return allow(), ResultUntouched
 	}
 	if pod == nil {
 		pod = new(corev1.Pod)
@@ -325,8 +340,7 @@ func (h *Handler) review(ctx context.Context, req *admissionv1.AdmissionRequest,
 		// A static pod's mirror: the kubelet runs the manifest on its
 		// disk, not this object, so a patch here would wrap nothing and
 		// make the API show containers that do not run.
-		return &admissionv1.AdmissionResponse{Allowed: true, Warnings: []string{
-			"mirror pod of a static pod: restart rules are not injected here; run `restart-injector inject` on the static pod's manifest on the node"}}, ResultUntouched
+		return allow("mirror pod of a static pod: restart rules are not injected here; run `restart-injector inject` on the static pod's manifest on the node"), ResultUntouched
 	}
 	ctx = withPullSecretScope(ctx, req.Namespace, pod)
 	podName := pod.Name
@@ -345,24 +359,25 @@ func (h *Handler) review(ctx context.Context, req *admissionv1.AdmissionRequest,
 		// A pod is left to the cluster only when it honours every feature
 		// the pod relies on.
 		if h.NativeState != nil && h.NativeState.HonouredFor(feature) && pod.Annotations[contract.AnnotationRules] == "" {
-			return &admissionv1.AdmissionResponse{Allowed: true}, ResultUntouched
+			return allow(), ResultUntouched
 		}
 	}
 
+	var call injector.Call
 	if h.KubeVersion != nil {
-		ctx = injector.WithKubeVersion(ctx, h.KubeVersion(feature))
+		call.KubeVersion = h.KubeVersion(feature)
 	}
 	if h.Delivery != nil {
-		ctx = injector.WithDelivery(ctx, h.Delivery())
+		call.Delivery = h.Delivery()
 	}
-	res, err := h.Mutator.PodPatch(ctx, pod)
+	res, err := h.Mutator.PodPatchWith(ctx, pod, call)
 	if err != nil {
 		var epErr *injector.EntrypointError
 		if errors.As(err, &epErr) {
 			if h.Entrypoint == EntrypointAllow {
 				msg := "restart rules NOT applied: " + err.Error()
 				log.Warn("admitted without supervisor", "err", err)
-				return &admissionv1.AdmissionResponse{Allowed: true, Warnings: []string{msg}}, ResultWarned
+				return allow(msg), ResultWarned
 			}
 			log.Info("denied: entrypoint unresolved", "err", err)
 			return deny(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, err.Error()), ResultDenied
@@ -375,11 +390,10 @@ func (h *Handler) review(ctx context.Context, req *admissionv1.AdmissionRequest,
 		return deny(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, err.Error()), ResultDenied
 	}
 	if res == nil || !res.Injected || len(res.Patch) == 0 {
-		resp := &admissionv1.AdmissionResponse{Allowed: true}
-		if res != nil {
-			resp.Warnings = boundWarnings(res.Warnings)
+		if res == nil {
+			return allow(), ResultUntouched
 		}
-		return resp, ResultUntouched
+		return allow(boundWarnings(res.Warnings)...), ResultUntouched
 	}
 	patch, err := encodePatch(res.Patch, MaxPatchBytes)
 	if errors.Is(err, errPatchTooLarge) {
@@ -392,19 +406,17 @@ func (h *Handler) review(ctx context.Context, req *admissionv1.AdmissionRequest,
 		log.Error("encode JSON patch", "err", err)
 		return deny(http.StatusInternalServerError, metav1.StatusReasonInternalError, "encode JSON patch: "+err.Error()), ResultDenied
 	}
-	pt := admissionv1.PatchTypeJSONPatch
 	log.Info("injected", "containers", len(res.Containers), "names", someNames(res.Containers, 8), "patchBytes", len(patch))
-	return &admissionv1.AdmissionResponse{Allowed: true, Patch: patch, PatchType: &pt, Warnings: boundWarnings(res.Warnings)}, ResultInjected
+	return allowPatched(patch, boundWarnings(res.Warnings)), ResultInjected
 }
 
 // allowNative admits a pod untouched under --native=on, warning when the pod
 // relies on the annotation, which only the injector reads.
 func allowNative(pod *corev1.Pod, why string) *admissionv1.AdmissionResponse {
-	resp := &admissionv1.AdmissionResponse{Allowed: true}
 	if pod.Annotations[contract.AnnotationRules] != "" {
-		resp.Warnings = []string{fmt.Sprintf("annotation %s is ignored (%s): use the containers' restartPolicyRules fields", contract.AnnotationRules, why)}
+		return allow(fmt.Sprintf("annotation %s is ignored (%s): use the containers' restartPolicyRules fields", contract.AnnotationRules, why))
 	}
-	return resp
+	return allow()
 }
 
 // PodFeature is the newest native feature pod's restart fields rely on:

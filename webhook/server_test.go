@@ -520,10 +520,10 @@ type slowMutator struct {
 	release chan struct{}
 }
 
-func (s slowMutator) PodPatch(ctx context.Context, pod *corev1.Pod) (*injector.Result, error) {
+func (s slowMutator) PodPatchWith(ctx context.Context, pod *corev1.Pod, call injector.Call) (*injector.Result, error) {
 	s.entered <- struct{}{}
 	<-s.release
-	return s.Mutator.PodPatch(ctx, pod)
+	return s.Mutator.PodPatchWith(ctx, pod, call)
 }
 
 func TestShutdownDrainsInFlightReviews(t *testing.T) {
@@ -601,12 +601,12 @@ func TestHealthReadyMetrics(t *testing.T) {
 // panickingMutator fails like a bug would, for pods named "boom".
 type panickingMutator struct{ Mutator }
 
-func (p panickingMutator) PodPatch(ctx context.Context, pod *corev1.Pod) (*injector.Result, error) {
+func (p panickingMutator) PodPatchWith(ctx context.Context, pod *corev1.Pod, call injector.Call) (*injector.Result, error) {
 	if pod.Name == "boom" {
 		var m map[string]int
 		m["boom"]++ //nolint:staticcheck // SA5000: the nil-map write is the panic under test
 	}
-	return p.Mutator.PodPatch(ctx, pod)
+	return p.Mutator.PodPatchWith(ctx, pod, call)
 }
 
 func TestPanicBecomesDenial(t *testing.T) {

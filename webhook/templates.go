@@ -41,11 +41,11 @@ func isWorkload(kind metav1.GroupVersionKind) bool {
 // left alone.
 func (h *Handler) reviewTemplate(req *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, string) {
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
-		return &admissionv1.AdmissionResponse{Allowed: true}, ResultUntouched
+		return allow(), ResultUntouched
 	}
 	if h.Fields != nil {
 		if kept, known := h.Fields.FieldsKept(); known && kept {
-			return &admissionv1.AdmissionResponse{Allowed: true}, ResultUntouched
+			return allow(), ResultUntouched
 		}
 	}
 	var obj map[string]any
@@ -65,7 +65,7 @@ func (h *Handler) reviewTemplate(req *admissionv1.AdmissionRequest) (*admissionv
 		return deny(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, err.Error()), ResultDenied
 	}
 	if len(res.Patch) == 0 {
-		return &admissionv1.AdmissionResponse{Allowed: true}, ResultUntouched
+		return allow(), ResultUntouched
 	}
 	patch, err := encodePatch(res.Patch, MaxPatchBytes)
 	if errors.Is(err, errPatchTooLarge) {
@@ -75,10 +75,9 @@ func (h *Handler) reviewTemplate(req *admissionv1.AdmissionRequest) (*admissionv
 	if err != nil {
 		return deny(http.StatusInternalServerError, metav1.StatusReasonInternalError, "encode JSON patch: "+err.Error()), ResultDenied
 	}
-	pt := admissionv1.PatchTypeJSONPatch
-	return &admissionv1.AdmissionResponse{Allowed: true, Patch: patch, PatchType: &pt, Warnings: []string{fmt.Sprintf(
+	return allowPatched(patch, []string{fmt.Sprintf(
 		"this API server drops restartPolicyRules from pod templates (ContainerRestartRules off): the rules of %s were copied into the annotation %s, and pods are run under restart-supervisor",
-		someNames(res.Containers, 8), contract.AnnotationRules)}}, ResultInjected
+		someNames(res.Containers, 8), contract.AnnotationRules)}), ResultInjected
 }
 
 // someNames lists the first n of names, and how many more there are: a

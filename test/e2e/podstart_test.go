@@ -81,7 +81,7 @@ func TestPodStart(t *testing.T) {
 	uninjected := variant{"uninjected", func(name string) *corev1.Pod { return benchPod(name, false) }}
 	offlineBy := func(d injector.Delivery) func(string) *corev1.Pod {
 		return func(name string) *corev1.Pod {
-			res, err := inj.MutatePod(injector.WithDelivery(ctx, d), benchPod(name, true))
+			res, err := inj.MutatePodWith(ctx, benchPod(name, true), injector.Call{Delivery: d})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -174,7 +174,7 @@ func TestInstallContainerLimitOnKubelet(t *testing.T) {
 		opts.SupervisorImage, opts.ImagePullPolicy = cluster.SupervisorImage, corev1.PullNever
 		inj := injector.New(opts)
 		return func(name string) *corev1.Pod {
-			res, err := inj.MutatePod(injector.WithDelivery(ctx, d), burstable(name, true))
+			res, err := inj.MutatePodWith(ctx, burstable(name, true), injector.Call{Delivery: d})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -261,7 +261,7 @@ func TestPodStartVolumes(t *testing.T) {
 	inj := injector.New(injector.Options{SupervisorImage: cluster.SupervisorImage, ImagePullPolicy: corev1.PullNever})
 	injected := func(shape string, d injector.Delivery) func(string) *corev1.Pod {
 		return func(name string) *corev1.Pod {
-			res, err := inj.MutatePod(injector.WithDelivery(ctx, d), shaped(name, true, shape))
+			res, err := inj.MutatePodWith(ctx, shaped(name, true, shape), injector.Call{Delivery: d})
 			if err != nil {
 				t.Fatal(err)
 			}
