@@ -83,18 +83,8 @@ func PodRulesFor(v rules.KubeVersion, pod *corev1.Pod, specPath, object string) 
 // podRules is PodRulesFor with the annotation carrier already parsed; ann
 // nil reads the container fields alone.
 func podRules(v rules.KubeVersion, pod *corev1.Pod, ann map[string]carried, specPath, object string) ([]ContainerRules, error) {
-	var err error
-	for i, c := range pod.Spec.EphemeralContainers {
-		f := fmt.Sprintf("%s.ephemeralContainers[%d]", specPath, i)
-		if c.RestartPolicy != nil {
-			return nil, fmt.Errorf("%s: %s.restartPolicy: Forbidden: cannot be set for an Ephemeral Container", object, f)
-		}
-		if len(c.RestartPolicyRules) > 0 {
-			return nil, fmt.Errorf("%s: %s.restartPolicyRules: Forbidden: cannot be set for an Ephemeral Container", object, f)
-		}
-		if _, ok := ann[c.Name]; ok {
-			return nil, fmt.Errorf("%s: metadata.annotations[%s]: container %q is an ephemeral container: restart rules cannot be set for an Ephemeral Container", object, contract.AnnotationRules, c.Name)
-		}
+	if err := checkEphemeral(pod, ann, specPath, object); err != nil {
+		return nil, err
 	}
 	podPolicy := rules.RestartPolicy(pod.Spec.RestartPolicy)
 	if podPolicy == "" {
@@ -102,90 +92,19 @@ func podRules(v rules.KubeVersion, pod *corev1.Pod, ann map[string]carried, spec
 	}
 	var out []ContainerRules
 	seen := map[string]bool{}
-	add := func(list []corev1.Container, init bool) error {
-		for i := range list {
-			c := &list[i]
+	for _, group := range []struct {
+		list []corev1.Container
+		init bool
+	}{{pod.Spec.InitContainers, true}, {pod.Spec.Containers, false}} {
+		for i := range group.list {
+			c := &group.list[i]
 			seen[c.Name] = true
-			cr := ContainerRules{Name: c.Name, Index: i, Kind: KindRegular, KubeletPolicy: podPolicy}
-			if init {
-				cr.Field = fmt.Sprintf("%s.initContainers[%d]", specPath, i)
-			} else {
-				cr.Field = fmt.Sprintf("%s.containers[%d]", specPath, i)
-			}
-			for _, vm := range c.VolumeMounts {
-				cr.tool = cr.tool || vm.Name == contract.BinVolume || vm.Name == contract.StateVolume
-			}
-			native := fromCore(c)
-			cr.nativePolicy, cr.nativeRules = native.RestartPolicy != nil, len(native.RestartPolicyRules) > 0
-			merged := native
-			if a, ok := ann[c.Name]; ok {
-				cr.FromAnnotation = true
-				if merged, err = merge(native, a.Container); err != nil {
-					return fmt.Errorf("%s: container %q: %v", object, c.Name, err)
-				}
-				if errs := a.Limits.Validate(""); len(errs) > 0 {
-					return fmt.Errorf("%s: metadata.annotations[%s]: container %q: %v", object, contract.AnnotationRules, c.Name, errs)
-				}
-				cr.Limits = a.Limits
-				cr.Backoff = a.Backoff
-			}
-			cr.Rules = merged
-			if init {
-				cr.Kind = KindInit
-				cr.KubeletPolicy = rules.OnFailure
-				if podPolicy == rules.Never {
-					cr.KubeletPolicy = rules.Never
-				}
-				if merged.RestartPolicy != nil && *merged.RestartPolicy == rules.Always {
-					if !cr.nativePolicy {
-						// Only the container field makes a sidecar: the
-						// kubelet would run this one to completion.
-						return fmt.Errorf("%s: container %q: restartPolicy Always on an init container makes it a sidecar; set it on the container itself, not in annotation %s",
-							object, c.Name, contract.AnnotationRules)
-					}
-					cr.Kind, cr.KubeletPolicy = KindSidecar, rules.Always
-				}
-			}
-			validate := v.Validate
-			switch {
-			case init:
-				validate = v.ValidateInit
-			case cr.FromAnnotation:
-				// The annotation carrier may also say RestartGroup,
-				// which the API fields never do.
-				validate = v.ValidateCarried
-			}
-			for k, r := range native.RestartPolicyRules {
-				if r.Action == rules.ActionRestartGroup {
-					return fmt.Errorf("%s: %s.restartPolicyRules[%d].action: %s is restart-supervisor's own action, which the API server refuses: set it in annotation %s",
-						object, cr.Field, k, rules.ActionRestartGroup, contract.AnnotationRules)
-				}
-			}
-			if errs := validate(merged, cr.Field); len(errs) > 0 {
-				return fmt.Errorf("%s: %v", object, errs)
-			}
-			if init && merged.RestartPolicy == nil {
-				// Only 1.34 lets such rules through (unchecked), and its
-				// kubelet ignores rules without a container restartPolicy
-				// (pkg/api/v1/pod/util.go:419-457@v1.34.4): so does the
-				// supervisor.
-				cr.Rules.RestartPolicyRules = nil
-			}
-			switch cr.Kind {
-			case KindSidecar:
-				cr.Ruled = len(cr.Rules.RestartPolicyRules) > 0
-			default:
-				cr.Ruled = cr.Rules.RestartPolicy != nil || len(cr.Rules.RestartPolicyRules) > 0
+			cr, err := containerRules(v, c, i, group.init, podPolicy, ann, specPath, object)
+			if err != nil {
+				return nil, err
 			}
 			out = append(out, cr)
 		}
-		return nil
-	}
-	if err := add(pod.Spec.InitContainers, true); err != nil {
-		return nil, err
-	}
-	if err := add(pod.Spec.Containers, false); err != nil {
-		return nil, err
 	}
 	for name := range ann {
 		if !seen[name] {
@@ -193,6 +112,121 @@ func podRules(v rules.KubeVersion, pod *corev1.Pod, ann map[string]carried, spec
 		}
 	}
 	return out, nil
+}
+
+// checkEphemeral refuses restart fields on the pod's ephemeral
+// containers, in the fields or the annotation, as the API server does.
+func checkEphemeral(pod *corev1.Pod, ann map[string]carried, specPath, object string) error {
+	for i, c := range pod.Spec.EphemeralContainers {
+		f := fmt.Sprintf("%s.ephemeralContainers[%d]", specPath, i)
+		if c.RestartPolicy != nil {
+			return fmt.Errorf("%s: %s.restartPolicy: Forbidden: cannot be set for an Ephemeral Container", object, f)
+		}
+		if len(c.RestartPolicyRules) > 0 {
+			return fmt.Errorf("%s: %s.restartPolicyRules: Forbidden: cannot be set for an Ephemeral Container", object, f)
+		}
+		if _, ok := ann[c.Name]; ok {
+			return fmt.Errorf("%s: metadata.annotations[%s]: container %q is an ephemeral container: restart rules cannot be set for an Ephemeral Container", object, contract.AnnotationRules, c.Name)
+		}
+	}
+	return nil
+}
+
+// containerRules reads the restart fields of container c (the i-th of the
+// init containers or of the containers): its fields merged with its entry
+// of the annotation, its kind and the kubelet's policy for it, validated
+// as the API server of release v would.
+func containerRules(v rules.KubeVersion, c *corev1.Container, i int, init bool, podPolicy rules.RestartPolicy, ann map[string]carried, specPath, object string) (ContainerRules, error) {
+	cr := ContainerRules{Name: c.Name, Index: i, Kind: KindRegular, KubeletPolicy: podPolicy}
+	if init {
+		cr.Field = fmt.Sprintf("%s.initContainers[%d]", specPath, i)
+	} else {
+		cr.Field = fmt.Sprintf("%s.containers[%d]", specPath, i)
+	}
+	for _, vm := range c.VolumeMounts {
+		cr.tool = cr.tool || vm.Name == contract.BinVolume || vm.Name == contract.StateVolume
+	}
+	native := fromCore(c)
+	cr.nativePolicy, cr.nativeRules = native.RestartPolicy != nil, len(native.RestartPolicyRules) > 0
+	merged := native
+	if a, ok := ann[c.Name]; ok {
+		var err error
+		cr.FromAnnotation = true
+		if merged, err = merge(native, a.Container); err != nil {
+			return cr, fmt.Errorf("%s: container %q: %v", object, c.Name, err)
+		}
+		if errs := a.Limits.Validate(""); len(errs) > 0 {
+			return cr, fmt.Errorf("%s: metadata.annotations[%s]: container %q: %v", object, contract.AnnotationRules, c.Name, errs)
+		}
+		cr.Limits, cr.Backoff = a.Limits, a.Backoff
+	}
+	cr.Rules = merged
+	if init {
+		if err := cr.setInitKind(podPolicy, merged, object); err != nil {
+			return cr, err
+		}
+	}
+	if err := cr.validate(v, init, native, merged, object); err != nil {
+		return cr, err
+	}
+	if init && merged.RestartPolicy == nil {
+		// Only 1.34 lets such rules through (unchecked), and its
+		// kubelet ignores rules without a container restartPolicy
+		// (pkg/api/v1/pod/util.go:419-457@v1.34.4): so does the
+		// supervisor.
+		cr.Rules.RestartPolicyRules = nil
+	}
+	switch cr.Kind {
+	case KindSidecar:
+		cr.Ruled = len(cr.Rules.RestartPolicyRules) > 0
+	default:
+		cr.Ruled = cr.Rules.RestartPolicy != nil || len(cr.Rules.RestartPolicyRules) > 0
+	}
+	return cr, nil
+}
+
+// setInitKind makes cr, an init container, a sidecar when its own field
+// says restartPolicy Always, and sets the kubelet's policy for it.
+func (cr *ContainerRules) setInitKind(podPolicy rules.RestartPolicy, merged rules.Container, object string) error {
+	cr.Kind = KindInit
+	cr.KubeletPolicy = rules.OnFailure
+	if podPolicy == rules.Never {
+		cr.KubeletPolicy = rules.Never
+	}
+	if merged.RestartPolicy != nil && *merged.RestartPolicy == rules.Always {
+		if !cr.nativePolicy {
+			// Only the container field makes a sidecar: the
+			// kubelet would run this one to completion.
+			return fmt.Errorf("%s: container %q: restartPolicy Always on an init container makes it a sidecar; set it on the container itself, not in annotation %s",
+				object, cr.Name, contract.AnnotationRules)
+		}
+		cr.Kind, cr.KubeletPolicy = KindSidecar, rules.Always
+	}
+	return nil
+}
+
+// validate checks cr's merged fields as the API server of release v
+// would for its kind; RestartGroup only ever comes from the annotation.
+func (cr *ContainerRules) validate(v rules.KubeVersion, init bool, native, merged rules.Container, object string) error {
+	validate := v.Validate
+	switch {
+	case init:
+		validate = v.ValidateInit
+	case cr.FromAnnotation:
+		// The annotation carrier may also say RestartGroup,
+		// which the API fields never do.
+		validate = v.ValidateCarried
+	}
+	for k, r := range native.RestartPolicyRules {
+		if r.Action == rules.ActionRestartGroup {
+			return fmt.Errorf("%s: %s.restartPolicyRules[%d].action: %s is restart-supervisor's own action, which the API server refuses: set it in annotation %s",
+				object, cr.Field, k, rules.ActionRestartGroup, contract.AnnotationRules)
+		}
+	}
+	if errs := validate(merged, cr.Field); len(errs) > 0 {
+		return fmt.Errorf("%s: %v", object, errs)
+	}
+	return nil
 }
 
 // wrapped decides, for the mutation and for Explain alike, which

@@ -125,14 +125,35 @@ func (i *Injector) mutate(ctx context.Context, in *corev1.Pod, namespace, specPa
 	}
 	m := &mutation{Injector: i, ctx: ctx, pod: in, namespace: namespace, object: object, res: res, members: members != "", addReadiness: addReadiness}
 	status := Status{Version: contract.Version}
-
 	// Pod-level additions first: the container edits below address
 	// initContainers by their index after the install container went in
 	// (none goes in for DeliveryImage).
-	delivery := i.delivery()
-	addToArray(&m.p, "/spec/volumes", len(in.Spec.Volumes), i.volumes(delivery)...)
+	m.addDelivery(&status)
+	if err := m.wrapContainers(crs, wrap, rerun, &status); err != nil {
+		return nil, err
+	}
+	res.Warnings = uniqueStrings(res.Warnings)
+	annotations := [][2]string{}
+	if members != "" {
+		annotations = append(annotations, [2]string{contract.AnnotationPodMembers, members})
+	}
+	if limit := groupLimit(in, crs, budget); limit != "" {
+		// The owner's limit, read by the node agent (docs/gang.md).
+		annotations = append(annotations, [2]string{contract.AnnotationGroupMaxRestarts, limit})
+	}
+	res.Patch, res.Injected, res.Containers = m.annotatedPatch(status, annotations), true, status.Containers
+	return res, nil
+}
+
+// addDelivery adds what brings the binaries to the pod (the volumes, and
+// for DeliveryCopy the install container first among the init
+// containers) and the pull secrets the pod lacks.
+func (m *mutation) addDelivery(status *Status) {
+	in := m.pod
+	delivery := m.delivery()
+	addToArray(&m.p, "/spec/volumes", len(in.Spec.Volumes), m.volumes(delivery)...)
 	if delivery == DeliveryCopy {
-		install := withoutEmptyResources(i.installContainer(in))
+		install := withoutEmptyResources(m.installContainer(in))
 		if len(in.Spec.InitContainers) == 0 {
 			m.p.add("/spec/initContainers", []any{install})
 		} else {
@@ -140,17 +161,21 @@ func (i *Injector) mutate(ctx context.Context, in *corev1.Pod, namespace, specPa
 		}
 		m.initShift = 1
 	}
-	if secrets := missingPullSecrets(in, i.opts.PullSecrets); len(secrets) > 0 {
+	if secrets := missingPullSecrets(in, m.opts.PullSecrets); len(secrets) > 0 {
 		addToArray(&m.p, "/spec/imagePullSecrets", len(in.Spec.ImagePullSecrets), secrets...)
 	}
 	if delivery != DeliveryCopy {
 		status.Delivery = string(delivery)
 	}
+}
 
+// wrapContainers wraps each container wrap marks and adds the re-run
+// sidecars of rerun, naming each in status.
+func (m *mutation) wrapContainers(crs []ContainerRules, wrap []bool, rerun map[int]string, status *Status) error {
 	for k, cr := range crs {
 		if wrap[k] {
 			if err := m.wrap(cr); err != nil {
-				return nil, err
+				return err
 			}
 			status.Containers = append(status.Containers, cr.Name)
 		}
@@ -169,29 +194,23 @@ func (i *Injector) mutate(ctx context.Context, in *corev1.Pod, namespace, specPa
 			continue
 		}
 		if err := m.addRerun(cr, name, cr.Index+m.initShift+1+inserted); err != nil {
-			return nil, err
+			return err
 		}
 		inserted++
 	}
-	res.Warnings = uniqueStrings(res.Warnings)
+	return nil
+}
 
+// annotatedPatch is the mutation's patch with the status annotation and
+// extra set on the pod, the annotation ops first so that a reader of the
+// patch sees what it is about (order does not matter for correctness
+// here).
+func (m *mutation) annotatedPatch(status Status, extra [][2]string) []PatchOp {
 	st, _ := json.Marshal(status)
-	annotations := [][2]string{{contract.AnnotationStatus, string(st)}}
-	if members != "" {
-		annotations = append(annotations, [2]string{contract.AnnotationPodMembers, members})
-	}
-	if limit := groupLimit(in, crs, budget); limit != "" {
-		// The owner's limit, read by the node agent (docs/gang.md).
-		annotations = append(annotations, [2]string{contract.AnnotationGroupMaxRestarts, limit})
-	}
+	annotations := append([][2]string{{contract.AnnotationStatus, string(st)}}, extra...)
 	body := len(m.p.ops)
-	m.p.setAnnotations(&in.ObjectMeta, annotations...)
-	// The annotation ops go first so that a reader of the patch sees what
-	// it is about; order does not matter for correctness here.
-	ops := append(m.p.ops[body:len(m.p.ops):len(m.p.ops)], m.p.ops[:body]...)
-
-	res.Patch, res.Injected, res.Containers = ops, true, status.Containers
-	return res, nil
+	m.p.setAnnotations(&m.pod.ObjectMeta, annotations...)
+	return append(m.p.ops[body:len(m.p.ops):len(m.p.ops)], m.p.ops[:body]...)
 }
 
 // wrap records the edits that run container cr under the supervisor.
@@ -309,26 +328,57 @@ type wrapping struct {
 // supervisor as container name takes. member gives it contract.EnvPodMembers.
 func (m *mutation) supervision(cr ContainerRules, c *corev1.Container, name string, member bool) (wrapping, error) {
 	var s wrapping
-	l, err := m.entrypoint(c)
+	l, err := m.launchOf(cr, c)
 	if err != nil {
 		return s, err
+	}
+	s.cmd = append(supervisorFlags(c), l.argv...)
+	cfg, err := m.supervisedConfig(cr, c, &s)
+	if err != nil {
+		return s, err
+	}
+	cfgJSON, err := cfg.Marshal()
+	if err != nil {
+		return s, fmt.Errorf("%s: container %q: %v", m.object, c.Name, err)
+	}
+	s.env = m.supervisorEnv(c, l, name, member, cfgJSON)
+	s.mounts = []corev1.VolumeMount{
+		{Name: contract.BinVolume, MountPath: contract.BinDir, ReadOnly: true},
+		{Name: contract.StateVolume, MountPath: contract.StateDir},
+	}
+	return s, nil
+}
+
+// launchOf is the command container c of cr runs, its image's commands
+// counted against MaxImageCommandsBytes; c must not mount over the
+// supervisor's directories.
+func (m *mutation) launchOf(cr ContainerRules, c *corev1.Container) (launch, error) {
+	l, err := m.entrypoint(c)
+	if err != nil {
+		return l, err
 	}
 	// What the image lookups add is counted as it is added: one image's
 	// commands are capped, but every container of it gets a copy.
 	if !l.fromPod {
 		_, size := imagelookup.ArgvSize(l.argv)
 		if m.imageCommands += size + len(l.platforms); m.imageCommands > MaxImageCommandsBytes {
-			return s, fmt.Errorf("%s: container %q: the commands taken from the images of the pod's containers pass %d bytes; set command on some of them",
+			return l, fmt.Errorf("%s: container %q: the commands taken from the images of the pod's containers pass %d bytes; set command on some of them",
 				m.object, c.Name, MaxImageCommandsBytes)
 		}
 	}
 	m.res.Warnings = append(m.res.Warnings, l.warnings...)
 	for _, vm := range c.VolumeMounts {
 		if vm.MountPath == contract.BinDir || vm.MountPath == contract.StateDir {
-			return s, fmt.Errorf("%s: %s.volumeMounts: mount path %s is reserved for restart-supervisor", m.object, cr.Field, vm.MountPath)
+			return l, fmt.Errorf("%s: %s.volumeMounts: mount path %s is reserved for restart-supervisor", m.object, cr.Field, vm.MountPath)
 		}
 	}
+	return l, nil
+}
 
+// supervisorFlags is the supervisor's command line up to "--": the
+// container's termination message settings, which the supervisor then
+// writes as the kubelet would.
+func supervisorFlags(c *corev1.Container) []string {
 	cmd := []string{contract.SupervisorPath}
 	if c.TerminationMessagePath != "" && c.TerminationMessagePath != contract.DefaultTerminationMessagePath {
 		cmd = append(cmd, "--termination-message-path", c.TerminationMessagePath)
@@ -336,9 +386,13 @@ func (m *mutation) supervision(cr ContainerRules, c *corev1.Container, name stri
 	if c.TerminationMessagePolicy == corev1.TerminationMessageFallbackToLogsOnError {
 		cmd = append(cmd, "--termination-message-policy", string(corev1.TerminationMessageFallbackToLogsOnError))
 	}
-	cmd = append(cmd, "--")
-	s.cmd = append(cmd, l.argv...)
+	return append(cmd, "--")
+}
 
+// supervisedConfig is the supervisor's config for container c of cr: its
+// rules, the default back-off, and the probes the supervisor runs (s
+// records which, and the readiness probe that replaces the container's).
+func (m *mutation) supervisedConfig(cr ContainerRules, c *corev1.Container, s *wrapping) (rules.Config, error) {
 	cfg := cr.config()
 	if cfg.Backoff.Initial == nil {
 		cfg.Backoff.Initial = m.opts.Backoff.Initial
@@ -348,13 +402,14 @@ func (m *mutation) supervision(cr ContainerRules, c *corev1.Container, name stri
 	}
 	if cr.Kind != KindInit {
 		// An init container that is not a sidecar has no probes.
+		var err error
 		if cfg.Probes, err = wrappedProbes(m.object, c, m.pod.Spec.TerminationGracePeriodSeconds); err != nil {
-			return s, err
+			return cfg, err
 		}
 		var moved *rules.Probe
 		if c.ReadinessProbe != nil || m.addReadiness {
 			if s.readiness, moved, err = readinessFor(c); err != nil {
-				return s, fmt.Errorf("%s: container %q: readinessProbe: %v", m.object, c.Name, err)
+				return cfg, fmt.Errorf("%s: container %q: readinessProbe: %v", m.object, c.Name, err)
 			}
 		}
 		if moved != nil {
@@ -365,33 +420,37 @@ func (m *mutation) supervision(cr ContainerRules, c *corev1.Container, name stri
 		}
 	}
 	if err := cfg.Probes.Validate(); err != nil {
-		return s, fmt.Errorf("%s: container %q: %v", m.object, c.Name, err)
+		return cfg, fmt.Errorf("%s: container %q: %v", m.object, c.Name, err)
 	}
 	s.liveness = cfg.Probes != nil && cfg.Probes.Liveness != nil
 	s.startup = cfg.Probes != nil && cfg.Probes.Startup != nil
-	cfgJSON, err := cfg.Marshal()
-	if err != nil {
-		return s, fmt.Errorf("%s: container %q: %v", m.object, c.Name, err)
-	}
-	s.env = []corev1.EnvVar{
+	return cfg, nil
+}
+
+// supervisorEnv is the environment the supervisor of container c, as
+// container name, reads: its state directory and name, its config, the
+// image's per-platform commands, the pod's members, the stop signal and
+// the grace period where it is not PID 1.
+func (m *mutation) supervisorEnv(c *corev1.Container, l launch, name string, member bool, cfgJSON []byte) []corev1.EnvVar {
+	env := []corev1.EnvVar{
 		{Name: contract.EnvStateDir, Value: contract.StateDir},
 		{Name: contract.EnvContainerName, Value: name},
 		{Name: contract.EnvConfig, Value: escapeExpansion(string(cfgJSON))},
 	}
 	if l.platforms != "" {
-		s.env = append(s.env, corev1.EnvVar{Name: contract.EnvPlatformCommands, Value: l.platforms})
+		env = append(env, corev1.EnvVar{Name: contract.EnvPlatformCommands, Value: l.platforms})
 	}
 	if m.members && member {
 		// One fieldRef per container, not the list itself: the list
 		// repeated in each of N containers made the patch grow with N².
-		s.env = append(s.env, corev1.EnvVar{Name: contract.EnvPodMembers, ValueFrom: &corev1.EnvVarSource{
+		env = append(env, corev1.EnvVar{Name: contract.EnvPodMembers, ValueFrom: &corev1.EnvVarSource{
 			FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: contract.PodMembersFieldPath}}})
 	}
 	if sig, ok := stopSignal(c, l); ok {
 		// The runtime stops the container with this signal instead of
 		// SIGTERM: the supervisor must take it as a stop, not forward it
 		// and then judge the workload's exit by the rules.
-		s.env = append(s.env, corev1.EnvVar{Name: contract.EnvStopSignals, Value: "SIGTERM,SIGINT," + sig})
+		env = append(env, corev1.EnvVar{Name: contract.EnvStopSignals, Value: "SIGTERM,SIGINT," + sig})
 	}
 	if sp := m.pod.Spec.ShareProcessNamespace; sp != nil && *sp {
 		// Not PID 1: the workload would outlive a supervisor killed by
@@ -400,13 +459,9 @@ func (m *mutation) supervision(cr ContainerRules, c *corev1.Container, name stri
 		if g := m.pod.Spec.TerminationGracePeriodSeconds; g != nil {
 			grace = *g
 		}
-		s.env = append(s.env, corev1.EnvVar{Name: contract.EnvGracePeriod, Value: strconv.FormatInt(grace, 10) + "s"})
+		env = append(env, corev1.EnvVar{Name: contract.EnvGracePeriod, Value: strconv.FormatInt(grace, 10) + "s"})
 	}
-	s.mounts = []corev1.VolumeMount{
-		{Name: contract.BinVolume, MountPath: contract.BinDir, ReadOnly: true},
-		{Name: contract.StateVolume, MountPath: contract.StateDir},
-	}
-	return s, nil
+	return env
 }
 
 // uniqueStrings drops repeats from list, keeping the first of each: a

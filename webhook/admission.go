@@ -342,13 +342,16 @@ func (h *Handler) review(ctx context.Context, req *admissionv1.AdmissionRequest,
 		// make the API show containers that do not run.
 		return allow("mirror pod of a static pod: restart rules are not injected here; run `restart-injector inject` on the static pod's manifest on the node"), ResultUntouched
 	}
-	ctx = withPullSecretScope(ctx, req.Namespace, pod)
 	podName := pod.Name
 	if podName == "" {
 		podName = pod.GenerateName + "<generated>"
 	}
-	log = log.With("pod", podName)
+	return h.reviewPod(withPullSecretScope(ctx, req.Namespace, pod), pod, podName, log.With("pod", podName))
+}
 
+// reviewPod decides the creation of pod: left to the cluster where it
+// honours the pod's fields natively, else the injector's patch.
+func (h *Handler) reviewPod(ctx context.Context, pod *corev1.Pod, podName string, log *slog.Logger) (*admissionv1.AdmissionResponse, string) {
 	feature := podFeature(pod)
 	switch h.Native {
 	case NativeOn:
@@ -362,7 +365,6 @@ func (h *Handler) review(ctx context.Context, req *admissionv1.AdmissionRequest,
 			return allow(), ResultUntouched
 		}
 	}
-
 	var call injector.Call
 	if h.KubeVersion != nil {
 		call.KubeVersion = h.KubeVersion(feature)
@@ -372,22 +374,7 @@ func (h *Handler) review(ctx context.Context, req *admissionv1.AdmissionRequest,
 	}
 	res, err := h.Mutator.PodPatchWith(ctx, pod, call)
 	if err != nil {
-		var epErr *injector.EntrypointError
-		if errors.As(err, &epErr) {
-			if h.Entrypoint == EntrypointAllow {
-				msg := "restart rules NOT applied: " + err.Error()
-				log.Warn("admitted without supervisor", "err", err)
-				return allow(msg), ResultWarned
-			}
-			log.Info("denied: entrypoint unresolved", "err", err)
-			return deny(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, err.Error()), ResultDenied
-		}
-		if ctx.Err() != nil {
-			log.Warn("denied: review deadline exceeded", "err", err)
-			return deny(http.StatusGatewayTimeout, metav1.StatusReasonTimeout, err.Error()), ResultDenied
-		}
-		log.Info("denied", "err", err)
-		return deny(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, err.Error()), ResultDenied
+		return h.mutationFailed(ctx, err, log)
 	}
 	if res == nil || !res.Injected || len(res.Patch) == 0 {
 		if res == nil {
@@ -408,6 +395,27 @@ func (h *Handler) review(ctx context.Context, req *admissionv1.AdmissionRequest,
 	}
 	log.Info("injected", "containers", len(res.Containers), "names", someNames(res.Containers, 8), "patchBytes", len(patch))
 	return allowPatched(patch, boundWarnings(res.Warnings)), ResultInjected
+}
+
+// mutationFailed is the answer to a mutation that failed with err: an
+// image entrypoint that could not be resolved (admitted untouched with a
+// warning under --on-entrypoint-error=allow), the review's deadline, or
+// rules the API server would refuse.
+func (h *Handler) mutationFailed(ctx context.Context, err error, log *slog.Logger) (*admissionv1.AdmissionResponse, string) {
+	var epErr *injector.EntrypointError
+	switch {
+	case errors.As(err, &epErr) && h.Entrypoint == EntrypointAllow:
+		log.Warn("admitted without supervisor", "err", err)
+		return allow("restart rules NOT applied: " + err.Error()), ResultWarned
+	case errors.As(err, &epErr):
+		log.Info("denied: entrypoint unresolved", "err", err)
+		return deny(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, err.Error()), ResultDenied
+	case ctx.Err() != nil:
+		log.Warn("denied: review deadline exceeded", "err", err)
+		return deny(http.StatusGatewayTimeout, metav1.StatusReasonTimeout, err.Error()), ResultDenied
+	}
+	log.Info("denied", "err", err)
+	return deny(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, err.Error()), ResultDenied
 }
 
 // allowNative admits a pod untouched under --native=on, warning when the pod
