@@ -4,7 +4,10 @@
 // (Scan), maps pod UIDs to pods through an informer on its own node's pods,
 // records an Event on the pod for each in-place restart (RestartedInPlace)
 // and each pod-wide restart (PodRestartedInPlace), and serves Prometheus
-// metrics computed from the documents (Collector).
+// metrics computed from the documents (Collector); with Config.Groups it
+// carries out group restarts (group.go). What it writes to the API is
+// defined in package agentapi; `restart-injector status` reads it through
+// package agentstatus.
 //
 // The supervisor stays free of network code: it only writes its status
 // document; everything cluster-facing is here.
@@ -15,6 +18,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
 	"log/slog"
 	"net"
 	"net/http"
@@ -75,7 +79,7 @@ type Config struct {
 	// KeyNamespace is where the agent publishes the public key of its
 	// Event signatures (signing.go): the agent's own namespace, where
 	// `restart-injector status --agent-namespace` reads it. Empty is
-	// AgentNamespace.
+	// agentapi.AgentNamespace.
 	KeyNamespace string
 	// Ready, if set, is called with the metrics address once the agent
 	// serves and its informer has synced.
@@ -89,7 +93,7 @@ type Agent struct {
 	pods     cache.Indexer
 	recorder record.EventRecorder
 	sink     *eventSink
-	signer   *signer
+	signer   *agentapi.Signer
 	started  time.Time
 
 	mu        sync.Mutex
@@ -136,7 +140,7 @@ func Run(ctx context.Context, cfg Config) error {
 		cfg.GroupInterval = 200 * time.Millisecond
 	}
 	if cfg.KeyNamespace == "" {
-		cfg.KeyNamespace = AgentNamespace
+		cfg.KeyNamespace = agentapi.AgentNamespace
 	}
 	if cfg.Groups && cfg.Dynamic == nil {
 		return errors.New("node agent: group restarts need a dynamic client")
@@ -162,7 +166,7 @@ func Run(ctx context.Context, cfg Config) error {
 	a.sink.EventSink = &typedcorev1.EventSinkImpl{Interface: cfg.Client.CoreV1().Events("")}
 	broadcaster.StartRecordingToSink(a.sink)
 	defer broadcaster.Shutdown()
-	a.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: Component, Host: cfg.NodeName})
+	a.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: agentapi.Component, Host: cfg.NodeName})
 	go a.publishUntilDone(ctx)
 
 	var srv *http.Server
@@ -213,7 +217,7 @@ func Run(ctx context.Context, cfg Config) error {
 }
 
 func newAgent(cfg Config, started time.Time) *Agent {
-	return &Agent{cfg: cfg, log: cfg.Log, started: started, sink: newEventSink(cfg.NodeName), signer: newSigner(cfg.NodeName),
+	return &Agent{cfg: cfg, log: cfg.Log, started: started, sink: newEventSink(cfg.NodeName), signer: agentapi.NewSigner(cfg.NodeName),
 		state: map[string]*podState{}, samples: map[string][]sample{},
 		annotated: map[string]annotation{}, errSeen: map[string]bool{}}
 }
@@ -286,16 +290,16 @@ func (a *Agent) record(pod *corev1.Pod, e event) {
 	var msg string
 	var ann map[string]string
 	switch e.reason {
-	case ReasonRestarted:
-		ref, msg, ann = containerRef(pod, e.container), e.restart.String(), e.restart.annotations()
-	case ReasonPodRestarted:
-		ref, msg, ann = podRef(pod), podRestartMessage(e.podGen), podRestartAnnotations(e.podGen)
-	case ReasonHandedOver:
-		ref, msg, ann = containerRef(pod, e.container), e.handOver.String(), e.handOver.annotations()
+	case agentapi.ReasonRestarted:
+		ref, msg, ann = containerRef(pod, e.container), e.restart.String(), e.restart.Annotations()
+	case agentapi.ReasonPodRestarted:
+		ref, msg, ann = podRef(pod), agentapi.PodRestartMessage(e.podGen), agentapi.PodRestartAnnotations(e.podGen)
+	case agentapi.ReasonHandedOver:
+		ref, msg, ann = containerRef(pod, e.container), e.handOver.String(), e.handOver.Annotations()
 	default:
 		return
 	}
-	ann = a.signer.sign(e.reason, ref, ann)
+	ann = a.signer.Sign(e.reason, ref, ann)
 	a.sink.remember(ref, msg, ann)
 	for range e.times {
 		a.recorder.AnnotatedEventf(ref, ann, corev1.EventTypeWarning, e.reason, "%s", msg)

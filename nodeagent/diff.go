@@ -3,6 +3,8 @@ package nodeagent
 import (
 	"time"
 
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
+
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
@@ -87,9 +89,9 @@ type event struct {
 	// PodRestartedInPlace, which is on the pod.
 	container string
 	times     int
-	restart   Restart  // RestartedInPlace
-	handOver  HandOver // HandedOverToKubelet
-	podGen    uint64   // PodRestartedInPlace: the pod restart generation
+	restart   agentapi.Restart  // RestartedInPlace
+	handOver  agentapi.HandOver // HandedOverToKubelet
+	podGen    uint64            // PodRestartedInPlace: the pod restart generation
 }
 
 // podDiff is diffPod's answer.
@@ -134,15 +136,15 @@ func diffPod(prev *podState, pod podInfo, docs []Doc, started time.Time) podDiff
 		c, n := countRestarts(next.containers[d.Container], d, pod.createdSinceStart, started)
 		total := c.total()
 		if n > 0 {
-			out.events = append(out.events, event{reason: ReasonRestarted, container: d.Container,
-				times: min(n, maxEventsPerScan), restart: restartOf(d.Status, total)})
+			out.events = append(out.events, event{reason: agentapi.ReasonRestarted, container: d.Container,
+				times: min(n, maxEventsPerScan), restart: agentapi.RestartOf(d.Status, total)})
 		}
 		// A hand-over a limit caused, once per exit: a pod first seen by
 		// a restarted agent has it reported only when it came after
 		// this agent started, as a restart.
 		if d.HandOver != nil && d.LastExit != nil && !d.LastExit.At.Equal(c.handedOver) {
 			if seen || pod.createdSinceStart || d.LastExit.At.After(started) {
-				out.events = append(out.events, event{reason: ReasonHandedOver, container: d.Container, times: 1, handOver: handOverOf(d.Status, total)})
+				out.events = append(out.events, event{reason: agentapi.ReasonHandedOver, container: d.Container, times: 1, handOver: agentapi.HandOverOf(d.Status, total)})
 			}
 			c.handedOver = d.LastExit.At
 		}
@@ -160,7 +162,7 @@ func diffPod(prev *podState, pod podInfo, docs []Doc, started time.Time) podDiff
 		var n uint64
 		next.gen, next.genSeen, n = countPodRestarts(next.gen, next.genSeen, podGen, pod.createdSinceStart)
 		if n > 0 {
-			out.events = append(out.events, event{reason: ReasonPodRestarted, times: int(min(n, maxEventsPerScan)), podGen: podGen})
+			out.events = append(out.events, event{reason: agentapi.ReasonPodRestarted, times: int(min(n, maxEventsPerScan)), podGen: podGen})
 		}
 	}
 	out.state = next

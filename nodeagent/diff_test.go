@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -56,7 +58,7 @@ type scanStep struct {
 func eventStrings(evs []event) []string {
 	var out []string
 	for _, e := range evs {
-		if e.reason == ReasonRestarted {
+		if e.reason == agentapi.ReasonRestarted {
 			out = append(out, fmt.Sprintf("%s %s x%d total %d", e.reason, e.container, e.times, e.restart.Total))
 		} else {
 			out = append(out, fmt.Sprintf("%s x%d gen %d", e.reason, e.times, e.podGen))
@@ -228,7 +230,7 @@ func TestDiffHandOver(t *testing.T) {
 	d := diffPod(&first.state, pod, []Doc{handedOver(3, after)}, agentStart)
 	var got []event
 	for _, e := range d.events {
-		if e.reason == ReasonHandedOver {
+		if e.reason == agentapi.ReasonHandedOver {
 			got = append(got, e)
 		}
 	}
@@ -239,13 +241,13 @@ func TestDiffHandOver(t *testing.T) {
 	if msg := got[0].handOver.String(); msg != want {
 		t.Errorf("message %q\nwant    %q", msg, want)
 	}
-	if ann := got[0].handOver.annotations()["restart-supervisor.dev/hand-over"]; !strings.Contains(ann, `"reason":"RestartBudgetExhausted"`) {
+	if ann := got[0].handOver.Annotations()["restart-supervisor.dev/hand-over"]; !strings.Contains(ann, `"reason":"RestartBudgetExhausted"`) {
 		t.Errorf("annotation %s", ann)
 	}
 	// The same document again: nothing new.
 	again := diffPod(&d.state, pod, []Doc{handedOver(3, after)}, agentStart)
 	for _, e := range again.events {
-		if e.reason == ReasonHandedOver {
+		if e.reason == agentapi.ReasonHandedOver {
 			t.Errorf("the same hand-over reported twice")
 		}
 	}
@@ -254,7 +256,7 @@ func TestDiffHandOver(t *testing.T) {
 	if old := diffPod(nil, pod, []Doc{handedOver(3, before)}, agentStart); len(old.events) != 0 {
 		t.Errorf("old hand-over reported by a restarted agent: %+v", old.events)
 	}
-	if fresh := diffPod(nil, pod, []Doc{handedOver(0, after)}, agentStart); len(fresh.events) != 1 || fresh.events[0].reason != ReasonHandedOver {
+	if fresh := diffPod(nil, pod, []Doc{handedOver(0, after)}, agentStart); len(fresh.events) != 1 || fresh.events[0].reason != agentapi.ReasonHandedOver {
 		t.Errorf("new hand-over first seen: %+v", fresh.events)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
+
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -23,7 +25,7 @@ import (
 // Group restarts (the RestartGroup action; docs/gang.md). A group is the
 // pods of one namespace that share the labels of the first groupLabels
 // entry a pod has all of. Its state is one GroupRestart object in that
-// namespace (GroupResource), named from the group: the generation, the
+// namespace (agentapi.GroupResource), named from the group: the generation, the
 // budget, the last cause, and each node agent's report of its node's
 // members for the current generation. Every agent
 //
@@ -55,7 +57,7 @@ type groupRound struct {
 	// deliveryFailed: per local pod UID, the delivery failed and was
 	// logged in this round.
 	deliveryFailed map[string]bool
-	reported       nodeReport
+	reported       agentapi.NodeReport
 	// expected is the group's members per node, listed once when the
 	// round began.
 	expected map[string]int
@@ -124,7 +126,7 @@ func (g *groups) step(ctx context.Context) {
 	}()
 	byGroup := map[string][]localMember{}
 	for _, m := range members {
-		id := m.pod.Namespace + "/" + GroupObjectName(m.key)
+		id := m.pod.Namespace + "/" + agentapi.GroupObjectName(m.key)
 		byGroup[id] = append(byGroup[id], m)
 	}
 	g.forgetHandled(members)
@@ -154,9 +156,9 @@ func (g *groups) step(ctx context.Context) {
 		// GroupStopWait.
 		if r.reported.Members > 0 {
 			ns, name, _ := strings.Cut(id, "/")
-			rep := nodeReport{Generation: r.generation}
+			rep := agentapi.NodeReport{Generation: r.generation}
 			patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"nodes": map[string]any{g.a.cfg.NodeName: rep}}})
-			if _, err := g.client.Resource(GroupResource).Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			if _, err := g.client.Resource(agentapi.GroupResource).Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
 				g.a.log.Warn("report group members gone", "group", id, "err", err)
 				continue // again at the next step
 			}
@@ -167,8 +169,8 @@ func (g *groups) step(ctx context.Context) {
 	for id, ms := range byGroup {
 		if obj, ok, _ := g.objects.GetByKey(id); ok {
 			if u, ok := obj.(*unstructured.Unstructured); ok {
-				st := groupFromObject(u)
-				samples = append(samples, groupSample{namespace: ms[0].pod.Namespace, group: ms[0].key, generation: st.generation})
+				st := agentapi.GroupFromObject(u)
+				samples = append(samples, groupSample{namespace: ms[0].pod.Namespace, group: ms[0].key, generation: st.Generation})
 			}
 		}
 	}
@@ -204,10 +206,10 @@ func (g *groups) localMembers() []localMember {
 	var out []localMember
 	for _, obj := range a.pods.List() {
 		pod, ok := obj.(*corev1.Pod)
-		if !ok || !groupMember(pod) {
+		if !ok || !agentapi.GroupMember(pod) {
 			continue
 		}
-		key, _, _ := GroupOf(pod)
+		key, _, _ := agentapi.GroupOf(pod)
 		fd, err := openDirBeneath(root, append([]string{string(pod.UID)}, statePath...))
 		if err != nil {
 			continue // not started yet, or no state volume
@@ -236,7 +238,7 @@ const (
 // carryOut delivers the group's current generation to ms (this node's
 // members of one group), reports their stop and releases them.
 func (g *groups) carryOut(ctx context.Context, ms []localMember) {
-	ns, name := ms[0].pod.Namespace, GroupObjectName(ms[0].key)
+	ns, name := ms[0].pod.Namespace, agentapi.GroupObjectName(ms[0].key)
 	id := ns + "/" + name
 	obj, exists, err := g.objects.GetByKey(id)
 	if err != nil || !exists {
@@ -246,13 +248,13 @@ func (g *groups) carryOut(ctx context.Context, ms []localMember) {
 	if !ok {
 		return
 	}
-	st := groupFromObject(u)
-	if st.generation == 0 || st.key != ms[0].key {
+	st := agentapi.GroupFromObject(u)
+	if st.Generation == 0 || st.Key != ms[0].key {
 		return
 	}
 	r := g.rounds[id]
-	if r == nil || r.generation != st.generation {
-		r = &groupRound{generation: st.generation, delivered: time.Now(), podGen: map[string]uint64{}, released: map[string]bool{}, deliveryFailed: map[string]bool{}}
+	if r == nil || r.generation != st.Generation {
+		r = &groupRound{generation: st.Generation, delivered: time.Now(), podGen: map[string]uint64{}, released: map[string]bool{}, deliveryFailed: map[string]bool{}}
 		r.expected = g.expectedMembers(ctx, ms[0])
 		g.rounds[id] = r
 	}
@@ -261,18 +263,18 @@ func (g *groups) carryOut(ctx context.Context, ms []localMember) {
 		uid := string(m.pod.UID)
 		n, ok := r.podGen[uid]
 		if !ok {
-			if prev, had := statevol.GroupRound(m.dir, st.generation); had {
+			if prev, had := statevol.GroupRound(m.dir, st.Generation); had {
 				n, ok = prev, true // delivered before this agent started
-			} else if statevol.LastGroup(m.dir) < st.generation {
+			} else if statevol.LastGroup(m.dir) < st.Generation {
 				var err error
-				n, _, err = statevol.DeliverGroup(m.dir, st.cause)
+				n, _, err = statevol.DeliverGroup(m.dir, st.Cause)
 				if err != nil {
 					// Tried again at every step; said once a round, since a
 					// pod can keep its own volume failing (a flooded
 					// pod-restarts/, a full disk).
 					if !r.deliveryFailed[uid] {
 						r.deliveryFailed[uid] = true
-						g.a.log.Warn("deliver group restart; trying again at every step", "pod", ns+"/"+m.pod.Name, "generation", st.generation, "err", err)
+						g.a.log.Warn("deliver group restart; trying again at every step", "pod", ns+"/"+m.pod.Name, "generation", st.Generation, "err", err)
 					}
 					continue
 				}
@@ -290,14 +292,14 @@ func (g *groups) carryOut(ctx context.Context, ms []localMember) {
 			started++
 		}
 	}
-	rep := nodeReport{Generation: st.generation, Members: len(ms), Stopped: stopped, Started: started}
+	rep := agentapi.NodeReport{Generation: st.Generation, Members: len(ms), Stopped: stopped, Started: started}
 	if rep != r.reported {
 		patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"nodes": map[string]any{g.a.cfg.NodeName: rep}}})
-		if _, err := g.client.Resource(GroupResource).Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		if _, err := g.client.Resource(agentapi.GroupResource).Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			g.a.log.Warn("report group stop", "group", id, "err", err)
 		} else {
 			r.reported = rep
-			st.nodes[g.a.cfg.NodeName] = rep
+			st.Nodes[g.a.cfg.NodeName] = rep
 		}
 	}
 	all := allStopped(st, r.expected)
@@ -317,7 +319,7 @@ func (g *groups) carryOut(ctx context.Context, ms []localMember) {
 		}
 		r.released[uid] = true
 		if !all {
-			g.a.log.Warn("group restart: not every pod of the group stopped within the bound; releasing this node's", "group", st.key, "generation", st.generation, "waited", GroupStopWait)
+			g.a.log.Warn("group restart: not every pod of the group stopped within the bound; releasing this node's", "group", st.Key, "generation", st.Generation, "waited", GroupStopWait)
 		}
 	}
 }
@@ -327,10 +329,10 @@ func (g *groups) carryOut(ctx context.Context, ms []localMember) {
 // report counts the members it has now: fewer than expected when some
 // left the round (a pod being deleted takes no pod-wide restart,
 // KEP-4438), none when all of them did.
-func allStopped(st groupState, expected map[string]int) bool {
+func allStopped(st agentapi.GroupState, expected map[string]int) bool {
 	for node, want := range expected {
-		rep, ok := st.nodes[node]
-		if !ok || rep.Generation != st.generation || rep.Stopped < min(want, rep.Members) {
+		rep, ok := st.Nodes[node]
+		if !ok || rep.Generation != st.Generation || rep.Stopped < min(want, rep.Members) {
 			return false
 		}
 	}
@@ -340,7 +342,7 @@ func allStopped(st groupState, expected map[string]int) bool {
 // expectedMembers lists the group's members in the API, per node, once per
 // round: the nodes whose agents must report them stopped.
 func (g *groups) expectedMembers(ctx context.Context, m localMember) map[string]int {
-	_, sel, _ := GroupOf(m.pod)
+	_, sel, _ := agentapi.GroupOf(m.pod)
 	out := map[string]int{}
 	list, err := g.a.cfg.Client.CoreV1().Pods(m.pod.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
 	if err != nil {
@@ -350,10 +352,10 @@ func (g *groups) expectedMembers(ctx context.Context, m localMember) map[string]
 	}
 	for i := range list.Items {
 		p := &list.Items[i]
-		if p.Spec.NodeName == "" || !groupMember(p) {
+		if p.Spec.NodeName == "" || !agentapi.GroupMember(p) {
 			continue
 		}
-		if k, _, _ := GroupOf(p); k != m.key {
+		if k, _, _ := agentapi.GroupOf(p); k != m.key {
 			continue
 		}
 		out[p.Spec.NodeName]++

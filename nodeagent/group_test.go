@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -21,99 +23,24 @@ import (
 	"github.com/restart-supervisor/restart-supervisor/contract"
 )
 
-func TestGroupOf(t *testing.T) {
-	for _, c := range []struct {
-		labels map[string]string
-		want   string
-	}{
-		{map[string]string{"batch.kubernetes.io/job-name": "j", contract.LabelGroup: "mine"}, contract.LabelGroup + "=mine"},
-		{map[string]string{"batch.kubernetes.io/job-name": "j", "jobset.sigs.k8s.io/jobset-name": "js"}, "jobset.sigs.k8s.io/jobset-name=js"},
-		{map[string]string{"leaderworkerset.sigs.k8s.io/name": "l", "leaderworkerset.sigs.k8s.io/group-index": "2"},
-			"leaderworkerset.sigs.k8s.io/group-index=2,leaderworkerset.sigs.k8s.io/name=l"},
-		// Half of LeaderWorkerSet's pair is no group of it.
-		{map[string]string{"leaderworkerset.sigs.k8s.io/name": "l"}, ""},
-		{map[string]string{"training.kubeflow.org/job-name": "pt"}, "training.kubeflow.org/job-name=pt"},
-		{map[string]string{"ray.io/cluster": "rc"}, "ray.io/cluster=rc"},
-		{map[string]string{"batch.kubernetes.io/job-name": "j"}, "batch.kubernetes.io/job-name=j"},
-		{map[string]string{contract.LabelGroup: ""}, ""},
-		{nil, ""},
-	} {
-		key, sel, ok := GroupOf(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: c.labels}})
-		if key != c.want || ok != (c.want != "") || ok && sel.String() != key {
-			t.Errorf("GroupOf(%v) = %q, %v, %v; want %q", c.labels, key, sel, ok, c.want)
-		}
-	}
-}
-
-func TestGroupMember(t *testing.T) {
-	pod := func(env string, deleting bool, phase corev1.PodPhase) *corev1.Pod {
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{contract.LabelGroup: "g"}},
-			Spec:   corev1.PodSpec{Containers: []corev1.Container{{Name: "a", Env: []corev1.EnvVar{{Name: contract.EnvConfig, Value: env}}}}},
-			Status: corev1.PodStatus{Phase: phase}}
-		if deleting {
-			now := metav1.Now()
-			p.DeletionTimestamp = &now
-		}
-		return p
-	}
-	group := `{"restartPolicyRules":[{"action":"RestartGroup"}]}`
-	if !groupMember(pod(group, false, corev1.PodRunning)) {
-		t.Error("a running pod with a RestartGroup rule is a member")
-	}
-	if groupMember(pod(`{"restartPolicyRules":[{"action":"Restart"}]}`, false, corev1.PodRunning)) {
-		t.Error("a pod without RestartGroup is no member")
-	}
-	if groupMember(pod(group, true, corev1.PodRunning)) {
-		t.Error("a pod being deleted takes no group restart (KEP-4438)")
-	}
-	if groupMember(pod(group, false, corev1.PodSucceeded)) {
-		t.Error("a finished pod is no member")
-	}
-}
-
 func TestAllStopped(t *testing.T) {
-	st := groupState{generation: 2, nodes: map[string]nodeReport{
+	st := agentapi.GroupState{Generation: 2, Nodes: map[string]agentapi.NodeReport{
 		"a": {Generation: 2, Members: 2, Stopped: 2},
 		"b": {Generation: 1, Members: 2, Stopped: 2},
 	}}
 	if allStopped(st, map[string]int{"a": 2, "b": 2}) {
 		t.Error("node b's report is of the last generation")
 	}
-	st.nodes["b"] = nodeReport{Generation: 2, Members: 2, Stopped: 1}
+	st.Nodes["b"] = agentapi.NodeReport{Generation: 2, Members: 2, Stopped: 1}
 	if allStopped(st, map[string]int{"a": 2, "b": 2}) {
 		t.Error("one of b's members still runs")
 	}
-	st.nodes["b"] = nodeReport{Generation: 2, Members: 2, Stopped: 2}
+	st.Nodes["b"] = agentapi.NodeReport{Generation: 2, Members: 2, Stopped: 2}
 	if !allStopped(st, map[string]int{"a": 2, "b": 2}) {
 		t.Error("every member stopped")
 	}
 	if allStopped(st, map[string]int{"a": 2, "b": 2, "c": 1}) {
 		t.Error("node c has not reported")
-	}
-}
-
-func TestRoundOver(t *testing.T) {
-	now := time.Now()
-	st := groupState{generation: 2, causeTime: now.Add(-time.Second), nodes: map[string]nodeReport{
-		"a": {Generation: 2, Members: 2, Stopped: 2, Started: 2},
-		"b": {Generation: 2, Members: 2, Stopped: 2, Started: 1},
-	}}
-	if roundOver(st, now) {
-		t.Error("node b's members have not all started again")
-	}
-	if !roundOver(st, now.Add(GroupStopWait+2*time.Second)) {
-		t.Error("past GroupStopWait the agents release anyway")
-	}
-	st.nodes["b"] = nodeReport{Generation: 2, Members: 2, Stopped: 2, Started: 2}
-	if !roundOver(st, now) {
-		t.Error("every node reported all started again")
-	}
-	st.nodes = map[string]nodeReport{"a": {Generation: 1, Members: 2, Stopped: 2}}
-	if roundOver(st, now) {
-		t.Error("no report of the current generation yet")
-	}
-	if !roundOver(groupState{}, now) {
-		t.Error("generation 0 has no round")
 	}
 }
 
@@ -130,8 +57,8 @@ func TestFailedDeliveryIsLoggedOncePerRound(t *testing.T) {
 		Client: kubefake.NewClientset()}, time.Now())
 	key := contract.LabelGroup + "=g"
 	obj := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": GroupResource.GroupVersion().String(), "kind": GroupKind,
-		"metadata": map[string]any{"name": GroupObjectName(key), "namespace": "default"},
+		"apiVersion": agentapi.GroupResource.GroupVersion().String(), "kind": agentapi.GroupKind,
+		"metadata": map[string]any{"name": agentapi.GroupObjectName(key), "namespace": "default"},
 		"spec": map[string]any{"group": key, "generation": int64(1),
 			"cause": map[string]any{"pod": "p", "container": "c", "exitCode": int64(42)}},
 	}}

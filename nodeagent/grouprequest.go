@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -38,7 +40,7 @@ func (g *groups) takeRequests(ctx context.Context, m localMember, spent map[stri
 	g.a.mu.Lock()
 	g.a.logErrors(errs)
 	g.a.mu.Unlock()
-	id := m.pod.Namespace + "/" + GroupObjectName(m.key)
+	id := m.pod.Namespace + "/" + agentapi.GroupObjectName(m.key)
 	for _, r := range reqs {
 		if !specContainer(m.pod, r.Container) {
 			continue
@@ -105,13 +107,13 @@ func (g *groups) decideFromStore(id, key string, r statevol.GroupRequest) (store
 	if !ok || !isU {
 		return storeAsk, ""
 	}
-	st := groupFromObject(u)
+	st := agentapi.GroupFromObject(u)
 	switch {
-	case st.key != key:
+	case st.Key != key:
 		return storeAsk, "" // the API server's answer names the clash
-	case st.generation > r.Observed:
+	case st.Generation > r.Observed:
 		return storeUnderWay, ""
-	case !roundOver(st, time.Now()):
+	case !agentapi.RoundOver(st, time.Now(), GroupStopWait):
 		return storeRoundOn, ""
 	}
 	if refused := budgetSpent(st); refused != "" {
@@ -122,9 +124,9 @@ func (g *groups) decideFromStore(id, key string, r statevol.GroupRequest) (store
 
 // budgetSpent is the refusal of a request when the group has had its
 // limit of restarts, else "".
-func budgetSpent(st groupState) string {
-	if st.maxRestarts >= 0 && int64(st.generation) >= st.maxRestarts {
-		return fmt.Sprintf("group %s has had %d group restarts, its limit (%s)", st.key, st.generation, contract.AnnotationGroupMaxRestarts)
+func budgetSpent(st agentapi.GroupState) string {
+	if st.MaxRestarts >= 0 && int64(st.Generation) >= st.MaxRestarts {
+		return fmt.Sprintf("group %s has had %d group restarts, its limit (%s)", st.Key, st.Generation, contract.AnnotationGroupMaxRestarts)
 	}
 	return ""
 }
@@ -133,8 +135,8 @@ func budgetSpent(st groupState) string {
 // group when r saw the current one, nothing when a newer one is under way
 // (it answers r), a refusal past the budget.
 func (g *groups) request(ctx context.Context, m localMember, r statevol.GroupRequest) (refused string, err error) {
-	res := g.client.Resource(GroupResource).Namespace(m.pod.Namespace)
-	name := GroupObjectName(m.key)
+	res := g.client.Resource(agentapi.GroupResource).Namespace(m.pod.Namespace)
+	name := agentapi.GroupObjectName(m.key)
 	for try := 0; try < 5; try++ {
 		u, err := res.Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -147,14 +149,14 @@ func (g *groups) request(ctx context.Context, m localMember, r statevol.GroupReq
 		if err != nil {
 			return "", err
 		}
-		st := groupFromObject(u)
-		if st.key != m.key {
-			return "", fmt.Errorf("%s/%s names group %q, not %q", m.pod.Namespace, name, st.key, m.key)
+		st := agentapi.GroupFromObject(u)
+		if st.Key != m.key {
+			return "", fmt.Errorf("%s/%s names group %q, not %q", m.pod.Namespace, name, st.Key, m.key)
 		}
-		if st.generation > r.Observed {
+		if st.Generation > r.Observed {
 			return "", nil // the restart it asks for is under way
 		}
-		if !roundOver(st, time.Now()) {
+		if !agentapi.RoundOver(st, time.Now(), GroupStopWait) {
 			// A request during a round: taken once the round is over,
 			// so that a member that floods requests makes at most one
 			// generation per round.
@@ -163,7 +165,7 @@ func (g *groups) request(ctx context.Context, m localMember, r statevol.GroupReq
 		if refused := budgetSpent(st); refused != "" {
 			return refused, nil
 		}
-		next := st.generation + 1
+		next := st.Generation + 1
 		if len(u.GetOwnerReferences()) == 0 {
 			if o := groupOwner(m.pod); o != nil {
 				u.SetOwnerReferences([]metav1.OwnerReference{*o}) // an object made before owners were set
@@ -192,9 +194,9 @@ func (g *groups) request(ctx context.Context, m localMember, r statevol.GroupReq
 			refs = append(refs, &corev1.ObjectReference{APIVersion: o.APIVersion, Kind: o.Kind, Name: o.Name, UID: o.UID, Namespace: m.pod.Namespace})
 		}
 		for _, ref := range refs {
-			signed := g.a.signer.sign(ReasonGroupRestarted, ref, ann)
+			signed := g.a.signer.Sign(agentapi.ReasonGroupRestarted, ref, ann)
 			g.a.sink.remember(ref, msg, signed)
-			g.a.recorder.AnnotatedEventf(ref, signed, corev1.EventTypeWarning, ReasonGroupRestarted, "%s", msg)
+			g.a.recorder.AnnotatedEventf(ref, signed, corev1.EventTypeWarning, agentapi.ReasonGroupRestarted, "%s", msg)
 		}
 		return "", nil
 	}
@@ -212,7 +214,7 @@ func newGroupObject(pod *corev1.Pod, name, key string) *unstructured.Unstructure
 		}
 	}
 	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": GroupResource.GroupVersion().String(), "kind": GroupKind,
+		"apiVersion": agentapi.GroupResource.GroupVersion().String(), "kind": agentapi.GroupKind,
 		"metadata": map[string]any{"name": name, "namespace": pod.Namespace},
 		"spec":     spec,
 	}}

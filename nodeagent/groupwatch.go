@@ -3,6 +3,8 @@ package nodeagent
 import (
 	"context"
 
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/dynamic"
@@ -49,7 +51,7 @@ func (w *groupWatches) keep(ctx context.Context, ids map[string]bool) {
 		if err != nil {
 			continue
 		}
-		inf := dynamicinformer.NewFilteredDynamicInformer(w.client, GroupResource, ns, 0, cache.Indexers{},
+		inf := dynamicinformer.NewFilteredDynamicInformer(w.client, agentapi.GroupResource, ns, 0, cache.Indexers{},
 			func(o *metav1.ListOptions) {
 				o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
 			}).Informer()

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
+
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -235,7 +237,7 @@ func TestRefusedEntriesLogBounded(t *testing.T) {
 	var logs strings.Builder
 	a := newAgent(Config{PodsDir: podsDir, Limits: DefaultLimits, Log: slog.New(slog.NewTextHandler(&logs, nil))}, time.Now())
 	a.pods = idx
-	a.recorder = record.NewBroadcaster().NewRecorder(nil, corev1.EventSource{Component: Component})
+	a.recorder = record.NewBroadcaster().NewRecorder(nil, corev1.EventSource{Component: agentapi.Component})
 	const scans, bad = 10, 200
 	for s := range scans {
 		for i := range bad {

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/record"
 )
@@ -64,7 +66,7 @@ func (s *eventSink) annotationsOf(e *corev1.Event) map[string]string {
 func (s *eventSink) Create(e *corev1.Event) (*corev1.Event, error) {
 	e = e.DeepCopy()
 	if e.ReportingController == "" {
-		e.ReportingController, e.ReportingInstance = Component, s.instance
+		e.ReportingController, e.ReportingInstance = agentapi.Component, s.instance
 	}
 	if ann := s.annotationsOf(e); ann != nil {
 		if e.Annotations == nil {

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
@@ -32,9 +34,9 @@ func TestSinkKeepsValuesOnAggregatedEvents(t *testing.T) {
 	b := record.NewBroadcaster()
 	defer b.Shutdown()
 	b.StartRecordingToSink(sink)
-	rec := b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: Component, Host: "node-a"})
-	a := &Agent{recorder: rec, sink: sink, signer: newSigner("node-a")}
-	keys := map[string][]ed25519.PublicKey{"node-a": {a.signer.key.Public().(ed25519.PublicKey)}}
+	rec := b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: agentapi.Component, Host: "node-a"})
+	a := &Agent{recorder: rec, sink: sink, signer: agentapi.NewSigner("node-a")}
+	keys := map[string][]ed25519.PublicKey{"node-a": {agentapi.ParseKeys(a.signer.Public())[0]}}
 	pod := testPod(agentStart, "app")
 	// A second pod whose Events have the same messages: each pod's Events
 	// keep their own signature.
@@ -43,7 +45,7 @@ func TestSinkKeepsValuesOnAggregatedEvents(t *testing.T) {
 	const n = 15
 	for i := 1; i <= n; i++ {
 		for _, p := range []*corev1.Pod{pod, twin} {
-			a.record(p, event{reason: ReasonRestarted, container: "app", times: 1, restart: Restart{Container: "app", Total: i}})
+			a.record(p, event{reason: agentapi.ReasonRestarted, container: "app", times: 1, restart: agentapi.Restart{Container: "app", Total: i}})
 		}
 	}
 	var events []corev1.Event
@@ -69,15 +71,15 @@ func TestSinkKeepsValuesOnAggregatedEvents(t *testing.T) {
 		if strings.HasPrefix(e.Message, combinedPrefix) {
 			combined++
 		}
-		var r Restart
+		var r agentapi.Restart
 		if err := json.Unmarshal([]byte(e.Annotations[contract.EventAnnotationRestart]), &r); err != nil ||
 			!strings.Contains(e.Message, fmt.Sprintf("(restart %d)", r.Total)) {
 			t.Errorf("Event %q: annotation %q (%v)", e.Message, e.Annotations[contract.EventAnnotationRestart], err)
 		}
-		if e.ReportingController != Component || e.ReportingInstance != "node-a" {
+		if e.ReportingController != agentapi.Component || e.ReportingInstance != "node-a" {
 			t.Errorf("Event %q: reporting %q/%q", e.Message, e.ReportingController, e.ReportingInstance)
 		}
-		if !trustedEvent(e, map[string]bool{"node-a": true}, keys) {
+		if !agentapi.SignedByOneOf(e, keys["node-a"]) {
 			t.Errorf("Event %q on %s: its signature does not verify", e.Message, e.InvolvedObject.Name)
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
+
 	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/internal/upgradefixture"
 )
@@ -37,14 +39,14 @@ func TestScansEveryReleasesState(t *testing.T) {
 			if tr.RestartsTotal == nil || *tr.RestartsTotal != 3 {
 				t.Errorf("trainer's restartsTotal read as %v, want 3", tr.RestartsTotal)
 			}
-			r := restartOf(tr.Status, *tr.RestartsTotal)
+			r := agentapi.RestartOf(tr.Status, *tr.RestartsTotal)
 			if r.ExitCode == nil || *r.ExitCode != 42 || r.Rule == nil || *r.Rule != 0 || r.Action != "Restart" || r.Total != 3 {
 				t.Errorf("trainer's restart read as %+v", r)
 			}
 			if tr.HandOver == nil {
 				t.Fatal("trainer's hand-over was not read")
 			}
-			if h := handOverOf(tr.Status, 3); h.Reason != "RestartBudgetExhausted" || h.ExitCode != 1 {
+			if h := agentapi.HandOverOf(tr.Status, 3); h.Reason != "RestartBudgetExhausted" || h.ExitCode != 1 {
 				t.Errorf("trainer's hand-over read as %+v", h)
 			}
 			if w := byName["worker"]; w.Generation != 1 || w.PodRestarts != 1 || w.State != "running" {

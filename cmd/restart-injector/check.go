@@ -15,6 +15,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentstatus"
+
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -26,7 +29,6 @@ import (
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/injector"
-	"github.com/restart-supervisor/restart-supervisor/nodeagent"
 	"github.com/restart-supervisor/restart-supervisor/webhook"
 )
 
@@ -81,7 +83,7 @@ func runCheck(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	kubeconfig := fs.String("kubeconfig", "", "`FILE` (default: $KUBECONFIG, then ~/.kube/config, as kubectl)")
 	kubeContext := fs.String("context", "", "kubeconfig `CONTEXT` to use")
 	webhookConfig := fs.String("webhook-config", "restart-injector", "`NAME` of the MutatingWebhookConfiguration")
-	agentNamespace := fs.String("agent-namespace", nodeagent.AgentNamespace, "`NAMESPACE` of the node agent's pods")
+	agentNamespace := fs.String("agent-namespace", agentapi.AgentNamespace, "`NAMESPACE` of the node agent's pods")
 	timeout := fs.Duration("timeout", 10*time.Second, "bound of each check's calls")
 	webhookNamespace := fs.String("webhook-namespace", "restart-supervisor", "`NAMESPACE` the webhook runs in, which its namespaceSelector leaves out: the --native=auto checks dry-run their probe pods there, as the webhook does (default: the webhook Service's namespace, else this)")
 	fs.Usage = func() { fmt.Fprint(stderr, checkUsage); fs.PrintDefaults() }
@@ -460,7 +462,7 @@ func (c *checker) checkInjected(pod *corev1.Pod) {
 func (c *checker) checkNodeAgent(pod *corev1.Pod, agentNamespace string) {
 	ctx, cancel := context.WithTimeout(c.ctx, c.timeout)
 	defer cancel()
-	agents, err := nodeagent.AgentNodes(ctx, c.client, agentNamespace)
+	agents, err := agentstatus.AgentNodes(ctx, c.client, agentNamespace)
 	switch {
 	case err != nil:
 		c.report(checkResult{"warn", "node-agent", err.Error(), "the check needs list on pods of " + agentNamespace})
@@ -469,7 +471,7 @@ func (c *checker) checkNodeAgent(pod *corev1.Pod, agentNamespace string) {
 	case pod.Spec.NodeName == "":
 		c.report(checkResult{"ok", "node-agent", fmt.Sprintf("the pod is not scheduled yet; nodes that run the node agent: %d", len(agents)), ""})
 	case agents[pod.Spec.NodeName]:
-		published, err := nodeagent.AgentKeyPublished(ctx, c.client, agentNamespace, pod.Spec.NodeName)
+		published, err := agentapi.AgentKeyPublished(ctx, c.client, agentNamespace, pod.Spec.NodeName)
 		switch {
 		case err != nil:
 			c.report(checkResult{"warn", "node-agent", err.Error(), "the check needs get on configmaps of " + agentNamespace})

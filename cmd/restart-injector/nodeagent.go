@@ -10,6 +10,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
+
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -36,9 +38,9 @@ func runNodeAgent(ctx context.Context, args []string, stderr io.Writer) int {
 	fs.BoolVar(&c.Groups, "groups", false, "carry out group restarts (RestartGroup, docs/gang.md): needs the GroupRestart CRD, its rights and the pods directory writable (deploy/components/node-agent-groups)")
 	ns := os.Getenv("POD_NAMESPACE")
 	if ns == "" {
-		ns = nodeagent.AgentNamespace
+		ns = agentapi.AgentNamespace
 	}
-	fs.StringVar(&c.KeyNamespace, "namespace", ns, "`NAMESPACE` of the agent, where it publishes its Event-signing key for restart-injector status --agent-namespace (default $POD_NAMESPACE, else "+nodeagent.AgentNamespace+")")
+	fs.StringVar(&c.KeyNamespace, "namespace", ns, "`NAMESPACE` of the agent, where it publishes its Event-signing key for restart-injector status --agent-namespace (default $POD_NAMESPACE, else "+agentapi.AgentNamespace+")")
 	kubeconfig := fs.String("kubeconfig", "", "`FILE` for API access outside a cluster (default: in-cluster config)")
 	logFormat := fs.String("log-format", "json", "log `FORMAT`: json or text")
 	if err := fs.Parse(args); err != nil {

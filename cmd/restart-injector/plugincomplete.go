@@ -8,12 +8,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentstatus"
+
 	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
-
-	"github.com/restart-supervisor/restart-supervisor/nodeagent"
 )
 
 // The directives of cobra's completion protocol, which kubectl's plugin
@@ -58,7 +58,7 @@ func runPluginCompletion(ctx context.Context, args []string, stdout io.Writer) i
 	case f != nil && f.NoOptDefVal == "":
 		switch f.Name {
 		case "output":
-			out = nodeagent.StatusFormats
+			out = agentstatus.StatusFormats
 		case "namespace", "agent-namespace":
 			// The flag before the word waits for it: the kubeconfig
 			// flags are in the words before that.

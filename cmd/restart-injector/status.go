@@ -10,6 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentstatus"
+
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -21,8 +24,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
-
-	"github.com/restart-supervisor/restart-supervisor/nodeagent"
 )
 
 const statusUsage = `usage: restart-injector status [POD] [-n NAMESPACE | -A] [-l SELECTOR] [-o wide|json|yaml|name] [-w]
@@ -94,8 +95,8 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if all && pod != "" {
 		return fail("a POD needs its namespace: -n NAMESPACE, not -A")
 	}
-	if output != "" && !slices.Contains(nodeagent.StatusFormats, output) {
-		return fail("-o %q: want one of %s", output, strings.Join(nodeagent.StatusFormats, ", "))
+	if output != "" && !slices.Contains(agentstatus.StatusFormats, output) {
+		return fail("-o %q: want one of %s", output, strings.Join(agentstatus.StatusFormats, ", "))
 	}
 	timeout, err := time.ParseDuration(get("request-timeout"))
 	if err != nil || timeout < 0 {
@@ -134,8 +135,8 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return boundedResponses{rt} })
 		client, err = kubernetes.NewForConfig(cfg)
 	}
-	q := &nodeagent.StatusQuery{Client: client, AgentNamespace: get("agent-namespace"), Namespace: namespace, Pod: pod, Selector: selector}
-	var rows []nodeagent.StatusRow
+	q := &agentstatus.StatusQuery{Client: client, AgentNamespace: get("agent-namespace"), Namespace: namespace, Pod: pod, Selector: selector}
+	var rows []agentstatus.StatusRow
 	var rv string
 	if err == nil {
 		rows, rv, err = q.List(ctx)
@@ -144,14 +145,14 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "restart-injector status: %v\n", err)
 		return exitFailure
 	}
-	p := &nodeagent.StatusPrinter{Format: output, AllNamespaces: all, NoHeaders: is("no-headers")}
-	if len(rows) == 0 && output != nodeagent.FormatJSON && output != nodeagent.FormatYAML {
+	p := &agentstatus.StatusPrinter{Format: output, AllNamespaces: all, NoHeaders: is("no-headers")}
+	if len(rows) == 0 && output != agentstatus.FormatJSON && output != agentstatus.FormatYAML {
 		fmt.Fprintln(stderr, "No in-place restarts recorded (the node agent's Events last as long as the API server keeps Events, 1 h by default).")
 	} else if err := p.Print(stdout, rows); err != nil {
 		fmt.Fprintf(stderr, "restart-injector status: %v\n", err)
 		return exitFailure
 	}
-	if output == nodeagent.FormatTable || output == nodeagent.FormatWide {
+	if output == agentstatus.FormatTable || output == agentstatus.FormatWide {
 		groups, err := listGroups(ctx, cfg, client, namespace, pod, selector)
 		switch {
 		case apierrors.IsForbidden(err):
@@ -170,7 +171,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return exitOK
 	}
 	q.Client = watchClient
-	if err := q.Watch(ctx, rv, func(r nodeagent.StatusRow) error { return p.PrintChange(stdout, r) }); err != nil && ctx.Err() == nil {
+	if err := q.Watch(ctx, rv, func(r agentstatus.StatusRow) error { return p.PrintChange(stdout, r) }); err != nil && ctx.Err() == nil {
 		fmt.Fprintf(stderr, "restart-injector status: %v\n", err)
 		return exitFailure
 	}
@@ -193,7 +194,7 @@ func statusFlags() *pflag.FlagSet {
 	fs.String("kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, as kubectl)")
 	fs.String("context", "", "kubeconfig context to use")
 	fs.String("request-timeout", "30s", "how long each request to the API server may take before status gives up, as kubectl's flag (0: no limit); not for -w's watch")
-	fs.String("agent-namespace", nodeagent.AgentNamespace, "namespace of the node agent's pods: only Events from a node that runs one are shown")
+	fs.String("agent-namespace", agentapi.AgentNamespace, "namespace of the node agent's pods: only Events from a node that runs one are shown")
 	return fs
 }
 
@@ -206,7 +207,7 @@ func listGroups(ctx context.Context, cfg *rest.Config, client kubernetes.Interfa
 	if err != nil {
 		return nil, err
 	}
-	list, err := dyn.Resource(nodeagent.GroupResource).Namespace(namespace).List(ctx, metav1.ListOptions{})
+	list, err := dyn.Resource(agentapi.GroupResource).Namespace(namespace).List(ctx, metav1.ListOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}
@@ -235,8 +236,8 @@ func listGroups(ctx context.Context, cfg *rest.Config, client kubernetes.Interfa
 	}
 	want := map[string]bool{}
 	for i := range pods {
-		if key, _, ok := nodeagent.GroupOf(&pods[i]); ok {
-			want[pods[i].Namespace+"/"+nodeagent.GroupObjectName(key)] = true
+		if key, _, ok := agentapi.GroupOf(&pods[i]); ok {
+			want[pods[i].Namespace+"/"+agentapi.GroupObjectName(key)] = true
 		}
 	}
 	var out []unstructured.Unstructured

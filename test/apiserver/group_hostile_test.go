@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
+
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -57,9 +59,9 @@ func TestGroupFloodInAnotherNamespaceStallsNoGroup(t *testing.T) {
 	evil := groupPod(t, client, "evil", "evil-0", "node-a", "evil", "")
 	evilState := stateDir(t, podsDirs["node-a"], evil.UID)
 	evilKey := contract.LabelGroup + "=evil"
-	_, err = dyn.Resource(nodeagent.GroupResource).Namespace("evil").Create(ctx, &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": nodeagent.GroupResource.GroupVersion().String(), "kind": nodeagent.GroupKind,
-		"metadata": map[string]any{"name": nodeagent.GroupObjectName(evilKey)},
+	_, err = dyn.Resource(agentapi.GroupResource).Namespace("evil").Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": agentapi.GroupResource.GroupVersion().String(), "kind": agentapi.GroupKind,
+		"metadata": map[string]any{"name": agentapi.GroupObjectName(evilKey)},
 		"spec": map[string]any{"group": evilKey, "generation": int64(1),
 			// A round made now whose other node never reports its member
 			// started: under way for the whole test.
@@ -145,9 +147,9 @@ done`, m.log, m.trigger)
 	// A request named with control bytes, seeing the victim's current
 	// generation, then a real one: only the real one makes a generation,
 	// and its cause names the spec's container.
-	victimName := nodeagent.GroupObjectName(contract.LabelGroup + "=victim")
+	victimName := agentapi.GroupObjectName(contract.LabelGroup + "=victim")
 	waitFor(t, "the victim's round over", 40*time.Second, func(ctx context.Context) (bool, error) {
-		o, err := dyn.Resource(nodeagent.GroupResource).Namespace("default").Get(ctx, victimName, metav1.GetOptions{})
+		o, err := dyn.Resource(agentapi.GroupResource).Namespace("default").Get(ctx, victimName, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
@@ -166,7 +168,7 @@ done`, m.log, m.trigger)
 	time.Sleep(time.Second) // five group steps
 	must(t, os.WriteFile(victims[0].trigger, nil, 0o644))
 	waitFor(t, "the real request's generation", 30*time.Second, func(ctx context.Context) (bool, error) {
-		o, err := dyn.Resource(nodeagent.GroupResource).Namespace("default").Get(ctx, victimName, metav1.GetOptions{})
+		o, err := dyn.Resource(agentapi.GroupResource).Namespace("default").Get(ctx, victimName, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
@@ -207,9 +209,9 @@ func TestAgentHoldsOnlyItsNodesGroups(t *testing.T) {
 			defer wg.Done()
 			for i := w; i < historical; i += 16 {
 				key := fmt.Sprintf("batch.kubernetes.io/job-name=train-%05d", i)
-				_, err := dyn.Resource(nodeagent.GroupResource).Namespace("history").Create(ctx, &unstructured.Unstructured{Object: map[string]any{
-					"apiVersion": nodeagent.GroupResource.GroupVersion().String(), "kind": nodeagent.GroupKind,
-					"metadata": map[string]any{"name": nodeagent.GroupObjectName(key)},
+				_, err := dyn.Resource(agentapi.GroupResource).Namespace("history").Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+					"apiVersion": agentapi.GroupResource.GroupVersion().String(), "kind": agentapi.GroupKind,
+					"metadata": map[string]any{"name": agentapi.GroupObjectName(key)},
 					"spec": map[string]any{"group": key, "generation": int64(3),
 						"cause": map[string]any{"pod": fmt.Sprintf("train-%05d-0-abcde", i), "container": "trainer", "exitCode": int64(42), "time": "2026-11-01T10:00:00Z"},
 						"nodes": map[string]any{
@@ -288,16 +290,16 @@ func TestGroupObjectGoesWithItsWorkload(t *testing.T) {
 	startGroupAgent(t, env.Config, "node-a", podsDir)
 	must(t, os.MkdirAll(filepath.Join(state, contract.GroupDir), 0o777))
 	must(t, os.WriteFile(filepath.Join(state, contract.GroupDir, contract.GroupRequestPrefix+"rank"), []byte(`{"id":"r1","exitCode":42,"observed":0}`), 0o644))
-	name := nodeagent.GroupObjectName(contract.LabelGroup + "=train")
+	name := agentapi.GroupObjectName(contract.LabelGroup + "=train")
 	waitFor(t, "the group's generation 1", 30*time.Second, func(ctx context.Context) (bool, error) {
-		o, err := dyn.Resource(nodeagent.GroupResource).Namespace("default").Get(ctx, name, metav1.GetOptions{})
+		o, err := dyn.Resource(agentapi.GroupResource).Namespace("default").Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
 		gen, _, _ := unstructured.NestedInt64(o.Object, "spec", "generation")
 		return gen == 1, nil
 	})
-	o, err := dyn.Resource(nodeagent.GroupResource).Namespace("default").Get(ctx, name, metav1.GetOptions{})
+	o, err := dyn.Resource(agentapi.GroupResource).Namespace("default").Get(ctx, name, metav1.GetOptions{})
 	must(t, err)
 	if refs := o.GetOwnerReferences(); len(refs) != 1 || refs[0].UID != job.UID || refs[0].Kind != "Job" {
 		t.Fatalf("owner references %+v, want the Job %s", refs, job.UID)
@@ -305,7 +307,7 @@ func TestGroupObjectGoesWithItsWorkload(t *testing.T) {
 	must(t, client.BatchV1().Jobs("default").Delete(ctx, job.Name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)}))
 	deleted := time.Now()
 	waitFor(t, "the garbage collector's deletion of the group's object", 90*time.Second, func(ctx context.Context) (bool, error) {
-		_, err := dyn.Resource(nodeagent.GroupResource).Namespace("default").Get(ctx, name, metav1.GetOptions{})
+		_, err := dyn.Resource(agentapi.GroupResource).Namespace("default").Get(ctx, name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), err
 	})
 	t.Logf("the Job's deletion → its GroupRestart object gone: %s", time.Since(deleted).Round(100*time.Millisecond))

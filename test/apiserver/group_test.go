@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
@@ -296,8 +298,8 @@ while :; do sleep 0.1; done`, m.log, i)
 
 	dyn, err := dynamic.NewForConfig(env.Config)
 	must(t, err)
-	name := nodeagent.GroupObjectName(contract.LabelGroup + "=" + group)
-	obj, err := dyn.Resource(nodeagent.GroupResource).Namespace("default").Get(context.Background(), name, metav1.GetOptions{})
+	name := agentapi.GroupObjectName(contract.LabelGroup + "=" + group)
+	obj, err := dyn.Resource(agentapi.GroupResource).Namespace("default").Get(context.Background(), name, metav1.GetOptions{})
 	must(t, err)
 	if gen, _, _ := unstructuredInt(obj.Object, "spec", "generation"); gen != 1 {
 		t.Errorf("group generation %d, want 1 (the second exit was past the limit)", gen)
@@ -309,8 +311,8 @@ while :; do sleep 0.1; done`, m.log, i)
 			t.Logf("%s: group generation 1 is its pod generation %d", m.pod.Name, n)
 		}
 	}
-	waitEvents(t, client, members[0].pod, nodeagent.ReasonGroupRestarted, 1)
-	waitEvents(t, client, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: jobUID}}, nodeagent.ReasonGroupRestarted, 1)
+	waitEvents(t, client, members[0].pod, agentapi.ReasonGroupRestarted, 1)
+	waitEvents(t, client, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: jobUID}}, agentapi.ReasonGroupRestarted, 1)
 	// Both nodes have members: both agents serve the group's count.
 	for _, n := range nodes {
 		waitMetric(t, metrics[n], series("restart_supervisor_group_restarts_total", "group", contract.LabelGroup+"="+group, "namespace", "default"), "1")
@@ -326,7 +328,7 @@ while :; do sleep 0.1; done`, m.log, i)
 	must(t, os.WriteFile(filepath.Join(istate, contract.GroupDir, contract.GroupRequestPrefix+"rank"),
 		[]byte(`{"id":"x","container":"rank","exitCode":42,"observed":0}`), 0o644))
 	waitFor(t, "the other namespace's group", 30*time.Second, func(ctx context.Context) (bool, error) {
-		o, err := dyn.Resource(nodeagent.GroupResource).Namespace("other").Get(ctx, name, metav1.GetOptions{})
+		o, err := dyn.Resource(agentapi.GroupResource).Namespace("other").Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
@@ -339,7 +341,7 @@ while :; do sleep 0.1; done`, m.log, i)
 			t.Errorf("%s ran %d times after a request in another namespace, want 2", m.pod.Name, len(r))
 		}
 	}
-	obj, err = dyn.Resource(nodeagent.GroupResource).Namespace("default").Get(context.Background(), name, metav1.GetOptions{})
+	obj, err = dyn.Resource(agentapi.GroupResource).Namespace("default").Get(context.Background(), name, metav1.GetOptions{})
 	must(t, err)
 	if gen, _, _ := unstructuredInt(obj.Object, "spec", "generation"); gen != 1 {
 		t.Errorf("default's group generation %d after a request in another namespace, want 1", gen)
@@ -459,9 +461,9 @@ while :; do sleep 0.1; done`, logs[i], i)
 	}
 	dyn, err := dynamic.NewForConfig(env.Config)
 	must(t, err)
-	name := nodeagent.GroupObjectName(contract.LabelGroup + "=g")
+	name := agentapi.GroupObjectName(contract.LabelGroup + "=g")
 	waitFor(t, "the group's generation 1", 30*time.Second, func(ctx context.Context) (bool, error) {
-		o, err := dyn.Resource(nodeagent.GroupResource).Namespace("default").Get(ctx, name, metav1.GetOptions{})
+		o, err := dyn.Resource(agentapi.GroupResource).Namespace("default").Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
@@ -575,7 +577,7 @@ while :; do sleep 0.1; done`, logs[i])
 	var gen int64
 	var r0, r1 []rankRun
 	waitFor(t, "each generation's restart of both members", 30*time.Second, func(ctx context.Context) (bool, error) {
-		obj, err := dyn.Resource(nodeagent.GroupResource).Namespace("default").Get(ctx, nodeagent.GroupObjectName(contract.LabelGroup+"=flood"), metav1.GetOptions{})
+		obj, err := dyn.Resource(agentapi.GroupResource).Namespace("default").Get(ctx, agentapi.GroupObjectName(contract.LabelGroup+"=flood"), metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}

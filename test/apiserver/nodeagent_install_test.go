@@ -13,12 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/internal/testutil"
-	"github.com/restart-supervisor/restart-supervisor/nodeagent"
 )
 
 // TestNodeAgentInstalled applies the node-agent component with kubectl
@@ -118,7 +119,7 @@ func TestNodeAgentInstalled(t *testing.T) {
 		writeStatus(t, webDir, "app", i, 0, false)
 		waitMetric(t, addr, series("restart_supervisor_container_restarts_total", "namespace", "default", "pod", "web", "container", "app", "uid", string(web.UID)), fmt.Sprint(i))
 	}
-	waitEvents(t, client, web, nodeagent.ReasonRestarted, 3)
+	waitEvents(t, client, web, agentapi.ReasonRestarted, 3)
 
 	// Off by default (and the component grants no patch on pods).
 	if p, err := client.CoreV1().Pods("default").Get(context.Background(), "web", metav1.GetOptions{}); err != nil || p.Annotations[contract.AnnotationRestarts] != "" {
@@ -127,7 +128,7 @@ func TestNodeAgentInstalled(t *testing.T) {
 
 	registerAgentPod(t, client, agentNode)
 	waitFor(t, "the agent's Event-signing key", 30*time.Second, func(ctx context.Context) (bool, error) {
-		published, err := nodeagent.AgentKeyPublished(ctx, client, nodeagent.AgentNamespace, agentNode)
+		published, err := agentapi.AgentKeyPublished(ctx, client, agentapi.AgentNamespace, agentNode)
 		return published, err
 	})
 	out, err = exec.Command(bin, "status", "--kubeconfig="+admin, "-n", "default").CombinedOutput()

@@ -14,12 +14,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/restart-supervisor/restart-supervisor/internal/testutil"
-	"github.com/restart-supervisor/restart-supervisor/nodeagent"
 )
 
 // TestNodeAgentAtNodeScale runs the built node agent, at its default
@@ -38,7 +39,7 @@ func TestNodeAgentAtNodeScale(t *testing.T) {
 	dir := t.TempDir()
 	bin := buildInjector(t, dir)
 	admin := kubeconfigFor(t, env, dir, "admin", envtest.User{Name: "scale-admin", Groups: []string{"system:masters"}})
-	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nodeagent.AgentNamespace}}, metav1.CreateOptions{}); err != nil {
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agentapi.AgentNamespace}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	created := 0
@@ -96,7 +97,7 @@ func TestNodeAgentAtNodeScale(t *testing.T) {
 			toMetric = append(toMetric, time.Since(start))
 			waitFor(t, "the Event of "+p.Name, 30*time.Second, func(ctx context.Context) (bool, error) {
 				l, err := client.CoreV1().Events("default").List(ctx, metav1.ListOptions{
-					FieldSelector: "involvedObject.uid=" + string(p.UID) + ",reason=" + nodeagent.ReasonRestarted})
+					FieldSelector: "involvedObject.uid=" + string(p.UID) + ",reason=" + agentapi.ReasonRestarted})
 				return err == nil && len(l.Items) > 0, err
 			})
 			toEvent = append(toEvent, time.Since(start))

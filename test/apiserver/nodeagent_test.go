@@ -21,6 +21,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentstatus"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -83,12 +86,12 @@ func startAgent(t *testing.T, cfg *rest.Config, podsDir string, writes *atomic.I
 	// The agent publishes its Event-signing key in its namespace at its
 	// start; status takes none of its Events before. The key is there
 	// when startAgent returns: one more line in the node's ConfigMap.
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nodeagent.AgentNamespace}}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agentapi.AgentNamespace}}
 	if _, err := client.CoreV1().Namespaces().Create(context.Background(), ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 	keys := func(ctx context.Context) (int, error) {
-		cm, err := client.CoreV1().ConfigMaps(nodeagent.AgentNamespace).Get(ctx, nodeagent.AgentKeyConfigMap(agentNode), metav1.GetOptions{})
+		cm, err := client.CoreV1().ConfigMaps(agentapi.AgentNamespace).Get(ctx, agentapi.AgentKeyConfigMap(agentNode), metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return 0, nil
 		}
@@ -145,30 +148,30 @@ func createPod(t *testing.T, client kubernetes.Interface, name, node string, con
 func registerAgentPod(t *testing.T, client kubernetes.Interface, node string) {
 	t.Helper()
 	ctx := context.Background()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nodeagent.AgentNamespace}}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agentapi.AgentNamespace}}
 	if _, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: nodeagent.Component + "-" + node, Namespace: nodeagent.AgentNamespace,
-		Labels: map[string]string{"app.kubernetes.io/name": nodeagent.Component}},
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: agentapi.Component + "-" + node, Namespace: agentapi.AgentNamespace,
+		Labels: map[string]string{"app.kubernetes.io/name": agentapi.Component}},
 		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "node-agent", Image: "restart-injector"}}}}
-	if _, err := client.CoreV1().Pods(nodeagent.AgentNamespace).Create(ctx, p, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if _, err := client.CoreV1().Pods(agentapi.AgentNamespace).Create(ctx, p, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 }
 
 // publishAgentKey publishes an Event-signing key for node's agent, as the
-// agent does at its start (the ConfigMap of nodeagent.AgentKeyConfigMap).
+// agent does at its start (the ConfigMap of agentapi.AgentKeyConfigMap).
 func publishAgentKey(t *testing.T, client kubernetes.Interface, node string) {
 	t.Helper()
 	pub, _, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: nodeagent.AgentKeyConfigMap(node), Namespace: nodeagent.AgentNamespace,
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: agentapi.AgentKeyConfigMap(node), Namespace: agentapi.AgentNamespace,
 		Labels: map[string]string{"app.kubernetes.io/name": contract.AgentKeyLabel}},
 		Data: map[string]string{"node": node, "keys": base64.StdEncoding.EncodeToString(pub)}}
-	if _, err := client.CoreV1().ConfigMaps(nodeagent.AgentNamespace).Create(context.Background(), cm, metav1.CreateOptions{}); err != nil {
+	if _, err := client.CoreV1().ConfigMaps(agentapi.AgentNamespace).Create(context.Background(), cm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -313,7 +316,7 @@ func TestNodeAgent(t *testing.T) {
 		writeStatus(t, webDir, "app", i, 0, i == 3)
 		waitMetric(t, agent.addr, appSeries, fmt.Sprint(i))
 	}
-	msgs := waitEvents(t, client, web, nodeagent.ReasonRestarted, 3)
+	msgs := waitEvents(t, client, web, agentapi.ReasonRestarted, 3)
 	t.Logf("events: %q", msgs)
 	if !strings.Contains(strings.Join(msgs, "\n"), "Container app restarted in place (restart 3): exit code 3, rule 0 (Restart), back-off 10s [spec.containers{app}]") {
 		t.Errorf("no event for the third restart with its exit, rule and back-off: %q", msgs)
@@ -351,25 +354,25 @@ func TestNodeAgent(t *testing.T) {
 	waitMetric(t, agent.addr, appSeries, "4")
 	writeStatus(t, webDir, "app", 5, 0, false)
 	waitMetric(t, agent.addr, appSeries, "5")
-	waitEvents(t, client, web, nodeagent.ReasonRestarted, 4)
+	waitEvents(t, client, web, agentapi.ReasonRestarted, 4)
 
 	// The kubelet restarted the container: a new supervisor counts from
 	// 0 and carries its predecessors' 5 in restartsTotal. The counter goes
 	// on from 5.
 	writeStatusTotal(t, webDir, "app", 1, 6, 0, false)
 	waitMetric(t, agent.addr, appSeries, "6")
-	waitEvents(t, client, web, nodeagent.ReasonRestarted, 5)
+	waitEvents(t, client, web, agentapi.ReasonRestarted, 5)
 
 	// A pod-wide restart (RestartAllContainers): generation 1 in both
 	// documents.
 	writeStatusTotal(t, webDir, "app", 2, 7, 1, false)
 	writeStatus(t, webDir, "side", 1, 1, false)
 	waitMetric(t, agent.addr, series("restart_supervisor_pod_restarts_total", "namespace", "default", "pod", "web", "uid", string(web.UID)), "1")
-	waitEvents(t, client, web, nodeagent.ReasonPodRestarted, 1)
+	waitEvents(t, client, web, agentapi.ReasonPodRestarted, 1)
 	waitMetric(t, agent.addr, appSeries, "7")
 	// 5 Events of app before, one each of app and side now.
-	waitEvents(t, client, web, nodeagent.ReasonRestarted, 7)
-	if n, _, msgs := restartEvents(t, client, other, nodeagent.ReasonRestarted); n != 0 {
+	waitEvents(t, client, web, agentapi.ReasonRestarted, 7)
+	if n, _, msgs := restartEvents(t, client, other, agentapi.ReasonRestarted); n != 0 {
 		t.Errorf("events on a pod of another node: %q", msgs)
 	}
 
@@ -386,18 +389,18 @@ func TestNodeAgent(t *testing.T) {
 	// The kubectl view, from the Events alone: none before the agent's
 	// pod is known (an Event names its writer nowhere the API server
 	// checks), then the rows.
-	if rows, err := nodeagent.ReadStatus(context.Background(), client, nodeagent.AgentNamespace, "default", ""); err == nil && len(rows) != 0 {
+	if rows, err := agentstatus.ReadStatus(context.Background(), client, agentapi.AgentNamespace, "default", ""); err == nil && len(rows) != 0 {
 		t.Errorf("status trusts Events from a node that runs no agent pod: %+v", rows)
 	}
 	registerAgentPod(t, client, agentNode)
 	forgeEvents(t, client, web)
 	copyAgentEvents(t, client, web, other)
-	rows, err := nodeagent.ReadStatus(context.Background(), client, nodeagent.AgentNamespace, "default", "")
+	rows, err := agentstatus.ReadStatus(context.Background(), client, agentapi.AgentNamespace, "default", "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := nodeagent.WriteStatus(&out, rows, false, time.Now()); err != nil {
+	if err := agentstatus.WriteStatus(&out, rows, false, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("status:\n%s", out.String())
@@ -430,7 +433,7 @@ func TestNodeAgent(t *testing.T) {
 	}
 	waitMetric(t, agent.addr, loopSeries, "1000")
 	time.Sleep(2 * time.Second) // let the broadcaster drain
-	n, objects, _ := restartEvents(t, client, loop, nodeagent.ReasonRestarted)
+	n, objects, _ := restartEvents(t, client, loop, agentapi.ReasonRestarted)
 	w := writes.Load() - before
 	t.Logf("1000 in-place restarts: %d Event writes, %d Event objects, counts summing to %d", w, objects, n)
 	if w == 0 || w > 100 {
@@ -440,7 +443,7 @@ func TestNodeAgent(t *testing.T) {
 	// which drops annotations and reporting fields: every Event object
 	// still carries the values of its latest message, for status.
 	l, err := client.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{
-		FieldSelector: "involvedObject.uid=" + string(loop.UID) + ",reason=" + nodeagent.ReasonRestarted})
+		FieldSelector: "involvedObject.uid=" + string(loop.UID) + ",reason=" + agentapi.ReasonRestarted})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -449,9 +452,9 @@ func TestNodeAgent(t *testing.T) {
 		if strings.HasPrefix(e.Message, "(combined from similar events): ") {
 			combined++
 		}
-		var r nodeagent.Restart
+		var r agentapi.Restart
 		if err := json.Unmarshal([]byte(e.Annotations[contract.EventAnnotationRestart]), &r); err != nil ||
-			!strings.Contains(e.Message, fmt.Sprintf("(restart %d)", r.Total)) || e.ReportingController != nodeagent.Component || e.ReportingInstance != agentNode {
+			!strings.Contains(e.Message, fmt.Sprintf("(restart %d)", r.Total)) || e.ReportingController != agentapi.Component || e.ReportingInstance != agentNode {
 			t.Errorf("Event %q: annotation %q (%v), reporting %q/%q", e.Message, e.Annotations[contract.EventAnnotationRestart], err, e.ReportingController, e.ReportingInstance)
 		}
 	}
@@ -467,7 +470,7 @@ func TestNodeAgent(t *testing.T) {
 	if reborn.UID == web.UID {
 		t.Fatal("the recreated pod kept its UID")
 	}
-	rows, err = nodeagent.ReadStatus(context.Background(), client, nodeagent.AgentNamespace, "default", "web")
+	rows, err = agentstatus.ReadStatus(context.Background(), client, agentapi.AgentNamespace, "default", "web")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -486,15 +489,15 @@ func forgeEvents(t *testing.T, client kubernetes.Interface, pod *corev1.Pod) {
 	for i, f := range []struct {
 		host, controller, container, fieldPath string
 	}{
-		{"node-z", nodeagent.Component, "app", "spec.containers{app}"},
+		{"node-z", agentapi.Component, "app", "spec.containers{app}"},
 		{agentNode, "", "app", "spec.containers{app}"},
-		{agentNode, nodeagent.Component, "side", "spec.containers{app}"},
+		{agentNode, agentapi.Component, "side", "spec.containers{app}"},
 	} {
 		e := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("forged.%d", i), Namespace: pod.Namespace,
 			Annotations: map[string]string{contract.EventAnnotationRestart: fmt.Sprintf(`{"container":%q,"total":999}`, f.container)}},
 			InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, FieldPath: f.fieldPath},
-			Reason:         nodeagent.ReasonRestarted, Message: "Container app restarted in place (restart 999): \x1b]0;pwned\x07",
-			Source:              corev1.EventSource{Component: nodeagent.Component, Host: f.host},
+			Reason:         agentapi.ReasonRestarted, Message: "Container app restarted in place (restart 999): \x1b]0;pwned\x07",
+			Source:              corev1.EventSource{Component: agentapi.Component, Host: f.host},
 			ReportingController: f.controller, ReportingInstance: f.host,
 			FirstTimestamp: metav1.Now(), LastTimestamp: metav1.NewTime(time.Now().Add(time.Hour)), Count: 1, Type: corev1.EventTypeWarning}
 		if _, err := client.CoreV1().Events(pod.Namespace).Create(context.Background(), e, metav1.CreateOptions{}); err != nil {
@@ -514,13 +517,13 @@ func copyAgentEvents(t *testing.T, client kubernetes.Interface, from, to *corev1
 	t.Helper()
 	ctx := context.Background()
 	l, err := client.CoreV1().Events(from.Namespace).List(ctx, metav1.ListOptions{
-		FieldSelector: "involvedObject.uid=" + string(from.UID) + ",reason=" + nodeagent.ReasonRestarted})
+		FieldSelector: "involvedObject.uid=" + string(from.UID) + ",reason=" + agentapi.ReasonRestarted})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var real, oldest *corev1.Event
 	total := func(e *corev1.Event) int {
-		var r nodeagent.Restart
+		var r agentapi.Restart
 		_ = json.Unmarshal([]byte(e.Annotations[contract.EventAnnotationRestart]), &r)
 		return r.Total
 	}
@@ -699,7 +702,7 @@ func TestNodeAgentRealSupervisor(t *testing.T) {
 	}
 	waitMetric(t, agent.addr, series("restart_supervisor_container_restarts_total", "namespace", "default", "pod", "trainer", "container", "worker", "uid", string(pod.UID)), "3")
 	waitMetric(t, agent.addr, series("restart_supervisor_container_last_exit_code", "namespace", "default", "pod", "trainer", "container", "worker", "uid", string(pod.UID)), "0")
-	msgs := waitEvents(t, client, pod, nodeagent.ReasonRestarted, 3)
+	msgs := waitEvents(t, client, pod, agentapi.ReasonRestarted, 3)
 	t.Logf("events: %q", msgs)
 	if !strings.Contains(strings.Join(msgs, "\n"), "exit code 3, rule 0 (Restart)") {
 		t.Errorf("events lack the exit and the rule: %q", msgs)

@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentstatus"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -21,7 +24,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/restart-supervisor/restart-supervisor/internal/testutil"
-	"github.com/restart-supervisor/restart-supervisor/nodeagent"
 )
 
 // buildInjector builds cmd/restart-injector into dir.
@@ -66,8 +68,8 @@ func TestStatusCommand(t *testing.T) {
 	defer agent.stop(t)
 	writeStatus(t, webDir, "app", 1, 0, false)
 	writeStatus(t, dbDir, "main", 2, 0, false)
-	waitEvents(t, client, web, nodeagent.ReasonRestarted, 1)
-	waitEvents(t, client, db, nodeagent.ReasonRestarted, 2)
+	waitEvents(t, client, web, agentapi.ReasonRestarted, 1)
+	waitEvents(t, client, db, agentapi.ReasonRestarted, 2)
 	registerAgentPod(t, client, agentNode)
 
 	run := func(args ...string) (int, string, string) {
@@ -113,13 +115,13 @@ func TestStatusCommand(t *testing.T) {
 	if l := lines(out); code != 0 || len(l) != 3 || !strings.Contains(l[0], "NODE     POD UID") || !strings.Contains(l[2], agentNode+"   "+string(web.UID)) {
 		t.Errorf("status -A -o wide: exit %d, want NODE and POD UID %s: %q", code, web.UID, l)
 	}
-	var list nodeagent.ContainerRestartsList
+	var list agentstatus.ContainerRestartsList
 	code, out, _ = run("-n", "default", "-ojson")
 	if err := json.Unmarshal([]byte(out), &list); code != 0 || err != nil || list.Kind != "List" || len(list.Items) != 2 ||
-		list.Items[1].Kind != nodeagent.ContainerRestartsKind || list.Items[1].Name != "web" || list.Items[1].Restarts != 1 || list.Items[1].UID != web.UID {
+		list.Items[1].Kind != agentstatus.ContainerRestartsKind || list.Items[1].Name != "web" || list.Items[1].Restarts != 1 || list.Items[1].UID != web.UID {
 		t.Errorf("status -o json: exit %d, %v: %+v", code, err, list)
 	}
-	list = nodeagent.ContainerRestartsList{}
+	list = agentstatus.ContainerRestartsList{}
 	code, out, _ = run("-n", "default", "--output=yaml", "db")
 	if err := yaml.Unmarshal([]byte(out), &list); code != 0 || err != nil || len(list.Items) != 1 || list.Items[0].Container != "main" || list.Items[0].Restarts != 2 || list.Items[0].Node != agentNode {
 		t.Errorf("status -o yaml db: exit %d, %v: %+v", code, err, list)
@@ -270,7 +272,7 @@ func TestStatusWatchResumes(t *testing.T) {
 	agent := startAgent(t, env.Config, podsDir, &writes)
 	defer agent.stop(t)
 	writeStatus(t, webDir, "app", 1, 0, false)
-	waitEvents(t, client, web, nodeagent.ReasonRestarted, 1)
+	waitEvents(t, client, web, agentapi.ReasonRestarted, 1)
 	registerAgentPod(t, client, agentNode)
 
 	// Ended watches of events, as the API server counts them.

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -157,7 +159,7 @@ func TestGroupRestartOnTwoKubelets(t *testing.T) {
 	}
 	t.Logf("two kubelets: rank 0's exit → last rank's restart %s; last stop → first restart %s; first → last restart %s (uptime clock, 10 ms)",
 		(lastRestart - failed).Round(10*time.Millisecond), (firstRestart - lastStop).Round(10*time.Millisecond), (lastRestart - firstRestart).Round(10*time.Millisecond))
-	obj, err := dyn.Resource(nodeagent.GroupResource).Namespace(e.ns).Get(ctx, nodeagent.GroupObjectName(contract.LabelGroup+"=train"), metav1.GetOptions{})
+	obj, err := dyn.Resource(agentapi.GroupResource).Namespace(e.ns).Get(ctx, agentapi.GroupObjectName(contract.LabelGroup+"=train"), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,9 +245,9 @@ func groupMemberDeletedMidRound(ctx context.Context, t *testing.T, e *env, dyn d
 	if err := os.WriteFile(filepath.Join(root, "go"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	name := nodeagent.GroupObjectName(contract.LabelGroup + "=hold")
+	name := agentapi.GroupObjectName(contract.LabelGroup + "=hold")
 	report := func() map[string]any {
-		obj, err := dyn.Resource(nodeagent.GroupResource).Namespace(e.ns).Get(ctx, name, metav1.GetOptions{})
+		obj, err := dyn.Resource(agentapi.GroupResource).Namespace(e.ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return nil
 		}

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -101,7 +103,7 @@ func TestNodeAgentOnKubelet(t *testing.T) {
 
 	var events []corev1.Event
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
-		list, err := c.Client.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=agent-trainer,reason=" + nodeagent.ReasonRestarted})
+		list, err := c.Client.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=agent-trainer,reason=" + agentapi.ReasonRestarted})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -133,8 +135,8 @@ func TestNodeAgentOnKubelet(t *testing.T) {
 	if i := strings.Index(excerpt, "Events:"); i >= 0 {
 		excerpt = excerpt[i:]
 	}
-	if !strings.Contains(excerpt, nodeagent.ReasonRestarted) {
-		t.Errorf("kubectl describe shows no %s Event:\n%s", nodeagent.ReasonRestarted, excerpt)
+	if !strings.Contains(excerpt, agentapi.ReasonRestarted) {
+		t.Errorf("kubectl describe shows no %s Event:\n%s", agentapi.ReasonRestarted, excerpt)
 	}
 	t.Logf("kubectl describe pod agent-trainer (Events):\n%s", excerpt)
 
@@ -154,18 +156,18 @@ func TestNodeAgentOnKubelet(t *testing.T) {
 // agent pod.
 func standInForAgent(ctx context.Context, t *testing.T, c *cluster.Cluster) {
 	t.Helper()
-	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nodeagent.AgentNamespace}}, metav1.CreateOptions{}); err != nil {
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agentapi.AgentNamespace}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// No controller-manager creates the namespace's default ServiceAccount,
 	// which the ServiceAccount admission plugin needs.
-	if _, err := c.Client.CoreV1().ServiceAccounts(nodeagent.AgentNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if _, err := c.Client.CoreV1().ServiceAccounts(agentapi.AgentNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 	stand := podSpec(corev1.RestartPolicyAlways, 1, shell("node-agent", "exec sleep 3600", nil))
-	name, value, _ := strings.Cut(nodeagent.AgentLabel, "=")
-	if _, err := c.Client.CoreV1().Pods(nodeagent.AgentNamespace).Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: nodeagent.Component, Labels: map[string]string{name: value}}, Spec: stand}, metav1.CreateOptions{}); err != nil {
+	name, value, _ := strings.Cut(agentapi.AgentLabel, "=")
+	if _, err := c.Client.CoreV1().Pods(agentapi.AgentNamespace).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: agentapi.Component, Labels: map[string]string{name: value}}, Spec: stand}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }

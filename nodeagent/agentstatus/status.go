@@ -1,4 +1,10 @@
-package nodeagent
+// Package agentstatus owns the reader behind `restart-injector status`:
+// the node agent's signed Events listed and watched into one row per
+// container (status.go, StatusQuery), the GroupRestart objects as a table
+// (groups.go), and the printers of both through kubectl's
+// (print.go). It reads only what package agentapi defines and never links
+// the agent's daemon.
+package agentstatus
 
 import (
 	"context"
@@ -8,6 +14,8 @@ import (
 	"sort"
 	"strconv"
 	"time"
+
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -26,23 +34,12 @@ type StatusRow struct {
 	Namespace, Pod string
 	UID            string // the pod's, as the Event names it
 	Node           string // the node whose agent wrote the Event
-	Restart
+	agentapi.Restart
 	PodRestarts uint64
 	Last        time.Time
 	// signedTime: Last is the agent's signed time of the Event.
 	signedTime bool
 }
-
-// AgentNamespace and AgentLabel find the node agent's pods, which
-// ReadStatus checks the Events against.
-const (
-	AgentNamespace = "restart-supervisor-node-agent"
-	AgentLabel     = "app.kubernetes.io/name=" + Component
-)
-
-// maxAnnotation bounds the structured value ReadStatus decodes: the agent
-// writes under 300 bytes.
-const maxAnnotation = 4 << 10
 
 // ReadStatus lists the RestartedInPlace and PodRestartedInPlace Events in
 // namespace ("" for all) for pod ("" for every pod), and returns one row
@@ -99,8 +96,8 @@ func (q *StatusQuery) List(ctx context.Context) ([]StatusRow, string, error) {
 	defer func() { q.listing = false }()
 	var rv string
 	// Pod restarts first: a row carries its pod's generation.
-	for _, reason := range []string{ReasonPodRestarted, ReasonRestarted} {
-		sel := fields.Set{"reason": reason, "source": Component}
+	for _, reason := range []string{agentapi.ReasonPodRestarted, agentapi.ReasonRestarted} {
+		sel := fields.Set{"reason": reason, "source": agentapi.Component}
 		if q.Pod != "" {
 			sel["involvedObject.name"] = q.Pod
 		}
@@ -147,7 +144,7 @@ func (q *StatusQuery) List(ctx context.Context) ([]StatusRow, string, error) {
 // seen; one whose resourceVersion expired starts again with List, and only
 // rows that differ from what was reported are passed on.
 func (q *StatusQuery) Watch(ctx context.Context, rv string, changed func(StatusRow) error) error {
-	sel := fields.Set{"source": Component}
+	sel := fields.Set{"source": agentapi.Component}
 	if q.Pod != "" {
 		sel["involvedObject.name"] = q.Pod
 	}
@@ -186,7 +183,7 @@ func (q *StatusQuery) Watch(ctx context.Context, rv string, changed func(StatusR
 					continue
 				}
 				rv = e.ResourceVersion
-				if ev.Type == watch.Bookmark || e.Reason != ReasonRestarted && e.Reason != ReasonPodRestarted {
+				if ev.Type == watch.Bookmark || e.Reason != agentapi.ReasonRestarted && e.Reason != agentapi.ReasonPodRestarted {
 					continue
 				}
 				// An agent that started after the last read has a pod or
@@ -247,7 +244,7 @@ func (q *StatusQuery) add(ctx context.Context, e corev1.Event) []StatusRow {
 	}
 	pk := podKey{ns, name}
 	switch e.Reason {
-	case ReasonPodRestarted:
+	case agentapi.ReasonPodRestarted:
 		v := e.Annotations[contract.EventAnnotationPodRestart]
 		g, err := strconv.ParseUint(v, 10, 64)
 		if err != nil || len(v) > 20 || g <= q.gens[pk] {
@@ -263,7 +260,7 @@ func (q *StatusQuery) add(ctx context.Context, e corev1.Event) []StatusRow {
 		}
 		sort.Slice(out, func(i, j int) bool { return out[i].Container < out[j].Container })
 		return out
-	case ReasonRestarted:
+	case agentapi.ReasonRestarted:
 		r, ok := restartFromEvent(e)
 		if !ok {
 			return nil
@@ -278,7 +275,7 @@ func (q *StatusQuery) add(ctx context.Context, e corev1.Event) []StatusRow {
 			(last.Before(row.Last) || last.Equal(row.Last) && r.Total <= row.Total)) {
 			return nil
 		}
-		row := &StatusRow{Namespace: ns, Pod: name, UID: string(e.InvolvedObject.UID), Node: clean(e.Source.Host),
+		row := &StatusRow{Namespace: ns, Pod: name, UID: string(e.InvolvedObject.UID), Node: agentapi.Clean(e.Source.Host),
 			Restart: r, Last: last, PodRestarts: q.gens[pk], signedTime: signed}
 		q.rows[k] = row
 		return []StatusRow{*row}
@@ -327,7 +324,7 @@ func (q *StatusQuery) readAgents(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	keys, err := agentKeys(ctx, q.Client, q.AgentNamespace)
+	keys, err := agentapi.AgentKeys(ctx, q.Client, q.AgentNamespace)
 	if err != nil {
 		return err
 	}
@@ -381,10 +378,10 @@ const maxSelectedPods = 100000
 
 // restartFromEvent decodes the structured values of a RestartedInPlace
 // Event. The container must be the one the Event is about.
-func restartFromEvent(e corev1.Event) (Restart, bool) {
-	var r Restart
+func restartFromEvent(e corev1.Event) (agentapi.Restart, bool) {
+	var r agentapi.Restart
 	v := e.Annotations[contract.EventAnnotationRestart]
-	if v == "" || len(v) > maxAnnotation || json.Unmarshal([]byte(v), &r) != nil {
+	if v == "" || len(v) > agentapi.MaxAnnotation || json.Unmarshal([]byte(v), &r) != nil {
 		return r, false
 	}
 	if r.Container == "" || e.InvolvedObject.FieldPath != "spec.containers{"+r.Container+"}" {
@@ -394,16 +391,16 @@ func restartFromEvent(e corev1.Event) (Restart, bool) {
 }
 
 // AgentNodes is the set of nodes that run a node agent pod (in
-// agentNamespace, label AgentLabel), for restart-injector check.
+// agentNamespace, label agentapi.AgentLabel), for restart-injector check.
 func AgentNodes(ctx context.Context, client kubernetes.Interface, agentNamespace string) (map[string]bool, error) {
 	return agentNodes(ctx, client, agentNamespace)
 }
 
 // agentNodes maps each node that runs a node agent pod (agentNamespace,
-// label AgentLabel) to it.
+// label agentapi.AgentLabel) to it.
 func agentNodes(ctx context.Context, client kubernetes.Interface, agentNamespace string) (map[string]bool, error) {
 	nodes := map[string]bool{}
-	opts := metav1.ListOptions{LabelSelector: AgentLabel, Limit: 500}
+	opts := metav1.ListOptions{LabelSelector: agentapi.AgentLabel, Limit: 500}
 	for {
 		l, err := client.CoreV1().Pods(agentNamespace).List(ctx, opts)
 		if err != nil {
@@ -430,9 +427,9 @@ func agentNodes(ctx context.Context, client kubernetes.Interface, agentNamespace
 // may) cannot copy onto another pod, container or count
 // (docs/observability.md, "Who can forge a row").
 func trustedEvent(e corev1.Event, agentNodes map[string]bool, keys map[string][]ed25519.PublicKey) bool {
-	return e.Source.Component == Component && e.ReportingController == Component &&
+	return e.Source.Component == agentapi.Component && e.ReportingController == agentapi.Component &&
 		e.Source.Host != "" && e.ReportingInstance == e.Source.Host && agentNodes[e.Source.Host] &&
-		signedByOneOf(e, keys[e.Source.Host])
+		agentapi.SignedByOneOf(e, keys[e.Source.Host])
 }
 
 // signedEventTime is the time the agent signed into e

@@ -1,4 +1,4 @@
-package nodeagent
+package agentapi
 
 import (
 	"context"
@@ -32,18 +32,18 @@ import (
 // the cluster's admins) may write. status takes an Event only with a
 // signature one of its node's published keys verifies.
 //
-// A node's ConfigMap keeps its maxAgentKeys newest keys, so that the
+// A node's ConfigMap keeps its MaxAgentKeys newest keys, so that the
 // Events of an agent's earlier runs (Events live an hour by default:
 // kube-apiserver --event-ttl) still verify after a restart or a rollout.
 
-// maxAgentKeys bounds the keys a node's ConfigMap keeps, and the keys
+// MaxAgentKeys bounds the keys a node's ConfigMap keeps, and the keys
 // status reads per node.
-const maxAgentKeys = 8
+const MaxAgentKeys = 8
 
-// signedPayload is what the signature covers: every field of the Event
+// SignedPayload is what the signature covers: every field of the Event
 // that status reads or trusts. The annotations are the agent's
 // (restart-supervisor.dev/...) but the signature; JSON sorts them.
-func signedPayload(reason string, ref corev1.ObjectReference, host string, ann map[string]string) []byte {
+func SignedPayload(reason string, ref corev1.ObjectReference, host string, ann map[string]string) []byte {
 	own := map[string]string{}
 	for k, v := range ann {
 		if strings.HasPrefix(k, "restart-supervisor.dev/") && k != contract.EventAnnotationSignature {
@@ -64,28 +64,28 @@ func signedPayload(reason string, ref corev1.ObjectReference, host string, ann m
 	return b
 }
 
-// signer signs the Events of one agent run.
-type signer struct {
+// Signer signs the Events of one agent run.
+type Signer struct {
 	key  ed25519.PrivateKey
 	host string
 }
 
-// newSigner makes a key for host's agent. crypto/rand's Reader never
+// NewSigner makes a key for host's agent. crypto/rand's Reader never
 // fails (Go 1.24 and later: it crashes the program instead), so neither
 // can GenerateKey.
-func newSigner(host string) *signer {
+func NewSigner(host string) *Signer {
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
-	return &signer{key: key, host: host}
+	return &Signer{key: key, host: host}
 }
 
 // public is the base64 of the public key, as the ConfigMap holds it.
-func (s *signer) public() string {
+func (s *Signer) Public() string {
 	return base64.StdEncoding.EncodeToString(s.key.Public().(ed25519.PublicKey))
 }
 
 // sign returns ann with the time (contract.EventAnnotationTime) and the
 // signature of an Event of reason on ref.
-func (s *signer) sign(reason string, ref *corev1.ObjectReference, ann map[string]string) map[string]string {
+func (s *Signer) Sign(reason string, ref *corev1.ObjectReference, ann map[string]string) map[string]string {
 	out := make(map[string]string, len(ann)+2)
 	for k, v := range ann {
 		out[k] = v
@@ -93,21 +93,21 @@ func (s *signer) sign(reason string, ref *corev1.ObjectReference, ann map[string
 	if out[contract.EventAnnotationTime] == "" {
 		out[contract.EventAnnotationTime] = time.Now().UTC().Format(time.RFC3339Nano)
 	}
-	sig := ed25519.Sign(s.key, signedPayload(reason, *ref, s.host, out))
+	sig := ed25519.Sign(s.key, SignedPayload(reason, *ref, s.host, out))
 	out[contract.EventAnnotationSignature] = base64.StdEncoding.EncodeToString(sig)
 	return out
 }
 
-// maxSignedAnnotations bounds what an Event's signature check hashes: the
+// MaxSignedAnnotations bounds what an Event's signature check hashes: the
 // agent writes at most three restart-supervisor.dev/ annotations besides
-// the signature (a group restart's: group, generation, time), each under maxAnnotation; an Event with more, or larger,
+// the signature (a group restart's: group, generation, time), each under MaxAnnotation; an Event with more, or larger,
 // is not the agent's and is refused before any hashing (the API server
 // lets an Event carry 256 KiB of annotations).
-const maxSignedAnnotations = 4
+const MaxSignedAnnotations = 4
 
-// signedByOneOf reports whether e carries a signature that one of keys
+// SignedByOneOf reports whether e carries a signature that one of keys
 // verifies.
-func signedByOneOf(e corev1.Event, keys []ed25519.PublicKey) bool {
+func SignedByOneOf(e corev1.Event, keys []ed25519.PublicKey) bool {
 	v := e.Annotations[contract.EventAnnotationSignature]
 	if len(keys) == 0 || len(v) != base64.StdEncoding.EncodedLen(ed25519.SignatureSize) {
 		return false
@@ -115,7 +115,7 @@ func signedByOneOf(e corev1.Event, keys []ed25519.PublicKey) bool {
 	own := 0
 	for k, a := range e.Annotations {
 		if strings.HasPrefix(k, "restart-supervisor.dev/") {
-			if own++; own > maxSignedAnnotations+1 || len(a) > maxAnnotation {
+			if own++; own > MaxSignedAnnotations+1 || len(a) > MaxAnnotation {
 				return false
 			}
 		}
@@ -124,7 +124,7 @@ func signedByOneOf(e corev1.Event, keys []ed25519.PublicKey) bool {
 	if err != nil || len(sig) != ed25519.SignatureSize {
 		return false
 	}
-	payload := signedPayload(e.Reason, e.InvolvedObject, e.Source.Host, e.Annotations)
+	payload := SignedPayload(e.Reason, e.InvolvedObject, e.Source.Host, e.Annotations)
 	for _, k := range keys {
 		if ed25519.Verify(k, payload, sig) {
 			return true
@@ -140,11 +140,11 @@ func AgentKeyConfigMap(node string) string {
 	return contract.AgentKeyLabel + "-" + hex.EncodeToString(h[:8])
 }
 
-// publishKey puts pub first in node's ConfigMap in namespace, keeping the
-// newest maxAgentKeys keys; agents of other nodes write their own
+// PublishKey puts pub first in node's ConfigMap in namespace, keeping the
+// newest MaxAgentKeys keys; agents of other nodes write their own
 // ConfigMaps, and a conflict (this node's agent of a rollout's other
 // side) is read again.
-func publishKey(ctx context.Context, client kubernetes.Interface, namespace, node, pub string) error {
+func PublishKey(ctx context.Context, client kubernetes.Interface, namespace, node, pub string) error {
 	cms := client.CoreV1().ConfigMaps(namespace)
 	name := AgentKeyConfigMap(node)
 	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
@@ -164,7 +164,7 @@ func publishKey(ctx context.Context, client kubernetes.Interface, namespace, nod
 		}
 		keys := []string{pub}
 		for _, k := range strings.Split(cm.Data["keys"], "\n") {
-			if k != "" && k != pub && len(keys) < maxAgentKeys {
+			if k != "" && k != pub && len(keys) < MaxAgentKeys {
 				keys = append(keys, k)
 			}
 		}
@@ -177,36 +177,11 @@ func publishKey(ctx context.Context, client kubernetes.Interface, namespace, nod
 	})
 }
 
-// publishUntilDone publishes the key, again every so often until it is
-// published or ctx ends: until then, status takes none of this run's
-// Events, which are written all the same.
-func (a *Agent) publishUntilDone(ctx context.Context) {
-	delay := time.Second
-	for {
-		err := publishKey(ctx, a.cfg.Client, a.cfg.KeyNamespace, a.cfg.NodeName, a.signer.public())
-		if err == nil {
-			a.log.Info("Event-signing key published", "namespace", a.cfg.KeyNamespace, "configMap", AgentKeyConfigMap(a.cfg.NodeName))
-			return
-		}
-		if ctx.Err() != nil {
-			return // stopping: not a failure to report
-		}
-		a.log.Error("publish the Event-signing key: status shows none of this agent's Events until it is published (the agent needs get, create and update on configmaps in its namespace)",
-			"namespace", a.cfg.KeyNamespace, "err", err, "retryIn", delay)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, time.Minute)
-	}
-}
-
-// agentKeys reads every node's published keys from namespace. A ConfigMap
+// AgentKeys reads every node's published keys from namespace. A ConfigMap
 // whose name is not its node's hash is not taken, so that no ConfigMap can
 // speak for a node another one already does; a key that is not 32 bytes
 // of base64 is skipped.
-func agentKeys(ctx context.Context, client kubernetes.Interface, namespace string) (map[string][]ed25519.PublicKey, error) {
+func AgentKeys(ctx context.Context, client kubernetes.Interface, namespace string) (map[string][]ed25519.PublicKey, error) {
 	keys := map[string][]ed25519.PublicKey{}
 	opts := metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + contract.AgentKeyLabel, Limit: 500}
 	for {
@@ -219,7 +194,7 @@ func agentKeys(ctx context.Context, client kubernetes.Interface, namespace strin
 			if node == "" || cm.Name != AgentKeyConfigMap(node) {
 				continue
 			}
-			keys[node] = parseKeys(cm.Data["keys"])
+			keys[node] = ParseKeys(cm.Data["keys"])
 		}
 		if l.Continue == "" {
 			return keys, nil
@@ -241,15 +216,15 @@ func AgentKeyPublished(ctx context.Context, client kubernetes.Interface, namespa
 	if cm.Data["node"] != node {
 		return false, nil
 	}
-	return len(parseKeys(cm.Data["keys"])) > 0, nil
+	return len(ParseKeys(cm.Data["keys"])) > 0, nil
 }
 
-// parseKeys reads the first maxAgentKeys lines of a ConfigMap's keys,
+// ParseKeys reads the first MaxAgentKeys lines of a ConfigMap's keys,
 // each the base64 of an Ed25519 public key; other lines are skipped.
-func parseKeys(data string) []ed25519.PublicKey {
+func ParseKeys(data string) []ed25519.PublicKey {
 	var keys []ed25519.PublicKey
-	for i, k := range strings.SplitN(data, "\n", maxAgentKeys+1) {
-		if i == maxAgentKeys {
+	for i, k := range strings.SplitN(data, "\n", MaxAgentKeys+1) {
+		if i == MaxAgentKeys {
 			break
 		}
 		if b, err := base64.StdEncoding.DecodeString(k); err == nil && len(b) == ed25519.PublicKeySize &&

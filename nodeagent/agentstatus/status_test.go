@@ -1,81 +1,30 @@
-package nodeagent
+package agentstatus
 
 import (
 	"bytes"
 	"crypto/ed25519"
-	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/restart-supervisor/restart-supervisor/contract"
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/restart-supervisor/restart-supervisor/contract"
-	"github.com/restart-supervisor/restart-supervisor/rules"
-	"github.com/restart-supervisor/restart-supervisor/statevol"
 )
 
-// TestHostileDocumentMakesABoundedPlainEvent: a status document's strings
-// are the pod's to write. Escape sequences, bidirectional overrides and a
-// 60 KB signal name reach neither the Event nor its annotation as written.
-func TestHostileDocumentMakesABoundedPlainEvent(t *testing.T) {
-	rule := 0
-	hostile := "\x1b]0;owned\x07\x1b[2J\r\u202egnp.exe" + strings.Repeat("A", 60<<10)
-	s := statevol.Status{Container: "app", Restarts: 1,
-		LastRestart: &statevol.Exit{Code: 1, Signal: hostile, Rule: &rule, Action: rules.Action(hostile), At: agentStart}}
-	r := restartOf(s, 1)
-	msg := r.String()
-	ann := r.annotations()[contract.EventAnnotationRestart]
-	for what, v := range map[string]string{"message": msg, "annotation": ann} {
-		if len(v) > MaxEventMessage {
-			t.Errorf("%s: %d bytes, over %d", what, len(v), MaxEventMessage)
-		}
-		if strings.ContainsAny(v, "\x1b\x07\r\u202e") {
-			t.Errorf("%s keeps a control character: %q", what, v)
-		}
-	}
-	if !strings.HasPrefix(msg, "Container app restarted in place (restart 1): exit code 1 (?]0;owned??[2J??gnp.exe") {
-		t.Errorf("message %q", msg)
-	}
-	var back Restart
-	if err := json.Unmarshal([]byte(ann), &back); err != nil || back.Total != 1 || back.Container != "app" {
-		t.Errorf("annotation %q: %v %+v", ann, err, back)
-	}
-	if got := truncate("ééé", 5); got != "..." && !strings.HasSuffix(got, "...") || len(got) > 5 {
-		t.Errorf("truncate cut a rune: %q", got)
-	}
-}
-
-// TestRestartEventNamesAnOOMKill: an in-place restart after an
-// out-of-memory kill says OOMKilled in its message and annotation, as the
-// kubelet's lastState.terminated.reason does for a native restart.
-func TestRestartEventNamesAnOOMKill(t *testing.T) {
-	s := statevol.Status{Container: "trainer", Restarts: 2,
-		LastRestart: &statevol.Exit{Code: 137, Signal: "SIGKILL", Reason: "OOMKilled", At: agentStart}}
-	r := restartOf(s, 2)
-	if want := "Container trainer restarted in place (restart 2): exit code 137 (SIGKILL, OOMKilled), no rule (container policy), back-off 0s"; r.String() != want {
-		t.Errorf("message %q, want %q", r.String(), want)
-	}
-	var back Restart
-	if err := json.Unmarshal([]byte(r.annotations()[contract.EventAnnotationRestart]), &back); err != nil || back.ExitReason != "OOMKilled" {
-		t.Errorf("annotation: %v %+v", err, back)
-	}
-	s.LastRestart.Reason = ""
-	if got := restartOf(s, 2).ExitText(); got != "exit code 137 (SIGKILL)" {
-		t.Errorf("without a reason: %q", got)
-	}
-}
+// agentStart is a fixed time the Events name.
+var agentStart = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 
 // agentEvent is an Event as node host's agent writes it, signed by s.
-func agentEvent(s *signer, host, controller string, r Restart) corev1.Event {
+func agentEvent(s *agentapi.Signer, host, controller string, r agentapi.Restart) corev1.Event {
 	e := corev1.Event{
 		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: "default", Name: "web", UID: "uid-web",
 			FieldPath: "spec.containers{" + r.Container + "}"},
-		Reason: ReasonRestarted, Message: "prose that is never read",
-		Source: corev1.EventSource{Component: Component, Host: host}, ReportingController: controller, ReportingInstance: host,
+		Reason: agentapi.ReasonRestarted, Message: "prose that is never read",
+		Source: corev1.EventSource{Component: agentapi.Component, Host: host}, ReportingController: controller, ReportingInstance: host,
 		LastTimestamp: metav1.NewTime(agentStart)}
-	e.Annotations = s.sign(e.Reason, &e.InvolvedObject, r.annotations())
+	e.Annotations = s.Sign(e.Reason, &e.InvolvedObject, r.Annotations())
 	return e
 }
 
@@ -87,14 +36,14 @@ func agentEvent(s *signer, host, controller string, r Restart) corev1.Event {
 // what the signature covers.
 func TestStatusTrustsOnlyTheAgentsEvents(t *testing.T) {
 	nodes := map[string]bool{"node-a": true, "node-b": true}
-	a, b := newSigner("node-a"), newSigner("node-b")
-	old := newSigner("node-a") // the node's agent before a restart
+	a, b := agentapi.NewSigner("node-a"), agentapi.NewSigner("node-b")
+	old := agentapi.NewSigner("node-a") // the node's agent before a restart
 	keys := map[string][]ed25519.PublicKey{
-		"node-a": {a.key.Public().(ed25519.PublicKey), old.key.Public().(ed25519.PublicKey)},
-		"node-b": {b.key.Public().(ed25519.PublicKey)}}
-	good := Restart{Container: "app", Total: 3}
+		"node-a": {agentapi.ParseKeys(a.Public())[0], agentapi.ParseKeys(old.Public())[0]},
+		"node-b": {agentapi.ParseKeys(b.Public())[0]}}
+	good := agentapi.Restart{Container: "app", Total: 3}
 	edit := func(f func(*corev1.Event)) corev1.Event {
-		e := agentEvent(a, "node-a", Component, good)
+		e := agentEvent(a, "node-a", agentapi.Component, good)
 		f(&e)
 		return e
 	}
@@ -103,12 +52,12 @@ func TestStatusTrustsOnlyTheAgentsEvents(t *testing.T) {
 		e    corev1.Event
 		want bool
 	}{
-		{"the agent's", agentEvent(a, "node-a", Component, good), true},
-		{"the node's agent before a restart", agentEvent(old, "node-a", Component, good), true},
+		{"the agent's", agentEvent(a, "node-a", agentapi.Component, good), true},
+		{"the node's agent before a restart", agentEvent(old, "node-a", agentapi.Component, good), true},
 		{"its message and timestamps changed", edit(func(e *corev1.Event) {
 			e.Message, e.Count, e.LastTimestamp = "(combined from similar events): x", 40, metav1.NewTime(agentStart.Add(time.Hour))
 		}), true},
-		{"a node without an agent pod", agentEvent(newSigner("node-z"), "node-z", Component, good), false},
+		{"a node without an agent pod", agentEvent(agentapi.NewSigner("node-z"), "node-z", agentapi.Component, good), false},
 		{"no reportingController (core/v1 by hand)", agentEvent(a, "node-a", "", good), false},
 		{"another source", edit(func(e *corev1.Event) { e.Source.Component = "kubelet" }), false},
 		{"an instance that is not the source host", edit(func(e *corev1.Event) { e.ReportingInstance = "x" }), false},
@@ -119,9 +68,9 @@ func TestStatusTrustsOnlyTheAgentsEvents(t *testing.T) {
 			e.Annotations[contract.EventAnnotationRestart] = `{"container":"app","total":999,"backoffSeconds":0}`
 		}), false},
 		{"another of its annotations added", edit(func(e *corev1.Event) { e.Annotations[contract.EventAnnotationPodRestart] = "5" }), false},
-		{"made a pod restart", edit(func(e *corev1.Event) { e.Reason = ReasonPodRestarted }), false},
+		{"made a pod restart", edit(func(e *corev1.Event) { e.Reason = agentapi.ReasonPodRestarted }), false},
 		{"moved to another node that runs an agent", edit(func(e *corev1.Event) { e.Source.Host, e.ReportingInstance = "node-b", "node-b" }), false},
-		{"signed by another node's agent", agentEvent(b, "node-a", Component, good), false},
+		{"signed by another node's agent", agentEvent(b, "node-a", agentapi.Component, good), false},
 		{"no signature", edit(func(e *corev1.Event) { delete(e.Annotations, contract.EventAnnotationSignature) }), false},
 		{"a signature that is not base64", edit(func(e *corev1.Event) {
 			e.Annotations[contract.EventAnnotationSignature] = strings.Repeat("!", 88)
@@ -137,11 +86,11 @@ func TestStatusTrustsOnlyTheAgentsEvents(t *testing.T) {
 			t.Errorf("%s: trusted %v, want %v", tc.name, got, tc.want)
 		}
 	}
-	if trustedEvent(agentEvent(a, "node-a", Component, good), nodes, nil) {
+	if trustedEvent(agentEvent(a, "node-a", agentapi.Component, good), nodes, nil) {
 		t.Error("an Event trusted with no key published")
 	}
 
-	e := agentEvent(a, "node-a", Component, good)
+	e := agentEvent(a, "node-a", agentapi.Component, good)
 	if r, ok := restartFromEvent(e); !ok || r.Total != 3 {
 		t.Errorf("the agent's annotation not read: %+v %v", r, ok)
 	}
@@ -149,7 +98,7 @@ func TestStatusTrustsOnlyTheAgentsEvents(t *testing.T) {
 	if _, ok := restartFromEvent(e); ok {
 		t.Error("an annotation naming another container than the Event's was read")
 	}
-	e = agentEvent(a, "node-a", Component, good)
+	e = agentEvent(a, "node-a", agentapi.Component, good)
 	e.Annotations[contract.EventAnnotationRestart] = `{"container":"app","total":3,"x":"` + strings.Repeat("a", 8<<10) + `"}`
 	if _, ok := restartFromEvent(e); ok {
 		t.Error("an 8 KiB annotation was decoded")
@@ -166,7 +115,7 @@ func TestWriteStatusPrintsNoControlCharacters(t *testing.T) {
 	code := int32(1)
 	rule := 0
 	rows := []StatusRow{{Namespace: "default\x1b[31m", Pod: "web\x1b]0;x\x07",
-		Restart: Restart{Container: "app\r", Total: 2, ExitCode: &code, Signal: "\x1b[2J", Rule: &rule, Action: "Restart\u202e"},
+		Restart: agentapi.Restart{Container: "app\r", Total: 2, ExitCode: &code, Signal: "\x1b[2J", Rule: &rule, Action: "agentapi.Restart\u202e"},
 		Last:    agentStart}}
 	var out bytes.Buffer
 	if err := WriteStatus(&out, rows, true, agentStart.Add(time.Minute)); err != nil {

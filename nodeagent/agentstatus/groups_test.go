@@ -1,4 +1,4 @@
-package nodeagent
+package agentstatus
 
 import (
 	"bytes"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
@@ -13,7 +14,7 @@ func groupObject(ns, key string, spec map[string]any) unstructured.Unstructured 
 	spec["group"] = key
 	return unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "restart-supervisor.dev/v1alpha1", "kind": "GroupRestart",
-		"metadata": map[string]any{"name": GroupObjectName(key), "namespace": ns},
+		"metadata": map[string]any{"name": agentapi.GroupObjectName(key), "namespace": ns},
 		"spec":     spec,
 	}}
 }
@@ -68,7 +69,7 @@ func TestGroupTable(t *testing.T) {
 	if err := (&StatusPrinter{Format: FormatWide, AllNamespaces: true, Now: func() time.Time { return now }}).PrintGroups(&b, items[:1]); err != nil {
 		t.Fatal(err)
 	}
-	if f := strings.Fields(strings.Split(b.String(), "\n")[1]); f[0] != "ml" || f[len(f)-1] != GroupObjectName("jobset.sigs.k8s.io/jobset-name=train") {
+	if f := strings.Fields(strings.Split(b.String(), "\n")[1]); f[0] != "ml" || f[len(f)-1] != agentapi.GroupObjectName("jobset.sigs.k8s.io/jobset-name=train") {
 		t.Errorf("wide, every namespace: %q", f)
 	}
 }

@@ -1,4 +1,4 @@
-package nodeagent
+package agentstatus
 
 import (
 	"fmt"
@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strconv"
 	"time"
+
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -33,65 +35,37 @@ var groupColumns = []metav1.TableColumnDefinition{
 // GroupTable is the GroupRestart objects as a metav1.Table, sorted by
 // namespace and group.
 func GroupTable(items []unstructured.Unstructured, now time.Time) *metav1.Table {
-	groups := make([]groupState, 0, len(items))
+	groups := make([]agentapi.GroupState, 0, len(items))
 	for i := range items {
-		groups = append(groups, groupFromObject(&items[i]))
+		groups = append(groups, agentapi.GroupFromObject(&items[i]))
 	}
 	sort.Slice(groups, func(i, j int) bool {
-		if groups[i].namespace != groups[j].namespace {
-			return groups[i].namespace < groups[j].namespace
+		if groups[i].Namespace != groups[j].Namespace {
+			return groups[i].Namespace < groups[j].Namespace
 		}
-		return groups[i].key < groups[j].key
+		return groups[i].Key < groups[j].Key
 	})
 	t := &metav1.Table{TypeMeta: metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "Table"}, ColumnDefinitions: groupColumns}
 	for _, g := range groups {
 		limit := "none"
-		if g.maxRestarts >= 0 {
-			limit = strconv.FormatInt(g.maxRestarts, 10)
+		if g.MaxRestarts >= 0 {
+			limit = strconv.FormatInt(g.MaxRestarts, 10)
 		}
 		cause, last := "-", "-"
-		if g.generation > 0 {
-			cause = fmt.Sprintf("%s/%s exit %d", clean(g.cause.Pod), clean(g.cause.Container), g.cause.ExitCode)
-			if !g.causeTime.IsZero() {
-				last = duration.HumanDuration(now.Sub(g.causeTime)) + " ago"
+		if g.Generation > 0 {
+			cause = fmt.Sprintf("%s/%s exit %d", agentapi.Clean(g.Cause.Pod), agentapi.Clean(g.Cause.Container), g.Cause.ExitCode)
+			if !g.CauseTime.IsZero() {
+				last = duration.HumanDuration(now.Sub(g.CauseTime)) + " ago"
 			}
 		}
-		obj := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: GroupResource.GroupVersion().String(), Kind: "GroupRestart"},
-			ObjectMeta: metav1.ObjectMeta{Name: clean(g.name), Namespace: clean(g.namespace)}}
+		obj := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: agentapi.GroupResource.GroupVersion().String(), Kind: "GroupRestart"},
+			ObjectMeta: metav1.ObjectMeta{Name: agentapi.Clean(g.Name), Namespace: agentapi.Clean(g.Namespace)}}
 		t.Rows = append(t.Rows, metav1.TableRow{
-			Cells:  []any{clean(g.key), int64(g.generation), limit, cause, last, g.roundText(), clean(g.name)},
+			Cells:  []any{agentapi.Clean(g.Key), int64(g.Generation), limit, cause, last, g.RoundText(), agentapi.Clean(g.Name)},
 			Object: runtime.RawExtension{Object: obj},
 		})
 	}
 	return t
-}
-
-// roundText is how far the current generation's round has come, from the
-// node agents' reports of it: "done" once every member has started again,
-// else the members stopped or started so far of those reported.
-func (g groupState) roundText() string {
-	if g.generation == 0 {
-		return "-"
-	}
-	var members, stopped, started int
-	for _, r := range g.nodes {
-		if r.Generation != g.generation {
-			continue
-		}
-		members += r.Members
-		stopped += r.Stopped
-		started += r.Started
-	}
-	switch {
-	case members == 0:
-		return "delivering"
-	case started >= members:
-		return "done"
-	case stopped < members:
-		return fmt.Sprintf("stopping %d/%d", stopped, members)
-	default:
-		return fmt.Sprintf("starting %d/%d", started, members)
-	}
 }
 
 // PrintGroups prints the group table after the container rows, with its

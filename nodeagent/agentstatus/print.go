@@ -1,10 +1,12 @@
-package nodeagent
+package agentstatus
 
 import (
 	"fmt"
 	"io"
 	"strings"
 	"time"
+
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
 
 	"github.com/liggitt/tabwriter"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -82,12 +84,12 @@ func (l *ContainerRestartsList) DeepCopyObject() runtime.Object { cp := *l; retu
 func (r StatusRow) Object() *ContainerRestarts {
 	o := &ContainerRestarts{
 		TypeMeta:   metav1.TypeMeta{APIVersion: StatusAPIVersion, Kind: ContainerRestartsKind},
-		ObjectMeta: metav1.ObjectMeta{Name: clean(r.Pod), Namespace: clean(r.Namespace), UID: types.UID(clean(r.UID))},
-		Container:  clean(r.Container), Node: clean(r.Node), Restarts: r.Total, Rule: r.Rule, Action: clean(r.Action),
+		ObjectMeta: metav1.ObjectMeta{Name: agentapi.Clean(r.Pod), Namespace: agentapi.Clean(r.Namespace), UID: types.UID(agentapi.Clean(r.UID))},
+		Container:  agentapi.Clean(r.Container), Node: agentapi.Clean(r.Node), Restarts: r.Total, Rule: r.Rule, Action: agentapi.Clean(r.Action),
 		BackoffSeconds: r.BackoffSeconds, PodRestarts: r.PodRestarts, LastRestartTime: metav1.NewTime(r.Last.UTC()),
 	}
 	if r.ExitCode != nil {
-		o.LastExit = &ExitInfo{ExitCode: *r.ExitCode, Signal: clean(r.Signal)}
+		o.LastExit = &ExitInfo{ExitCode: *r.ExitCode, Signal: agentapi.Clean(r.Signal)}
 	}
 	return o
 }
@@ -116,9 +118,9 @@ func StatusTable(rows []StatusRow, now time.Time) *metav1.Table {
 			exit = strings.TrimPrefix(r.ExitText(), "exit code ")
 		}
 		t.Rows = append(t.Rows, metav1.TableRow{
-			Cells: []any{clean(r.Pod), clean(r.Container), int64(r.Total), exit, r.RuleText(),
+			Cells: []any{agentapi.Clean(r.Pod), agentapi.Clean(r.Container), int64(r.Total), exit, r.RuleText(),
 				strings.TrimPrefix(r.BackoffText(), "back-off "), int64(r.PodRestarts),
-				duration.HumanDuration(now.Sub(r.Last)) + " ago", clean(r.Node), clean(r.UID)},
+				duration.HumanDuration(now.Sub(r.Last)) + " ago", agentapi.Clean(r.Node), agentapi.Clean(r.UID)},
 			Object: runtime.RawExtension{Object: r.Object()},
 		})
 	}
@@ -185,7 +187,7 @@ func (p *StatusPrinter) rows(w io.Writer, rows []StatusRow) error {
 			}
 			p.namesSeen[k] = true
 			pod := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
-				ObjectMeta: metav1.ObjectMeta{Name: clean(r.Pod), Namespace: clean(r.Namespace)}}
+				ObjectMeta: metav1.ObjectMeta{Name: agentapi.Clean(r.Pod), Namespace: agentapi.Clean(r.Namespace)}}
 			if err := (&printers.NamePrinter{}).PrintObj(pod, w); err != nil {
 				return err
 			}

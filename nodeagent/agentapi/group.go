@@ -1,9 +1,10 @@
-package nodeagent
+package agentapi
 
 import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"time"
 
@@ -26,10 +27,10 @@ var GroupResource = schema.GroupVersionResource{Group: "restart-supervisor.dev",
 // GroupKind is its kind.
 const GroupKind = "GroupRestart"
 
-// groupLabels name a pod's group: the first entry whose labels the pod has
+// GroupLabels name a pod's group: the first entry whose labels the pod has
 // all of. An explicit contract.LabelGroup wins; then the labels each
 // workload's controller puts on its pods.
-var groupLabels = [][]string{
+var GroupLabels = [][]string{
 	{contract.LabelGroup},
 	// JobSet (and Kubeflow Trainer v2's TrainJob, which runs one): the
 	// whole JobSet, every replicated job, as JobSet's own InPlaceRestart
@@ -48,7 +49,7 @@ var groupLabels = [][]string{
 // GroupOf returns the group of a pod: its key ("label=value,...") and the
 // selector of its pods; ok false when it has none.
 func GroupOf(pod *corev1.Pod) (key string, sel labels.Set, ok bool) {
-	for _, names := range groupLabels {
+	for _, names := range GroupLabels {
 		set := labels.Set{}
 		for _, n := range names {
 			v, has := pod.Labels[n]
@@ -64,11 +65,11 @@ func GroupOf(pod *corev1.Pod) (key string, sel labels.Set, ok bool) {
 	return "", nil, false
 }
 
-// groupMember reports whether pod takes part in group restarts: it has a
+// GroupMember reports whether pod takes part in group restarts: it has a
 // group and a container whose supervisor config uses RestartGroup (the
 // injector wraps every container of such a pod), and is not being deleted
 // (KEP-4438: no new pod-wide restart then), nor finished.
-func groupMember(pod *corev1.Pod) bool {
+func GroupMember(pod *corev1.Pod) bool {
 	if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		return false
 	}
@@ -91,21 +92,21 @@ func GroupObjectName(key string) string {
 	return "group-" + hex.EncodeToString(sum[:10])
 }
 
-// groupState is what the agent reads of a GroupRestart object.
-type groupState struct {
-	namespace, name string
-	key             string
-	generation      uint64
-	maxRestarts     int64 // -1: no limit
-	cause           statevol.GroupCause
-	// causeTime is when the current generation was made.
-	causeTime       time.Time
-	nodes           map[string]nodeReport
-	resourceVersion string
+// GroupState is what the agent reads of a GroupRestart object.
+type GroupState struct {
+	Namespace, Name string
+	Key             string
+	Generation      uint64
+	MaxRestarts     int64 // -1: no limit
+	Cause           statevol.GroupCause
+	// CauseTime is when the current generation was made.
+	CauseTime       time.Time
+	Nodes           map[string]NodeReport
+	ResourceVersion string
 }
 
-// nodeReport is one agent's report in spec.nodes.
-type nodeReport struct {
+// NodeReport is one agent's report in spec.nodes.
+type NodeReport struct {
 	Generation uint64 `json:"generation"`
 	Members    int    `json:"members"`
 	Stopped    int    `json:"stopped"`
@@ -113,28 +114,28 @@ type nodeReport struct {
 	Started int `json:"started"`
 }
 
-func groupFromObject(u *unstructured.Unstructured) groupState {
-	g := groupState{namespace: u.GetNamespace(), name: u.GetName(), resourceVersion: u.GetResourceVersion(), maxRestarts: -1,
-		nodes: map[string]nodeReport{}}
+func GroupFromObject(u *unstructured.Unstructured) GroupState {
+	g := GroupState{Namespace: u.GetNamespace(), Name: u.GetName(), ResourceVersion: u.GetResourceVersion(), MaxRestarts: -1,
+		Nodes: map[string]NodeReport{}}
 	spec, _, _ := unstructured.NestedMap(u.Object, "spec")
-	g.key, _ = spec["group"].(string)
-	g.generation = uint64(asInt(spec["generation"]))
+	g.Key, _ = spec["group"].(string)
+	g.Generation = uint64(asInt(spec["generation"]))
 	if v, ok := spec["maxRestarts"]; ok {
-		g.maxRestarts = asInt(v)
+		g.MaxRestarts = asInt(v)
 	}
 	if c, ok := spec["cause"].(map[string]any); ok {
-		g.cause.Pod, _ = c["pod"].(string)
-		g.cause.Container, _ = c["container"].(string)
-		g.cause.ExitCode = int32(asInt(c["exitCode"]))
+		g.Cause.Pod, _ = c["pod"].(string)
+		g.Cause.Container, _ = c["container"].(string)
+		g.Cause.ExitCode = int32(asInt(c["exitCode"]))
 		if ts, ok := c["time"].(string); ok {
-			g.causeTime, _ = time.Parse(time.RFC3339, ts)
+			g.CauseTime, _ = time.Parse(time.RFC3339, ts)
 		}
 	}
-	g.cause.Generation, g.cause.Group = g.generation, g.key
+	g.Cause.Generation, g.Cause.Group = g.Generation, g.Key
 	if nodes, ok := spec["nodes"].(map[string]any); ok {
 		for n, v := range nodes {
 			m, _ := v.(map[string]any)
-			g.nodes[n] = nodeReport{Generation: uint64(asInt(m["generation"])), Members: int(asInt(m["members"])), Stopped: int(asInt(m["stopped"])),
+			g.Nodes[n] = NodeReport{Generation: uint64(asInt(m["generation"])), Members: int(asInt(m["members"])), Stopped: int(asInt(m["stopped"])),
 				Started: int(asInt(m["started"]))}
 		}
 	}
@@ -156,19 +157,19 @@ func asInt(v any) int64 {
 	return 0
 }
 
-// roundOver reports whether the group's current round is over: every
+// RoundOver reports whether the group's current round is over: every
 // node that reported for it reported all its members started again in
 // it, or GroupStopWait has passed since it was made, after which the
 // agents release their members anyway. A generation made earlier would
 // reach members still waiting in the round, which one start then answers
 // for both (podstate's round): two generations, one restart.
-func roundOver(st groupState, now time.Time) bool {
-	if st.generation == 0 || now.Sub(st.causeTime) > GroupStopWait {
+func RoundOver(st GroupState, now time.Time, stopWait time.Duration) bool {
+	if st.Generation == 0 || now.Sub(st.CauseTime) > stopWait {
 		return true
 	}
 	reported := false
-	for _, rep := range st.nodes {
-		if rep.Generation != st.generation {
+	for _, rep := range st.Nodes {
+		if rep.Generation != st.Generation {
 			continue
 		}
 		reported = true
@@ -182,3 +183,31 @@ func roundOver(st groupState, now time.Time) bool {
 // ReasonGroupRestarted is the Event a group restart records on the pod
 // whose exit asked for it.
 const ReasonGroupRestarted = "GroupRestartedInPlace"
+
+// RoundText is how far the current generation's round has come, from the
+// node agents' reports of it: "done" once every member has started again,
+// else the members stopped or started so far of those reported.
+func (g GroupState) RoundText() string {
+	if g.Generation == 0 {
+		return "-"
+	}
+	var members, stopped, started int
+	for _, r := range g.Nodes {
+		if r.Generation != g.Generation {
+			continue
+		}
+		members += r.Members
+		stopped += r.Stopped
+		started += r.Started
+	}
+	switch {
+	case members == 0:
+		return "delivering"
+	case started >= members:
+		return "done"
+	case stopped < members:
+		return fmt.Sprintf("stopping %d/%d", stopped, members)
+	default:
+		return fmt.Sprintf("starting %d/%d", started, members)
+	}
+}

@@ -1,4 +1,11 @@
-package nodeagent
+// Package agentapi owns what the node agent writes to the Kubernetes API
+// and what its readers rely on: the Events' reasons, messages and
+// structured annotations (events.go), their signatures and the published
+// keys that verify them (signing.go), and the GroupRestart object of a
+// group restart, its name, resource and schema (group.go). The daemon
+// (package nodeagent) writes them; `restart-injector status` (package
+// agentstatus) reads them; neither reaches into the other.
+package agentapi
 
 import (
 	"encoding/json"
@@ -55,18 +62,18 @@ type Restart struct {
 	BackoffSeconds int64 `json:"backoffSeconds"`
 }
 
-// restartOf describes the restart s reports, its strings cleaned.
-func restartOf(s statevol.Status, total int) Restart {
-	r := Restart{Container: clean(s.Container), Total: total}
+// RestartOf describes the restart s reports, its strings cleaned.
+func RestartOf(s statevol.Status, total int) Restart {
+	r := Restart{Container: Clean(s.Container), Total: total}
 	if e := s.LastRestart; e != nil {
 		code := e.Code
 		r.ExitCode = &code
-		r.Signal = clean(e.Signal)
-		r.ExitReason = clean(e.Reason)
+		r.Signal = Clean(e.Signal)
+		r.ExitReason = Clean(e.Reason)
 		if e.Rule != nil {
 			rule := *e.Rule
 			r.Rule = &rule
-			r.Action = clean(string(e.Action))
+			r.Action = Clean(string(e.Action))
 		}
 	}
 	if !s.NextStartAt.IsZero() && s.State == contract.PhaseBackingOff {
@@ -84,7 +91,7 @@ func (r Restart) ExitText() string {
 	s := fmt.Sprintf("exit code %d", *r.ExitCode)
 	var why []string
 	for _, w := range []string{r.Signal, r.ExitReason} {
-		if w = clean(w); w != "" {
+		if w = Clean(w); w != "" {
 			why = append(why, w)
 		}
 	}
@@ -99,7 +106,7 @@ func (r Restart) RuleText() string {
 	if r.Rule == nil {
 		return "no rule (container policy)"
 	}
-	return fmt.Sprintf("rule %d (%s)", *r.Rule, clean(r.Action))
+	return fmt.Sprintf("rule %d (%s)", *r.Rule, Clean(r.Action))
 }
 
 // BackoffText is "back-off 10s".
@@ -109,12 +116,12 @@ func (r Restart) BackoffText() string {
 
 // String is the Event message, at most MaxEventMessage bytes.
 func (r Restart) String() string {
-	return truncate(fmt.Sprintf("Container %s restarted in place (restart %d): %s, %s, %s",
-		clean(r.Container), r.Total, r.ExitText(), r.RuleText(), r.BackoffText()), MaxEventMessage)
+	return Truncate(fmt.Sprintf("Container %s restarted in place (restart %d): %s, %s, %s",
+		Clean(r.Container), r.Total, r.ExitText(), r.RuleText(), r.BackoffText()), MaxEventMessage)
 }
 
 // annotations are the Event's annotations: the same values, as JSON.
-func (r Restart) annotations() map[string]string {
+func (r Restart) Annotations() map[string]string {
 	b, _ := json.Marshal(r)
 	return map[string]string{contract.EventAnnotationRestart: string(b)}
 }
@@ -138,12 +145,12 @@ type HandOver struct {
 // maxHandOverMessage bounds the supervisor's message in the Event.
 const maxHandOverMessage = 256
 
-// handOverOf describes the hand-over s reports, its strings cleaned.
-func handOverOf(s statevol.Status, total int) HandOver {
-	h := HandOver{Container: clean(s.Container), Total: total, Reason: clean(s.HandOver.Reason),
-		Message: truncate(cleanText(s.HandOver.Message), maxHandOverMessage)}
+// HandOverOf describes the hand-over s reports, its strings cleaned.
+func HandOverOf(s statevol.Status, total int) HandOver {
+	h := HandOver{Container: Clean(s.Container), Total: total, Reason: Clean(s.HandOver.Reason),
+		Message: Truncate(CleanText(s.HandOver.Message), maxHandOverMessage)}
 	if e := s.LastExit; e != nil {
-		h.ExitCode, h.Signal, h.ExitReason = e.Code, clean(e.Signal), clean(e.Reason)
+		h.ExitCode, h.Signal, h.ExitReason = e.Code, Clean(e.Signal), Clean(e.Reason)
 	}
 	return h
 }
@@ -157,27 +164,27 @@ func (h HandOver) String() string {
 	if h.ExitReason != "" {
 		exit += ", " + h.ExitReason
 	}
-	return truncate(fmt.Sprintf("Container %s handed to the kubelet after %d in-place restarts: %s: %s; %s",
+	return Truncate(fmt.Sprintf("Container %s handed to the kubelet after %d in-place restarts: %s: %s; %s",
 		h.Container, h.Total, h.Reason, h.Message, exit), MaxEventMessage)
 }
 
-func (h HandOver) annotations() map[string]string {
+func (h HandOver) Annotations() map[string]string {
 	b, _ := json.Marshal(h)
 	return map[string]string{contract.EventAnnotationHandOver: string(b)}
 }
 
-// podRestartMessage is the PodRestartedInPlace message.
-func podRestartMessage(gen uint64) string {
+// PodRestartMessage is the PodRestartedInPlace message.
+func PodRestartMessage(gen uint64) string {
 	return fmt.Sprintf("Pod restarted in place (RestartAllContainers): pod restart %d", gen)
 }
 
-// podRestartAnnotations carry the generation as a decimal number.
-func podRestartAnnotations(gen uint64) map[string]string {
+// PodRestartAnnotations carry the generation as a decimal number.
+func PodRestartAnnotations(gen uint64) map[string]string {
 	return map[string]string{contract.EventAnnotationPodRestart: fmt.Sprint(gen)}
 }
 
-// cleanText is clean without the length cut.
-func cleanText(s string) string {
+// CleanText is Clean without the length cut.
+func CleanText(s string) string {
 	return strings.Map(func(r rune) rune {
 		if r == utf8.RuneError || r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || isFormat(r) {
 			return '?'
@@ -186,11 +193,11 @@ func cleanText(s string) string {
 	}, s)
 }
 
-// clean makes s safe to show: control and format characters (ANSI escape
+// Clean makes s safe to show: control and format characters (ANSI escape
 // sequences, carriage returns, bidirectional overrides) and invalid UTF-8
 // become '?', and the result is cut to maxFieldLen bytes.
-func clean(s string) string {
-	return truncate(cleanText(s), maxFieldLen)
+func Clean(s string) string {
+	return Truncate(CleanText(s), maxFieldLen)
 }
 
 // isFormat reports the Unicode format characters that reorder or hide
@@ -204,9 +211,9 @@ func isFormat(r rune) bool {
 	return false
 }
 
-// truncate cuts s to at most n bytes on a rune boundary, marking the cut
+// Truncate cuts s to at most n bytes on a rune boundary, marking the cut
 // with "...".
-func truncate(s string, n int) string {
+func Truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
@@ -216,3 +223,14 @@ func truncate(s string, n int) string {
 	}
 	return s[:cut] + "..."
 }
+
+// AgentNamespace and AgentLabel find the node agent's pods, which
+// ReadStatus checks the Events against.
+const (
+	AgentNamespace = "restart-supervisor-node-agent"
+	AgentLabel     = "app.kubernetes.io/name=" + Component
+)
+
+// MaxAnnotation bounds the structured value ReadStatus decodes: the agent
+// writes under 300 bytes.
+const MaxAnnotation = 4 << 10
