@@ -4,21 +4,22 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
 
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
 	"github.com/restart-supervisor/restart-supervisor/statevol"
 )
 
@@ -63,9 +64,24 @@ type groupRound struct {
 	expected map[string]int
 }
 
+// groupHost is what the group loop needs of the agent around it: its
+// node, its node's pods, the kubelet's pods directory, the group's
+// members in the API, and where Events, refused files and the metrics'
+// samples go. *Agent is one; the loop holds nothing else of it.
+type groupHost interface {
+	node() string
+	nodePods() []*corev1.Pod
+	podsDir() string
+	listPods(ctx context.Context, namespace string, selector labels.Selector) ([]corev1.Pod, error)
+	recordGroupEvent(ref *corev1.ObjectReference, msg string, ann map[string]string)
+	logRefused(errs []error)
+	setGroupSamples(samples []groupSample)
+}
+
 // groups is the agent's group state, owned by groupLoop's goroutine.
 type groups struct {
-	a      *Agent
+	host   groupHost
+	log    *slog.Logger
 	client dynamic.Interface
 	// objects is the watched copy of the GroupRestart objects of the
 	// groups with members on this node: watches (groupwatch.go).
@@ -91,10 +107,51 @@ type groupSample struct {
 // (statevol.GroupReleaseWait).
 var GroupStopWait = 30 * time.Second
 
+// The agent as the group loop's host.
+
+func (a *Agent) node() string    { return a.cfg.NodeName }
+func (a *Agent) podsDir() string { return a.cfg.PodsDir }
+
+func (a *Agent) nodePods() []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, obj := range a.pods.List() {
+		if pod, ok := obj.(*corev1.Pod); ok {
+			out = append(out, pod)
+		}
+	}
+	return out
+}
+
+func (a *Agent) listPods(ctx context.Context, namespace string, selector labels.Selector) ([]corev1.Pod, error) {
+	list, err := a.cfg.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: selector.String()})
+	if err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}
+
+func (a *Agent) recordGroupEvent(ref *corev1.ObjectReference, msg string, ann map[string]string) {
+	signed := a.signer.Sign(agentapi.ReasonGroupRestarted, ref, ann)
+	a.sink.remember(ref, msg, signed)
+	a.recorder.AnnotatedEventf(ref, signed, corev1.EventTypeWarning, agentapi.ReasonGroupRestarted, "%s", msg)
+}
+
+func (a *Agent) logRefused(errs []error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.logErrors(errs)
+}
+
+func (a *Agent) setGroupSamples(samples []groupSample) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.groupSamples = samples
+}
+
 func (a *Agent) groupLoop(ctx context.Context) {
 	w := newGroupWatches(a.cfg.Dynamic)
 	defer w.stopAll()
-	g := &groups{a: a, client: a.cfg.Dynamic, objects: w, watches: w, rounds: map[string]*groupRound{}, handled: map[string]string{}}
+	g := &groups{host: a, log: a.log, client: a.cfg.Dynamic, objects: w, watches: w, rounds: map[string]*groupRound{}, handled: map[string]string{}}
 	t := time.NewTicker(a.cfg.GroupInterval)
 	defer t.Stop()
 	for {
@@ -157,9 +214,9 @@ func (g *groups) step(ctx context.Context) {
 		if r.reported.Members > 0 {
 			ns, name, _ := strings.Cut(id, "/")
 			rep := agentapi.NodeReport{Generation: r.generation}
-			patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"nodes": map[string]any{g.a.cfg.NodeName: rep}}})
+			patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"nodes": map[string]any{g.host.node(): rep}}})
 			if _, err := g.client.Resource(agentapi.GroupResource).Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
-				g.a.log.Warn("report group members gone", "group", id, "err", err)
+				g.log.Warn("report group members gone", "group", id, "err", err)
 				continue // again at the next step
 			}
 		}
@@ -174,9 +231,7 @@ func (g *groups) step(ctx context.Context) {
 			}
 		}
 	}
-	g.a.mu.Lock()
-	g.a.groupSamples = samples
-	g.a.mu.Unlock()
+	g.host.setGroupSamples(samples)
 }
 
 // forgetHandled drops the requests remembered for pods that are no longer
@@ -197,16 +252,14 @@ func (g *groups) forgetHandled(members []localMember) {
 // localMembers returns this node's group members whose state volume is
 // there, each with a descriptor of it opened without following a link.
 func (g *groups) localMembers() []localMember {
-	a := g.a
-	root, err := unix.Open(a.cfg.PodsDir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	root, err := unix.Open(g.host.podsDir(), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil
 	}
 	defer unix.Close(root)
 	var out []localMember
-	for _, obj := range a.pods.List() {
-		pod, ok := obj.(*corev1.Pod)
-		if !ok || !agentapi.GroupMember(pod) {
+	for _, pod := range g.host.nodePods() {
+		if !agentapi.GroupMember(pod) {
 			continue
 		}
 		key, _, _ := agentapi.GroupOf(pod)
@@ -236,21 +289,58 @@ const (
 )
 
 // carryOut delivers the group's current generation to ms (this node's
-// members of one group), reports their stop and releases them.
+// members of one group), reports their stop and releases them: the
+// decisions are planRelease's and nodeReportOf's, pure; what is read and
+// written here is their input and their outcome.
 func (g *groups) carryOut(ctx context.Context, ms []localMember) {
-	ns, name := ms[0].pod.Namespace, agentapi.GroupObjectName(ms[0].key)
-	id := ns + "/" + name
-	obj, exists, err := g.objects.GetByKey(id)
-	if err != nil || !exists {
-		return
-	}
-	u, ok := obj.(*unstructured.Unstructured)
+	st, r, ok := g.currentRound(ctx, ms)
 	if !ok {
 		return
 	}
+	states := g.deliverAndRead(st, r, ms)
+	rep := nodeReportOf(st.Generation, len(ms), states, r.released)
+	if rep != r.reported {
+		patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"nodes": map[string]any{g.host.node(): rep}}})
+		if _, err := g.client.Resource(agentapi.GroupResource).Namespace(st.Namespace).Patch(ctx, st.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			g.log.Warn("report group stop", "group", st.Namespace+"/"+st.Name, "err", err)
+		} else {
+			r.reported = rep
+			st.Nodes[g.host.node()] = rep
+		}
+	}
+	release, all := planRelease(st, r, states, time.Now(), GroupStopWait)
+	for _, m := range ms {
+		uid := string(m.pod.UID)
+		if !slices.Contains(release, uid) {
+			continue
+		}
+		if err := statevol.ReleaseGroup(m.dir, r.podGen[uid]); err != nil {
+			g.log.Warn("release group round", "pod", m.pod.Namespace+"/"+m.pod.Name, "err", err)
+			continue
+		}
+		r.released[uid] = true
+		if !all {
+			g.log.Warn("group restart: not every pod of the group stopped within the bound; releasing this node's", "group", st.Key, "generation", st.Generation, "waited", GroupStopWait)
+		}
+	}
+}
+
+// currentRound is the group's current generation, from the watched copy
+// of its object, and this node's round of it (begun here when new: its
+// delivery time, the members expected per node).
+func (g *groups) currentRound(ctx context.Context, ms []localMember) (agentapi.GroupState, *groupRound, bool) {
+	id := ms[0].pod.Namespace + "/" + agentapi.GroupObjectName(ms[0].key)
+	obj, exists, err := g.objects.GetByKey(id)
+	if err != nil || !exists {
+		return agentapi.GroupState{}, nil, false
+	}
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return agentapi.GroupState{}, nil, false
+	}
 	st := agentapi.GroupFromObject(u)
 	if st.Generation == 0 || st.Key != ms[0].key {
-		return
+		return st, nil, false
 	}
 	r := g.rounds[id]
 	if r == nil || r.generation != st.Generation {
@@ -258,7 +348,25 @@ func (g *groups) carryOut(ctx context.Context, ms []localMember) {
 		r.expected = g.expectedMembers(ctx, ms[0])
 		g.rounds[id] = r
 	}
-	stopped, started := 0, 0
+	return st, r, true
+}
+
+// memberState is what one member's volume says of the round, as a step
+// read it: the pod generation that carries the round (0 when it has not
+// reached the pod), whether the pod's members have stopped for it, and
+// whether they have started again.
+type memberState struct {
+	uid              string
+	podGen           uint64
+	stopped, started bool
+}
+
+// deliverAndRead delivers the round to each member it has not reached
+// (statevol.DeliverGroup, exactly once per pod and generation; found
+// again in the volume after an agent restart) and reads where each
+// member is in it.
+func (g *groups) deliverAndRead(st agentapi.GroupState, r *groupRound, ms []localMember) []memberState {
+	var out []memberState
 	for _, m := range ms {
 		uid := string(m.pod.UID)
 		n, ok := r.podGen[uid]
@@ -274,54 +382,66 @@ func (g *groups) carryOut(ctx context.Context, ms []localMember) {
 					// pod-restarts/, a full disk).
 					if !r.deliveryFailed[uid] {
 						r.deliveryFailed[uid] = true
-						g.a.log.Warn("deliver group restart; trying again at every step", "pod", ns+"/"+m.pod.Name, "generation", st.Generation, "err", err)
+						g.log.Warn("deliver group restart; trying again at every step", "pod", m.pod.Namespace+"/"+m.pod.Name, "generation", st.Generation, "err", err)
 					}
-					continue
+				} else {
+					ok = true
 				}
-				ok = true
 			}
-			if !ok {
-				continue // a newer round reached it already
+			if ok {
+				r.podGen[uid] = n
 			}
-			r.podGen[uid] = n
 		}
-		if statevol.GroupStopped(m.dir, n) {
-			stopped++
+		state := memberState{uid: uid}
+		if ok {
+			// Not reached: a delivery failed, or a newer round reached
+			// the pod already.
+			state.podGen = n
+			state.stopped = statevol.GroupStopped(m.dir, n)
+			state.started = r.released[uid] && statevol.GroupStarted(m.dir, n)
 		}
-		if r.released[uid] && statevol.GroupStarted(m.dir, n) {
-			started++
+		out = append(out, state)
+	}
+	return out
+}
+
+// nodeReportOf is this node's report of round generation: its members,
+// how many of those the round reached have stopped, and how many of the
+// released ones have started again.
+func nodeReportOf(generation uint64, members int, states []memberState, released map[string]bool) agentapi.NodeReport {
+	rep := agentapi.NodeReport{Generation: generation, Members: members}
+	for _, s := range states {
+		if s.podGen == 0 {
+			continue
+		}
+		if s.stopped {
+			rep.Stopped++
+		}
+		if released[s.uid] && s.started {
+			rep.Started++
 		}
 	}
-	rep := agentapi.NodeReport{Generation: st.Generation, Members: len(ms), Stopped: stopped, Started: started}
-	if rep != r.reported {
-		patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"nodes": map[string]any{g.a.cfg.NodeName: rep}}})
-		if _, err := g.client.Resource(agentapi.GroupResource).Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-			g.a.log.Warn("report group stop", "group", id, "err", err)
-		} else {
-			r.reported = rep
-			st.Nodes[g.a.cfg.NodeName] = rep
-		}
-	}
-	all := allStopped(st, r.expected)
-	late := time.Since(r.delivered) > GroupStopWait
+	return rep
+}
+
+// planRelease says which of this node's members to release now, and
+// whether every node has reported its members stopped (all): none until
+// then, or until stopWait has passed since the round reached this node,
+// after which the members the round reached are released stopped or not
+// (a node agent that died, a node cut off); a member is released once.
+func planRelease(st agentapi.GroupState, r *groupRound, states []memberState, now time.Time, stopWait time.Duration) (release []string, all bool) {
+	all = allStopped(st, r.expected)
+	late := now.Sub(r.delivered) > stopWait
 	if !all && !late {
-		return
+		return nil, all
 	}
-	for _, m := range ms {
-		uid := string(m.pod.UID)
-		n, ok := r.podGen[uid]
-		if !ok || r.released[uid] || !statevol.GroupStopped(m.dir, n) && !late {
+	for _, s := range states {
+		if s.podGen == 0 || r.released[s.uid] || !s.stopped && !late {
 			continue
 		}
-		if err := statevol.ReleaseGroup(m.dir, n); err != nil {
-			g.a.log.Warn("release group round", "pod", ns+"/"+m.pod.Name, "err", err)
-			continue
-		}
-		r.released[uid] = true
-		if !all {
-			g.a.log.Warn("group restart: not every pod of the group stopped within the bound; releasing this node's", "group", st.Key, "generation", st.Generation, "waited", GroupStopWait)
-		}
+		release = append(release, s.uid)
 	}
+	return release, all
 }
 
 // allStopped reports whether every node with members of the group has
@@ -344,14 +464,14 @@ func allStopped(st agentapi.GroupState, expected map[string]int) bool {
 func (g *groups) expectedMembers(ctx context.Context, m localMember) map[string]int {
 	_, sel, _ := agentapi.GroupOf(m.pod)
 	out := map[string]int{}
-	list, err := g.a.cfg.Client.CoreV1().Pods(m.pod.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+	pods, err := g.host.listPods(ctx, m.pod.Namespace, sel.AsSelector())
 	if err != nil {
-		g.a.log.Warn("list group members", "group", m.key, "err", err)
-		out[g.a.cfg.NodeName] = 1
+		g.log.Warn("list group members", "group", m.key, "err", err)
+		out[g.host.node()] = 1
 		return out
 	}
-	for i := range list.Items {
-		p := &list.Items[i]
+	for i := range pods {
+		p := &pods[i]
 		if p.Spec.NodeName == "" || !agentapi.GroupMember(p) {
 			continue
 		}

@@ -3,24 +3,30 @@ package nodeagent
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
-
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
+	"github.com/restart-supervisor/restart-supervisor/statevol"
 )
 
 func TestAllStopped(t *testing.T) {
@@ -66,7 +72,7 @@ func TestFailedDeliveryIsLoggedOncePerRound(t *testing.T) {
 	if err := objects.Add(obj); err != nil {
 		t.Fatal(err)
 	}
-	g := &groups{a: a, client: dynamicfake.NewSimpleDynamicClient(k8sruntime.NewScheme(), obj), objects: objects,
+	g := &groups{host: a, log: a.log, client: dynamicfake.NewSimpleDynamicClient(k8sruntime.NewScheme(), obj), objects: objects,
 		rounds: map[string]*groupRound{}, handled: map[string]string{}}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "default", UID: "u1", Labels: map[string]string{contract.LabelGroup: "g"}}}
 	for i := 0; i < 10; i++ {
@@ -77,5 +83,312 @@ func TestFailedDeliveryIsLoggedOncePerRound(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "pod-restarts", "00000000000000000001")); err == nil {
 		t.Fatal("delivered through the link")
+	}
+}
+
+// TestNodeReportOf: a node reports its members, those the round reached
+// that have stopped, and those released that have started again.
+func TestNodeReportOf(t *testing.T) {
+	released := map[string]bool{"a": true}
+	for _, tc := range []struct {
+		name   string
+		states []memberState
+		want   agentapi.NodeReport
+	}{
+		{"none reached", []memberState{{uid: "a"}, {uid: "b"}}, agentapi.NodeReport{Generation: 3, Members: 2}},
+		{"one stopped", []memberState{{uid: "a", podGen: 5, stopped: true}, {uid: "b", podGen: 4}}, agentapi.NodeReport{Generation: 3, Members: 2, Stopped: 1}},
+		{"a started, released", []memberState{{uid: "a", podGen: 5, stopped: true, started: true}, {uid: "b", podGen: 4, stopped: true}},
+			agentapi.NodeReport{Generation: 3, Members: 2, Stopped: 2, Started: 1}},
+		{"b started, not released: not counted", []memberState{{uid: "b", podGen: 4, stopped: true, started: true}},
+			agentapi.NodeReport{Generation: 3, Members: 2, Stopped: 1}},
+		{"unreached but marked: not counted", []memberState{{uid: "a", stopped: true, started: true}}, agentapi.NodeReport{Generation: 3, Members: 2}},
+	} {
+		if got := nodeReportOf(3, 2, tc.states, released); got != tc.want {
+			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestPlanRelease: members are released once every node reported all its
+// members stopped, or, past the stop wait, every member the round reached
+// whether stopped or not; never a member the round has not reached, and
+// never twice.
+func TestPlanRelease(t *testing.T) {
+	now := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	const wait = 30 * time.Second
+	stopped := agentapi.GroupState{Generation: 2, Nodes: map[string]agentapi.NodeReport{
+		"n1": {Generation: 2, Members: 2, Stopped: 2}, "n2": {Generation: 2, Members: 1, Stopped: 1}}}
+	running := agentapi.GroupState{Generation: 2, Nodes: map[string]agentapi.NodeReport{
+		"n1": {Generation: 2, Members: 2, Stopped: 2}, "n2": {Generation: 2, Members: 1, Stopped: 0}}}
+	states := []memberState{{uid: "a", podGen: 7, stopped: true}, {uid: "b", podGen: 3, stopped: true}, {uid: "c"}}
+	for _, tc := range []struct {
+		name     string
+		st       agentapi.GroupState
+		age      time.Duration
+		released map[string]bool
+		want     []string
+		all      bool
+	}{
+		{"another node still runs", running, time.Second, nil, nil, false},
+		{"every node stopped", stopped, time.Second, nil, []string{"a", "b"}, true},
+		{"released once", stopped, time.Second, map[string]bool{"a": true}, []string{"b"}, true},
+		{"late: the reached ones, stopped or not", running, wait + time.Second, nil, []string{"a", "b"}, false},
+	} {
+		r := &groupRound{generation: 2, delivered: now.Add(-tc.age), expected: map[string]int{"n1": 2, "n2": 1}, released: map[string]bool{}}
+		for k, v := range tc.released {
+			r.released[k] = v
+		}
+		got, all := planRelease(tc.st, r, states, now, wait)
+		if !slices.Equal(got, tc.want) || all != tc.all {
+			t.Errorf("%s: release %v all %v, want %v %v", tc.name, got, all, tc.want, tc.all)
+		}
+	}
+	late := []memberState{{uid: "a", podGen: 7}}
+	r := &groupRound{generation: 2, delivered: now.Add(-wait - time.Second), expected: map[string]int{"n1": 1}, released: map[string]bool{}}
+	if got, _ := planRelease(running, r, late, now, wait); !slices.Equal(got, []string{"a"}) {
+		t.Errorf("late, a member that never stopped: release %v, want [a]", got)
+	}
+}
+
+// fakeHost is a groupHost without an API server: its node's pods, the
+// group's members as the API would list them, and what the loop reports.
+type fakeHost struct {
+	name    string
+	pods    []corev1.Pod
+	events  []string
+	samples []groupSample
+}
+
+func (h *fakeHost) node() string    { return h.name }
+func (h *fakeHost) podsDir() string { return "" }
+func (h *fakeHost) nodePods() []*corev1.Pod {
+	var out []*corev1.Pod
+	for i := range h.pods {
+		out = append(out, &h.pods[i])
+	}
+	return out
+}
+func (h *fakeHost) listPods(context.Context, string, labels.Selector) ([]corev1.Pod, error) {
+	return h.pods, nil
+}
+func (h *fakeHost) recordGroupEvent(_ *corev1.ObjectReference, msg string, _ map[string]string) {
+	h.events = append(h.events, msg)
+}
+func (h *fakeHost) logRefused([]error)                    {}
+func (h *fakeHost) setGroupSamples(samples []groupSample) { h.samples = samples }
+
+// TestRoundOnOneNode carries a round out on a node whose two members are
+// the only ones of the group, step by step as the supervisors would move:
+// delivered to both, reported, released once both stopped, and reported
+// started once both started again.
+func TestRoundOnOneNode(t *testing.T) {
+	key := contract.LabelGroup + "=g"
+	obj := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": agentapi.GroupResource.GroupVersion().String(), "kind": agentapi.GroupKind,
+		"metadata": map[string]any{"name": agentapi.GroupObjectName(key), "namespace": "default"},
+		"spec": map[string]any{"group": key, "generation": int64(1),
+			"cause": map[string]any{"pod": "p0", "container": "rank", "exitCode": int64(42)}},
+	}}
+	objects := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	if err := objects.Add(obj); err != nil {
+		t.Fatal(err)
+	}
+	dyn := dynamicfake.NewSimpleDynamicClient(k8sruntime.NewScheme(), obj)
+	host := &fakeHost{name: "n1"}
+	var ms []localMember
+	for _, name := range []string{"p0", "p1"} {
+		pod := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name),
+			Labels: map[string]string{contract.LabelGroup: "g"}},
+			Spec: corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "rank",
+				Env: []corev1.EnvVar{{Name: contract.EnvConfig, Value: `{"restartPolicyRules":[{"action":"RestartGroup"}]}`}}}}}}
+		host.pods = append(host.pods, pod)
+		ms = append(ms, localMember{pod: &host.pods[len(host.pods)-1], key: key, dir: t.TempDir(), fd: -1})
+	}
+	var logs bytes.Buffer
+	g := &groups{host: host, log: slog.New(slog.NewTextHandler(&logs, nil)), client: dyn, objects: objects,
+		rounds: map[string]*groupRound{}, handled: map[string]string{}}
+	report := func() agentapi.NodeReport {
+		u, err := dyn.Resource(agentapi.GroupResource).Namespace("default").Get(context.Background(), agentapi.GroupObjectName(key), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return agentapi.GroupFromObject(u).Nodes["n1"]
+	}
+	mark := func(m localMember, n uint64, what string) {
+		if err := os.WriteFile(filepath.Join(m.dir, contract.PodRestartsDir, statevol.MarkerName(n, what, "rank")), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	g.carryOut(context.Background(), ms)
+	var gens []uint64
+	for _, m := range ms {
+		n, ok := statevol.GroupRound(m.dir, 1)
+		if !ok {
+			t.Fatalf("%s: generation 1 not delivered", m.pod.Name)
+		}
+		gens = append(gens, n)
+	}
+	if got := report(); got != (agentapi.NodeReport{Generation: 1, Members: 2}) {
+		t.Errorf("after delivery: report %+v", got)
+	}
+	mark(ms[0], gens[0], statevol.MarkGrouped)
+	g.carryOut(context.Background(), ms)
+	if statevol.GroupReleased(ms[0].dir, gens[0]) {
+		t.Error("p0 released while p1 still runs")
+	}
+	mark(ms[1], gens[1], statevol.MarkGrouped)
+	g.carryOut(context.Background(), ms)
+	for i, m := range ms {
+		if !statevol.GroupReleased(m.dir, gens[i]) {
+			t.Errorf("%s not released once both stopped", m.pod.Name)
+		}
+	}
+	if got := report(); got != (agentapi.NodeReport{Generation: 1, Members: 2, Stopped: 2}) {
+		t.Errorf("after both stopped: report %+v", got)
+	}
+	for i, m := range ms {
+		mark(m, gens[i], statevol.MarkStarted)
+	}
+	g.carryOut(context.Background(), ms)
+	if got := report(); got != (agentapi.NodeReport{Generation: 1, Members: 2, Stopped: 2, Started: 2}) {
+		t.Errorf("after both started: report %+v", got)
+	}
+	if strings.Contains(logs.String(), "not every pod of the group stopped") {
+		t.Errorf("released late:\n%s", logs.String())
+	}
+}
+
+// TestRequestsOnOneNode takes a member's requests as a step would: the
+// first makes generation 1 of a new object, owned by the pod's controller,
+// with its Event; a request named after no container of the pod's spec is
+// not read; once the round is over, a request past the group's limit is
+// refused in the member's volume.
+func TestRequestsOnOneNode(t *testing.T) {
+	key := contract.LabelGroup + "=g"
+	dyn := dynamicfake.NewSimpleDynamicClient(k8sruntime.NewScheme())
+	objects := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	host := &fakeHost{name: "n1"}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p0", Namespace: "default", UID: "uid-p0",
+		Labels:          map[string]string{contract.LabelGroup: "g"},
+		Annotations:     map[string]string{contract.AnnotationGroupMaxRestarts: "1"},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "train", UID: "uid-job", Controller: ptr.To(true)}}},
+		Spec: corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "rank"}}}}
+	m := localMember{pod: pod, key: key, dir: t.TempDir(), fd: -1}
+	g := &groups{host: host, log: slog.New(slog.NewTextHandler(io.Discard, nil)), client: dyn, objects: objects,
+		rounds: map[string]*groupRound{}, handled: map[string]string{}}
+	request := func(container, id string, observed uint64) {
+		if err := os.MkdirAll(filepath.Join(m.dir, contract.GroupDir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(m.dir, contract.GroupDir, contract.GroupRequestPrefix+container),
+			fmt.Appendf(nil, `{"id":%q,"exitCode":42,"observed":%d}`, id, observed), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	object := func() *unstructured.Unstructured {
+		u, err := dyn.Resource(agentapi.GroupResource).Namespace("default").Get(context.Background(), agentapi.GroupObjectName(key), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+
+	request("sidecar-of-nothing", "x", 0)
+	g.takeRequests(context.Background(), m, map[string]bool{})
+	if _, err := dyn.Resource(agentapi.GroupResource).Namespace("default").Get(context.Background(), agentapi.GroupObjectName(key), metav1.GetOptions{}); err == nil {
+		t.Fatal("a request named after no container of the spec made the group's object")
+	}
+	request("rank", "r1", 0)
+	g.takeRequests(context.Background(), m, map[string]bool{})
+	u := object()
+	st := agentapi.GroupFromObject(u)
+	if st.Generation != 1 || st.Cause.Container != "rank" || st.MaxRestarts != 1 {
+		t.Fatalf("after the first request: %+v", st)
+	}
+	if refs := u.GetOwnerReferences(); len(refs) != 1 || refs[0].UID != "uid-job" || refs[0].Controller != nil {
+		t.Errorf("owner references %+v, want the Job, not as controller", refs)
+	}
+	if len(host.events) != 2 { // the pod and its Job
+		t.Errorf("Events %q, want one on the pod and one on its Job", host.events)
+	}
+
+	// The round over (the watched copy says every node started again):
+	// the next request is past the limit of 1.
+	u.Object["spec"].(map[string]any)["nodes"] = map[string]any{"n1": map[string]any{"generation": int64(1), "members": int64(1), "stopped": int64(1), "started": int64(1)}}
+	if err := objects.Add(u); err != nil {
+		t.Fatal(err)
+	}
+	request("rank", "r2", 1)
+	g.takeRequests(context.Background(), m, map[string]bool{})
+	a, err := statevol.ReadAnswer(filepath.Join(m.dir, contract.GroupDir, contract.GroupAnswerPrefix+"rank"))
+	if err != nil || a.ID != "r2" || !strings.Contains(a.Refused, "limit") {
+		t.Errorf("answer %+v (%v), want r2 refused past the limit", a, err)
+	}
+	if got := agentapi.GroupFromObject(object()).Generation; got != 1 {
+		t.Errorf("generation %d after a refused request, want 1", got)
+	}
+}
+
+// TestDecideFromStore: the watched copy settles a request that a newer
+// generation answers, one made during a round, and one past the limit;
+// only one that can make the next generation is left to the API server.
+func TestDecideFromStore(t *testing.T) {
+	key := contract.LabelGroup + "=g"
+	now := time.Now().UTC().Format(time.RFC3339)
+	objects := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	put := func(spec map[string]any) {
+		spec["group"] = key
+		if err := objects.Add(&unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": agentapi.GroupResource.GroupVersion().String(), "kind": agentapi.GroupKind,
+			"metadata": map[string]any{"name": agentapi.GroupObjectName(key), "namespace": "default"}, "spec": spec}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g := &groups{objects: objects}
+	id := "default/" + agentapi.GroupObjectName(key)
+	if d, _ := g.decideFromStore(id, key, statevol.GroupRequest{Observed: 0}); d != storeAsk {
+		t.Errorf("no object: %v, want storeAsk", d)
+	}
+	put(map[string]any{"generation": int64(2), "cause": map[string]any{"time": now},
+		"nodes": map[string]any{"n1": map[string]any{"generation": int64(2), "members": int64(1), "started": int64(0)}}})
+	for _, tc := range []struct {
+		observed uint64
+		want     storeDecision
+	}{{1, storeUnderWay}, {2, storeRoundOn}} {
+		if d, _ := g.decideFromStore(id, key, statevol.GroupRequest{Observed: tc.observed}); d != tc.want {
+			t.Errorf("observed %d during round 2: %v, want %v", tc.observed, d, tc.want)
+		}
+	}
+	if d, _ := g.decideFromStore(id, "other=key", statevol.GroupRequest{Observed: 2}); d != storeAsk {
+		t.Errorf("another group's key: %v, want storeAsk (the API server's answer names the clash)", d)
+	}
+	put(map[string]any{"generation": int64(2), "maxRestarts": int64(2), "cause": map[string]any{"time": now},
+		"nodes": map[string]any{"n1": map[string]any{"generation": int64(2), "members": int64(1), "started": int64(1)}}})
+	if d, why := g.decideFromStore(id, key, statevol.GroupRequest{Observed: 2}); d != storeRefused || why == "" {
+		t.Errorf("round over, limit 2 reached: %v %q, want storeRefused", d, why)
+	}
+	put(map[string]any{"generation": int64(2), "cause": map[string]any{"time": now},
+		"nodes": map[string]any{"n1": map[string]any{"generation": int64(2), "members": int64(1), "started": int64(1)}}})
+	if d, _ := g.decideFromStore(id, key, statevol.GroupRequest{Observed: 2}); d != storeAsk {
+		t.Errorf("round over, no limit: %v, want storeAsk", d)
+	}
+}
+
+// TestGroupOwner: a JobSet's pod's group object is owned by the JobSet,
+// another pod's by its controller, a bare pod's by nothing.
+func TestGroupOwner(t *testing.T) {
+	js := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{jobSetNameLabel: "train", jobSetUIDLabel: "uid-js"},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "train-w-0", UID: "uid-job", Controller: ptr.To(true)}}}}
+	if o := groupOwner(js); o == nil || o.Kind != "JobSet" || o.UID != "uid-js" || o.Controller != nil {
+		t.Errorf("JobSet pod: %+v", o)
+	}
+	job := js.DeepCopy()
+	job.Labels = nil
+	if o := groupOwner(job); o == nil || o.Kind != "Job" || o.UID != "uid-job" || o.Controller != nil {
+		t.Errorf("Job pod: %+v", o)
+	}
+	if o := groupOwner(&corev1.Pod{}); o != nil {
+		t.Errorf("bare pod: %+v", o)
 	}
 }

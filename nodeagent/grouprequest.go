@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
-
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
 	"github.com/restart-supervisor/restart-supervisor/statevol"
 )
 
@@ -37,9 +36,7 @@ import (
 // Events are the spec's, not whatever bytes a pod put in a file name.
 func (g *groups) takeRequests(ctx context.Context, m localMember, spent map[string]bool) {
 	reqs, errs := statevol.GroupRequests(m.dir)
-	g.a.mu.Lock()
-	g.a.logErrors(errs)
-	g.a.mu.Unlock()
+	g.host.logRefused(errs)
 	id := m.pod.Namespace + "/" + agentapi.GroupObjectName(m.key)
 	for _, r := range reqs {
 		if !specContainer(m.pod, r.Container) {
@@ -68,7 +65,7 @@ func (g *groups) takeRequests(ctx context.Context, m localMember, spent map[stri
 		if refused, err := g.request(ctx, m, r); errors.Is(err, errRoundUnderWay) {
 			delete(g.handled, hk) // looked at again at the next step
 		} else if err != nil {
-			g.a.log.Warn("group restart request", "pod", m.pod.Namespace+"/"+m.pod.Name, "container", r.Container, "err", err)
+			g.log.Warn("group restart request", "pod", m.pod.Namespace+"/"+m.pod.Name, "container", r.Container, "err", err)
 			delete(g.handled, hk) // tried again at the next step
 		} else if refused != "" {
 			g.refuse(m, r, refused)
@@ -79,9 +76,9 @@ func (g *groups) takeRequests(ctx context.Context, m localMember, spent map[stri
 // refuse answers request r of member m with a refusal.
 func (g *groups) refuse(m localMember, r statevol.GroupRequest, refused string) {
 	if err := statevol.AnswerGroup(m.dir, r, refused); err != nil {
-		g.a.log.Warn("answer group restart request", "pod", m.pod.Namespace+"/"+m.pod.Name, "err", err)
+		g.log.Warn("answer group restart request", "pod", m.pod.Namespace+"/"+m.pod.Name, "err", err)
 	}
-	g.a.log.Info("group restart refused", "pod", m.pod.Namespace+"/"+m.pod.Name, "container", r.Container, "group", m.key, "reason", refused)
+	g.log.Info("group restart refused", "pod", m.pod.Namespace+"/"+m.pod.Name, "container", r.Container, "group", m.key, "reason", refused)
 }
 
 // specContainer reports whether name is a container (or init container)
@@ -182,7 +179,7 @@ func (g *groups) request(ctx context.Context, m localMember, r statevol.GroupReq
 		if err != nil {
 			return "", err
 		}
-		g.a.log.Info("group restart", "group", m.key, "namespace", m.pod.Namespace, "generation", next, "pod", m.pod.Name, "container", r.Container, "exitCode", r.ExitCode)
+		g.log.Info("group restart", "group", m.key, "namespace", m.pod.Namespace, "generation", next, "pod", m.pod.Name, "container", r.Container, "exitCode", r.ExitCode)
 		ann := map[string]string{"restart-supervisor.dev/group": m.key, "restart-supervisor.dev/group-generation": strconv.FormatUint(next, 10)}
 		msg := fmt.Sprintf("pod %s, container %s exited with %d: restarting every container of group %s in place (generation %d)",
 			m.pod.Name, r.Container, r.ExitCode, m.key, next)
@@ -194,9 +191,7 @@ func (g *groups) request(ctx context.Context, m localMember, r statevol.GroupReq
 			refs = append(refs, &corev1.ObjectReference{APIVersion: o.APIVersion, Kind: o.Kind, Name: o.Name, UID: o.UID, Namespace: m.pod.Namespace})
 		}
 		for _, ref := range refs {
-			signed := g.a.signer.Sign(agentapi.ReasonGroupRestarted, ref, ann)
-			g.a.sink.remember(ref, msg, signed)
-			g.a.recorder.AnnotatedEventf(ref, signed, corev1.EventTypeWarning, agentapi.ReasonGroupRestarted, "%s", msg)
+			g.host.recordGroupEvent(ref, msg, ann)
 		}
 		return "", nil
 	}
