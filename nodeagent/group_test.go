@@ -62,16 +62,8 @@ func TestFailedDeliveryIsLoggedOncePerRound(t *testing.T) {
 	a := newAgent(Config{NodeName: "n", Limits: DefaultLimits, Log: slog.New(slog.NewTextHandler(&logs, nil)),
 		Client: kubefake.NewClientset()}, time.Now())
 	key := contract.LabelGroup + "=g"
-	obj := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": agentapi.GroupResource.GroupVersion().String(), "kind": agentapi.GroupKind,
-		"metadata": map[string]any{"name": agentapi.GroupObjectName(key), "namespace": "default"},
-		"spec": map[string]any{"group": key, "generation": int64(1),
-			"cause": map[string]any{"pod": "p", "container": "c", "exitCode": int64(42)}},
-	}}
-	objects := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
-	if err := objects.Add(obj); err != nil {
-		t.Fatal(err)
-	}
+	obj := groupObject(key, map[string]any{"generation": int64(1), "cause": map[string]any{"pod": "p", "container": "c", "exitCode": int64(42)}})
+	objects := storeOf(t, obj)
 	g := &groups{host: a, log: a.log, client: dynamicfake.NewSimpleDynamicClient(k8sruntime.NewScheme(), obj), objects: objects,
 		rounds: map[string]*groupRound{}, handled: map[string]string{}}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "default", UID: "u1", Labels: map[string]string{contract.LabelGroup: "g"}}}
@@ -183,16 +175,8 @@ func (h *fakeHost) setGroupSamples(samples []groupSample) { h.samples = samples 
 // started once both started again.
 func TestRoundOnOneNode(t *testing.T) {
 	key := contract.LabelGroup + "=g"
-	obj := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": agentapi.GroupResource.GroupVersion().String(), "kind": agentapi.GroupKind,
-		"metadata": map[string]any{"name": agentapi.GroupObjectName(key), "namespace": "default"},
-		"spec": map[string]any{"group": key, "generation": int64(1),
-			"cause": map[string]any{"pod": "p0", "container": "rank", "exitCode": int64(42)}},
-	}}
-	objects := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
-	if err := objects.Add(obj); err != nil {
-		t.Fatal(err)
-	}
+	obj := groupObject(key, map[string]any{"generation": int64(1), "cause": map[string]any{"pod": "p0", "container": "rank", "exitCode": int64(42)}})
+	objects := storeOf(t, obj)
 	dyn := dynamicfake.NewSimpleDynamicClient(k8sruntime.NewScheme(), obj)
 	host := &fakeHost{name: "n1"}
 	var ms []localMember
@@ -338,10 +322,7 @@ func TestDecideFromStore(t *testing.T) {
 	now := time.Now().UTC().Format(time.RFC3339)
 	objects := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	put := func(spec map[string]any) {
-		spec["group"] = key
-		if err := objects.Add(&unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": agentapi.GroupResource.GroupVersion().String(), "kind": agentapi.GroupKind,
-			"metadata": map[string]any{"name": agentapi.GroupObjectName(key), "namespace": "default"}, "spec": spec}}); err != nil {
+		if err := objects.Add(groupObject(key, spec)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -391,4 +372,25 @@ func TestGroupOwner(t *testing.T) {
 	if o := groupOwner(&corev1.Pod{}); o != nil {
 		t.Errorf("bare pod: %+v", o)
 	}
+}
+
+// groupObject is the GroupRestart object of group key in namespace
+// default with spec (its group set to key).
+func groupObject(key string, spec map[string]any) *unstructured.Unstructured {
+	spec["group"] = key
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": agentapi.GroupResource.GroupVersion().String(), "kind": agentapi.GroupKind,
+		"metadata": map[string]any{"name": agentapi.GroupObjectName(key), "namespace": "default"}, "spec": spec}}
+}
+
+// storeOf is an informer's store holding objs.
+func storeOf(t *testing.T, objs ...*unstructured.Unstructured) cache.Indexer {
+	t.Helper()
+	store := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	for _, o := range objs {
+		if err := store.Add(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return store
 }
