@@ -51,9 +51,7 @@ func (s *supervisor) onWorkloadExit(st ExitStatus) {
 		// Killed by a pod restart: the exit is the pod restart's doing,
 		// not the workload's, so the rules do not judge it.
 		exit.PodRestart = end.gen
-		s.restarts++
-		s.podRestarts++
-		s.lastRestart = exit
+		s.recordRestart(exit, true, false)
 		s.log.Info("workload stopped for a pod restart", append(attrs, "generation", end.gen, "restarts", s.restarts)...)
 		s.enterRound(end.gen)
 	case endProbeKill:

@@ -48,10 +48,7 @@ type groupWait struct {
 // groupArrived counts the in-place restart the group restart makes of this
 // workload, as restart counts any other.
 func (s *supervisor) groupArrived(g *groupWait) {
-	s.restarts++
-	s.countRestart(s.config(), g.exit.At)
-	s.lastRestart = g.exit
-	s.podRestarts++
+	s.recordRestart(g.exit, true, true)
 }
 
 func (g *groupWait) leave() {

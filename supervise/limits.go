@@ -115,9 +115,29 @@ func (s *supervisor) budgetUsed(b *rules.RestartBudget, now time.Time) int {
 	return n
 }
 
-// countRestart records an in-place restart the container's own exit caused,
-// at t.
-func (s *supervisor) countRestart(cfg rules.Config, t time.Time) {
+// recordRestart is the one place that counts an in-place restart of this
+// container (State.Restarts): from exit (nil when the workload was not
+// running: a pod restart another member asked for, which also leaves
+// LastRestart as it was), pod-wide or not (State.PodRestarts), and
+// spending the limits' budget when this container's own exit asked for it
+// (a rule's restart, the group restart it requested), not when a pod
+// restart's kill ended the run.
+func (s *supervisor) recordRestart(exit *Exit, podWide, budget bool) {
+	s.restarts++
+	if podWide {
+		s.podRestarts++
+	}
+	if budget {
+		s.spendBudget(s.config(), exit.At)
+	}
+	if exit != nil {
+		s.lastRestart = exit
+	}
+}
+
+// spendBudget records, for the limits, an in-place restart the
+// container's own exit caused, at t.
+func (s *supervisor) spendBudget(cfg rules.Config, t time.Time) {
 	s.limits.BudgetRestarts++
 	s.limits.BudgetRecent = append(s.limits.BudgetRecent, t)
 	if n := len(s.limits.BudgetRecent); n > MaxBudgetRecent {

@@ -155,8 +155,7 @@ func (s *supervisor) onPodRestart(gen uint64) {
 		s.enterRound(gen)
 	default:
 		s.wait.leave() // the back-off timer, a hold, an idle re-run
-		s.restarts++
-		s.podRestarts++
+		s.recordRestart(nil, true, false)
 		s.log.Info("pod restart; the workload is not running", "generation", gen, "restarts", s.restarts)
 		s.enterRound(gen)
 	}

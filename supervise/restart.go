@@ -67,17 +67,14 @@ func (s *supervisor) restart(v verdict, exit *Exit, attrs []any) {
 		s.requestGroup(v, exit, attrs)
 		return
 	}
-	s.restarts++
-	s.countRestart(s.config(), exit.At)
-	s.lastRestart = exit
-	attrs = append(attrs, "restarts", s.restarts)
 	podWide := d.Action == rules.ActionRestartAllContainers
+	s.recordRestart(exit, podWide && s.o.Pod != nil, true)
+	attrs = append(attrs, "restarts", s.restarts)
 	if podWide && s.o.Pod != nil {
 		// The pod restart's own back-off applies (enterRound), as
 		// upstream, where no exited container is left for a container
 		// back-off to apply to; the container back-off only if the
 		// announcement fails.
-		s.podRestarts++
 		gen, err := s.o.Pod.Announce(int32(exit.Code))
 		if err == nil {
 			s.log.Info("workload exited; restarting the pod's containers in place", append(attrs, "generation", gen)...)
