@@ -137,9 +137,6 @@ func (s *supervisor) onPodRestart(gen uint64) {
 		// A pod restart takes the place of a probe's kill under way.
 		s.ending = ending{cause: endPodRestart, gen: gen}
 		sig := s.o.PodRestartSignal
-		if sig == 0 {
-			sig = unix.SIGTERM
-		}
 		s.log.Info("pod restart; stopping the workload", "generation", gen, "pid", s.proc.pid, "signal", unix.SignalName(sig), "gracePeriod", PodRestartGrace)
 		s.deliver(sig)
 		s.grace.arm(s.proc.pid, PodRestartGrace)

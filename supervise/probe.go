@@ -316,9 +316,6 @@ func (s *supervisor) onProbeFailure(p *prober) {
 		grace = time.Duration(*g) * time.Second
 	}
 	sig := s.o.PodRestartSignal
-	if sig == 0 {
-		sig = unix.SIGTERM
-	}
 	then := "judging the exit by the rules (the container's restartPolicy is Never)"
 	if restart {
 		then = "restarting it in place (container restartPolicy not Never)"

@@ -242,6 +242,9 @@ func Run(o Options) Result {
 	if o.StopSignals == nil {
 		o.StopSignals = DefaultStopSignals
 	}
+	if o.PodRestartSignal == 0 {
+		o.PodRestartSignal = unix.SIGTERM
+	}
 	s := &supervisor{o: o, log: o.Log, stop: map[syscall.Signal]bool{}}
 	if o.Limits != nil {
 		s.limits = *o.Limits
