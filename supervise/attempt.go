@@ -33,11 +33,11 @@ func (s *supervisor) attemptEnv() []string {
 			}
 		}
 	}
-	env := append(s.baseEnv[:len(s.baseEnv):len(s.baseEnv)], contract.EnvRestartCount+"="+strconv.Itoa(s.restarts))
-	if s.last != nil {
-		env = append(env, contract.EnvLastExitCode+"="+strconv.Itoa(s.last.Code))
-		if s.last.Signal != 0 {
-			env = append(env, contract.EnvLastExitSignal+"="+unix.SignalName(s.last.Signal))
+	env := append(s.baseEnv[:len(s.baseEnv):len(s.baseEnv)], contract.EnvRestartCount+"="+strconv.Itoa(s.hist.restarts))
+	if s.hist.last != nil {
+		env = append(env, contract.EnvLastExitCode+"="+strconv.Itoa(s.hist.last.Code))
+		if s.hist.last.Signal != 0 {
+			env = append(env, contract.EnvLastExitSignal+"="+unix.SignalName(s.hist.last.Signal))
 		}
 	}
 	if s.o.PodGeneration != nil {

@@ -25,7 +25,7 @@ func (s *supervisor) onWorkloadExit(st ExitStatus) {
 	s.ending = ending{}
 	exit := &Exit{ExitStatus: st, Rule: -1, At: time.Now()}
 	previous := s.previousExit()
-	s.last = exit
+	s.hist.last = exit
 	ran := exit.At.Sub(p.started)
 	attrs := exitAttrs(p.pid, st, ran)
 	if end.cause == endNone {
@@ -52,7 +52,7 @@ func (s *supervisor) onWorkloadExit(st ExitStatus) {
 		// not the workload's, so the rules do not judge it.
 		exit.PodRestart = end.gen
 		s.recordRestart(exit, true, false)
-		s.log.Info("workload stopped for a pod restart", append(attrs, "generation", end.gen, "restarts", s.restarts)...)
+		s.log.Info("workload stopped for a pod restart", append(attrs, "generation", end.gen, "restarts", s.hist.restarts)...)
 		s.enterRound(end.gen)
 	case endProbeKill:
 		s.afterProbeKill(end.probe, exit, previous, ran, attrs)
@@ -122,7 +122,7 @@ func (s *supervisor) act(v verdict, exit *Exit, attrs []any) {
 func (s *supervisor) handOverInstead(v verdict, h *HandOver, exit *Exit, attrs []any) {
 	s.handOver = h
 	s.log.Warn("workload exited; not restarting in place: "+h.Message+"; passing its status on to the kubelet, whose pod restartPolicy decides",
-		append(attrs[:len(attrs):len(attrs)], "reason", h.Reason, "restarts", s.restarts)...)
+		append(attrs[:len(attrs):len(attrs)], "reason", h.Reason, "restarts", s.hist.restarts)...)
 	v.handling = rules.HandOver
 	s.carryOut(v, exit, attrs)
 }
@@ -146,17 +146,17 @@ func (s *supervisor) carryOut(v verdict, exit *Exit, attrs []any) {
 		if s.o.Pod != nil && !rules.PolicyRestarts(v.pod, int32(exit.Code)) {
 			if ended, cancel := s.o.Pod.OthersEnded(v.pod); ended != nil {
 				s.log.Info("workload exited; the container stays until the pod's other containers have ended, since a pod restart restarts it too",
-					append(attrs, "restarts", s.restarts)...)
+					append(attrs, "restarts", s.hist.restarts)...)
 				s.await(waiting{kind: waitOthers, ended: ended, cancel: cancel})
 				return
 			}
 		}
-		s.log.Info("workload exited; passing its status on to the kubelet or container runtime", append(attrs, "restarts", s.restarts)...)
+		s.log.Info("workload exited; passing its status on to the kubelet or container runtime", append(attrs, "restarts", s.hist.restarts)...)
 		s.finish(exit.Code)
 		return
 	case rules.Hold:
 		s.log.Warn("workload exited and must not restart, but the pod's restartPolicy would make the kubelet restart the container; holding the container idle until it is stopped",
-			append(attrs, "restarts", s.restarts, "podRestartPolicy", string(v.pod))...)
+			append(attrs, "restarts", s.hist.restarts, "podRestartPolicy", string(v.pod))...)
 		s.await(waiting{kind: waitHold})
 		return
 	}

@@ -123,15 +123,15 @@ func (s *supervisor) budgetUsed(b *rules.RestartBudget, now time.Time) int {
 // (a rule's restart, the group restart it requested), not when a pod
 // restart's kill ended the run.
 func (s *supervisor) recordRestart(exit *Exit, podWide, budget bool) {
-	s.restarts++
+	s.hist.restarts++
 	if podWide {
-		s.podRestarts++
+		s.hist.podRestarts++
 	}
 	if budget {
 		s.spendBudget(s.config(), exit.At)
 	}
 	if exit != nil {
-		s.lastRestart = exit
+		s.hist.lastRestart = exit
 	}
 }
 

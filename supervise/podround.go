@@ -148,12 +148,12 @@ func (s *supervisor) onPodRestart(gen uint64) {
 		g := s.wait.group
 		s.wait.leave()
 		s.groupArrived(g)
-		s.log.Info("group restart; the workload is not running", "generation", gen, "restarts", s.restarts)
+		s.log.Info("group restart; the workload is not running", "generation", gen, "restarts", s.hist.restarts)
 		s.enterRound(gen)
 	default:
 		s.wait.leave() // the back-off timer, a hold, an idle re-run
 		s.recordRestart(nil, true, false)
-		s.log.Info("pod restart; the workload is not running", "generation", gen, "restarts", s.restarts)
+		s.log.Info("pod restart; the workload is not running", "generation", gen, "restarts", s.hist.restarts)
 		s.enterRound(gen)
 	}
 }
@@ -248,7 +248,7 @@ func (s *supervisor) startRound() {
 // Either way the container idles until the next pod restart or its stop.
 func (s *supervisor) endRerun(v verdict, exit *Exit, attrs []any) {
 	d := v.decision
-	attrs = append(attrs, "rule", d.Rule, "action", string(d.Action), "decidedBy", string(d.Source), "restarts", s.restarts)
+	attrs = append(attrs, "rule", d.Rule, "action", string(d.Action), "decidedBy", string(d.Source), "restarts", s.hist.restarts)
 	gen := s.member.rerunOf
 	s.member.rerunOf = nil
 	if d.Source == rules.SourceInitialized {

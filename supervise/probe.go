@@ -103,7 +103,7 @@ func (s *supervisor) armProbes() {
 		return
 	}
 	if s.probes.epoch.IsZero() {
-		s.probes.epoch = s.lastStart
+		s.probes.epoch = s.hist.lastStart
 	}
 	if ps.Startup != nil {
 		s.probes.startup = &prober{name: "startup", spec: ps.Startup, next: time.NewTimer(s.firstCheckIn(ps.Startup))}
@@ -124,7 +124,7 @@ func (s *supervisor) armProbes() {
 const probeSeenAfter = time.Second
 
 // firstCheckIn returns how long after now the first check of probe p comes
-// in the run that started at s.lastStart. The kubelet's worker starts its
+// in the run that started at s.hist.lastStart. The kubelet's worker starts its
 // ticker when the pod is added, before any container starts, and never
 // resets it (worker.go:160-200): its checks keep that phase across every
 // restart of the container, and the first one after a start is the first
@@ -132,7 +132,7 @@ const probeSeenAfter = time.Second
 // and is in the status cache. Here the phase is the supervisor's first
 // start (probes.epoch), the ticks those of p's period.
 func (s *supervisor) firstCheckIn(p *rules.Probe) time.Duration {
-	due := s.lastStart.Add(max(p.InitialDelay(), probeSeenAfter))
+	due := s.hist.lastStart.Add(max(p.InitialDelay(), probeSeenAfter))
 	period := p.Period()
 	ticks := (due.Sub(s.probes.epoch) + period - 1) / period
 	return time.Until(s.probes.epoch.Add(ticks * period))
@@ -283,7 +283,7 @@ func (s *supervisor) onProbeResult(p *prober, ok bool, why string) {
 		if p.name == "startup" && p.successes >= p.spec.Successes() {
 			s.probes.started = true
 			p.next.Stop()
-			s.log.Info("startup probe succeeded", "pid", s.proc.pid, "after", time.Since(s.lastStart).Round(time.Millisecond))
+			s.log.Info("startup probe succeeded", "pid", s.proc.pid, "after", time.Since(s.hist.lastStart).Round(time.Millisecond))
 			s.changed()
 			if gen := s.member.startedIn; gen != nil {
 				s.member.startedIn = nil

@@ -69,7 +69,7 @@ func (s *supervisor) restart(v verdict, exit *Exit, attrs []any) {
 	}
 	podWide := d.Action == rules.ActionRestartAllContainers
 	s.recordRestart(exit, podWide && s.o.Pod != nil, true)
-	attrs = append(attrs, "restarts", s.restarts)
+	attrs = append(attrs, "restarts", s.hist.restarts)
 	if podWide && s.o.Pod != nil {
 		// The pod restart's own back-off applies (enterRound), as
 		// upstream, where no exited container is left for a container
@@ -121,8 +121,8 @@ func (s *supervisor) restart(v verdict, exit *Exit, attrs []any) {
 // container handed over; zero when the current run is the container's
 // first.
 func (s *supervisor) previousExit() time.Time {
-	if s.last != nil {
-		return s.last.At
+	if s.hist.last != nil {
+		return s.hist.last.At
 	}
 	if s.o.Resume != nil {
 		return s.o.Resume.LastExit

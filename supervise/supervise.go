@@ -177,6 +177,16 @@ type Resume struct {
 	Stopped bool
 }
 
+// history is what the container's runs so far were, as State reports
+// them; its counts are kept by recordRestart alone.
+type history struct {
+	last        *Exit // the last run's exit
+	lastRestart *Exit // the exit the last in-place restart was from
+	lastStart   time.Time
+	restarts    int // all in-place restarts
+	podRestarts int
+}
+
 // supervisor is the loop's state. What the loop is doing is phase, refined
 // by two values that are each set where they change and read where they
 // matter: ending, why the current run is ending, and wait, what the loop
@@ -206,12 +216,8 @@ type supervisor struct {
 	backoff backoff // the container's curve, for restarts in place
 	member  member  // this container's part in pod restarts (podround.go)
 
-	last        *Exit
-	lastRestart *Exit
-	lastStart   time.Time
-	restarts    int // all in-place restarts
-	podRestarts int
-	result      Result
+	hist   history // what the runs so far were
+	result Result
 
 	probes runProbes // the current run's probes (probe.go)
 
@@ -346,8 +352,8 @@ func (s *supervisor) changed() {
 }
 
 func (s *supervisor) state() State {
-	st := State{Phase: s.phase, Restarts: s.restarts, PodRestarts: s.podRestarts, LastExit: s.last, LastRestart: s.lastRestart,
-		StartedAt: s.lastStart, BackoffRestarts: s.backoff.n, BackoffKey: s.backoff.key, HandOver: s.handOver, Terminating: s.terminating}
+	st := State{Phase: s.phase, Restarts: s.hist.restarts, PodRestarts: s.hist.podRestarts, LastExit: s.hist.last, LastRestart: s.hist.lastRestart,
+		StartedAt: s.hist.lastStart, BackoffRestarts: s.backoff.n, BackoffKey: s.backoff.key, HandOver: s.handOver, Terminating: s.terminating}
 	st.Limits = s.limits
 	st.Limits.BudgetRecent = append([]time.Time(nil), s.limits.BudgetRecent...)
 	switch s.phase {
@@ -367,7 +373,7 @@ func (s *supervisor) state() State {
 }
 
 func (s *supervisor) start() {
-	if s.last != nil && s.o.BeforeRestart != nil {
+	if s.hist.last != nil && s.o.BeforeRestart != nil {
 		s.o.BeforeRestart()
 	}
 	s.readOOMBaseline()
@@ -379,8 +385,8 @@ func (s *supervisor) start() {
 	s.phase, s.proc = contract.PhaseRunning, p
 	s.handOver = nil
 	s.result.StartErr = nil
-	s.lastStart = p.started
-	s.log.Info("workload started", "pid", p.pid, "command", s.o.Argv[0], "restarts", s.restarts)
+	s.hist.lastStart = p.started
+	s.log.Info("workload started", "pid", p.pid, "command", s.o.Argv[0], "restarts", s.hist.restarts)
 	s.armProbes()
 	s.changed()
 }
@@ -398,8 +404,8 @@ func (s *supervisor) onStartError(se *StartError) {
 	s.log.Error("cannot start workload", "command", s.o.Argv[0], "err", se.Error(), "exitCode", s.o.StartErrorCode)
 	now := time.Now()
 	exit := &Exit{ExitStatus: ExitStatus{Code: s.o.StartErrorCode}, Rule: -1, At: now}
-	s.last = exit
-	s.lastStart = now
+	s.hist.last = exit
+	s.hist.lastStart = now
 	v := s.judge(exit, 0)
 	// Never restart from inside start(): with a zero backoff a command
 	// that keeps failing would recurse. The timer goes through the loop,
@@ -417,20 +423,20 @@ func (s *supervisor) finish(status int) {
 	s.wait.leave()
 	s.phase = contract.PhaseExited
 	s.result.Status = status
-	s.result.Restarts = s.restarts
-	args := []any{"status", status, "restarts", s.restarts}
-	if s.last != nil && s.last.Signal != 0 {
-		args = append(args, "signal", unix.SignalName(s.last.Signal))
+	s.result.Restarts = s.hist.restarts
+	args := []any{"status", status, "restarts", s.hist.restarts}
+	if s.hist.last != nil && s.hist.last.Signal != 0 {
+		args = append(args, "signal", unix.SignalName(s.hist.last.Signal))
 	}
 	s.log.Info("supervisor exiting", args...)
 	s.changed()
 }
 
 func (s *supervisor) lastStatus() int {
-	if s.last == nil {
+	if s.hist.last == nil {
 		return 0
 	}
-	return s.last.Code
+	return s.hist.last.Code
 }
 
 // clearRun kills everything left of the run led by pgid (0: of any run),
