@@ -5,7 +5,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/rules"
 )
 
@@ -124,7 +123,7 @@ const PodRestartGrace = 2 * time.Second
 // waiting for an older round answers the newer generation with the same
 // restart.
 func (s *supervisor) onPodRestart(gen uint64) {
-	if s.phase == contract.PhaseStopping || s.phase == contract.PhaseExited || s.terminating || !s.o.Pod.Accept(gen) {
+	if s.stopping || s.exited || s.terminating || !s.o.Pod.Accept(gen) {
 		return
 	}
 	if s.wait.kind == waitOthers {

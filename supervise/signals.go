@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/restart-supervisor/restart-supervisor/contract"
 )
 
 // forwardedSignals are passed on to the workload's process group. The list
@@ -115,8 +113,8 @@ func (s *supervisor) forward(pgid int, sig syscall.Signal) {
 // restart. With no workload running (backoff or hold) there is nothing to
 // wait for, so we exit at once with the last run's status.
 func (s *supervisor) onStop(sig syscall.Signal) {
-	first := s.phase != contract.PhaseStopping
-	s.phase = contract.PhaseStopping
+	first := !s.stopping
+	s.stopping = true
 	s.disarmProbes()
 	s.wait.leave()
 	switch {
@@ -159,7 +157,7 @@ func (s *supervisor) onStop(sig syscall.Signal) {
 // supervisor exits at once with the last run's status, and the hook's
 // own part is not run (restart-probe prestop sees the exit).
 func (s *supervisor) onTerminating() {
-	if s.terminating || s.phase == contract.PhaseExited {
+	if s.terminating || s.exited {
 		return
 	}
 	s.terminating = true

@@ -187,10 +187,10 @@ type history struct {
 	podRestarts int
 }
 
-// supervisor is the loop's state. What the loop is doing is phase, refined
-// by two values that are each set where they change and read where they
-// matter: ending, why the current run is ending, and wait, what the loop
-// waits for while no run is in progress. The rest is the run itself
+// supervisor is the loop's state. What the loop is doing is phase(),
+// derived from it, refined by two values that are each set where they
+// change and read where they matter: ending, why the current run is
+// ending, and wait, what the loop waits for while no run is in progress. The rest is the run itself
 // (proc, its probes and its grace period), the container's back-off
 // curve, its part in pod restarts, and the record the status document
 // reports.
@@ -200,12 +200,12 @@ type supervisor struct {
 	tty  bool
 	stop map[syscall.Signal]bool
 
-	// phase is set at every transition and nowhere inferred: start sets
-	// Running, a wait the phase of its kind (await), a stop request
-	// Stopping, finish Exited.
-	phase  contract.Phase
-	ending ending  // why the running workload is ending
-	wait   waiting // what the loop waits for while no workload runs
+	// stopping: a stop was requested (onStop); exited: supervision is
+	// over (finish). With proc and wait they are what phase derives the
+	// loop's phase from.
+	stopping, exited bool
+	ending           ending  // why the running workload is ending
+	wait             waiting // what the loop waits for while no workload runs
 	// terminating: the kubelet is stopping this container instance
 	// (onTerminating); no exit is restarted from then on.
 	terminating bool
@@ -285,7 +285,7 @@ func Run(o Options) Result {
 func (s *supervisor) loop(sigs <-chan os.Signal) {
 	tick := time.NewTicker(reapInterval)
 	defer tick.Stop()
-	for s.phase != contract.PhaseExited {
+	for !s.exited {
 		select {
 		case sig := <-sigs:
 			s.onSignal(sig.(syscall.Signal))
@@ -338,10 +338,23 @@ func timerC(t *time.Timer) <-chan time.Time {
 	return t.C
 }
 
+// phase is what the loop is doing, derived from its state, never stored:
+// Exited once finish has run, Stopping once a stop was requested, else
+// the phase of what the loop waits for (Running when it waits for
+// nothing: a workload runs, or its exit is being decided).
+func (s *supervisor) phase() contract.Phase {
+	switch {
+	case s.exited:
+		return contract.PhaseExited
+	case s.stopping:
+		return contract.PhaseStopping
+	}
+	return s.wait.kind.phase()
+}
+
 // await makes the loop wait for w, in the phase of its kind.
 func (s *supervisor) await(w waiting) {
 	s.wait = w
-	s.phase = w.kind.phase()
 	s.changed()
 }
 
@@ -352,11 +365,11 @@ func (s *supervisor) changed() {
 }
 
 func (s *supervisor) state() State {
-	st := State{Phase: s.phase, Restarts: s.hist.restarts, PodRestarts: s.hist.podRestarts, LastExit: s.hist.last, LastRestart: s.hist.lastRestart,
+	st := State{Phase: s.phase(), Restarts: s.hist.restarts, PodRestarts: s.hist.podRestarts, LastExit: s.hist.last, LastRestart: s.hist.lastRestart,
 		StartedAt: s.hist.lastStart, BackoffRestarts: s.backoff.n, BackoffKey: s.backoff.key, HandOver: s.handOver, Terminating: s.terminating}
 	st.Limits = s.limits
 	st.Limits.BudgetRecent = append([]time.Time(nil), s.limits.BudgetRecent...)
-	switch s.phase {
+	switch st.Phase {
 	case contract.PhaseExited:
 		st.Status = s.result.Status
 	case contract.PhaseBackingOff:
@@ -368,7 +381,7 @@ func (s *supervisor) state() State {
 	}
 	// An init container's re-run between pod restarts has done its work,
 	// and the containers after it may run.
-	st.Started = st.Started || s.phase == contract.PhaseInitialized
+	st.Started = st.Started || st.Phase == contract.PhaseInitialized
 	return st
 }
 
@@ -382,7 +395,7 @@ func (s *supervisor) start() {
 		s.onStartError(err.(*StartError))
 		return
 	}
-	s.phase, s.proc = contract.PhaseRunning, p
+	s.proc = p
 	s.handOver = nil
 	s.result.StartErr = nil
 	s.hist.lastStart = p.started
@@ -421,7 +434,7 @@ func (s *supervisor) finish(status int) {
 	s.disarmProbes()
 	s.clearRun(0)
 	s.wait.leave()
-	s.phase = contract.PhaseExited
+	s.exited = true
 	s.result.Status = status
 	s.result.Restarts = s.hist.restarts
 	args := []any{"status", status, "restarts", s.hist.restarts}
