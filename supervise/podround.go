@@ -137,8 +137,7 @@ func (s *supervisor) onPodRestart(gen uint64) {
 		s.ending = ending{cause: endPodRestart, gen: gen}
 		sig := s.o.PodRestartSignal
 		s.log.Info("pod restart; stopping the workload", "generation", gen, "pid", s.proc.pid, "signal", unix.SignalName(sig), "gracePeriod", PodRestartGrace)
-		s.deliver(sig)
-		s.grace.arm(s.proc.pid, PodRestartGrace)
+		s.stopRun(sig, PodRestartGrace, true)
 	case s.wait.kind == waitRound:
 		s.log.Debug("pod restart while waiting for the previous one; one start answers both", "generation", gen, "previous", s.wait.round.gen)
 		s.enterRound(gen)

@@ -329,8 +329,7 @@ func (s *supervisor) onProbeFailure(p *prober) {
 		s.ending = ending{cause: endProbeKill, probe: probeKill{probe: p.name, restart: restart}}
 	}
 	s.disarmProbes()
-	s.deliver(sig)
-	s.grace.arm(s.proc.pid, grace)
+	s.stopRun(sig, grace, true)
 }
 
 // afterProbeKill handles the exit of a workload a probe failure stopped:

@@ -85,6 +85,19 @@ func (s *supervisor) onSignal(sig syscall.Signal) {
 	s.deliver(sig)
 }
 
+// stopRun is the one place that stops the running workload, for the
+// reason already in s.ending: sig, then SIGKILL to what is left of its
+// process group once grace has passed. A pod restart's and a probe's kill
+// (re)start the grace period (rearm); a stop keeps one under way, the
+// shorter wait the workload was already given, and with no grace period
+// set leaves the kill to the runtime's own SIGKILL.
+func (s *supervisor) stopRun(sig syscall.Signal, grace time.Duration, rearm bool) {
+	s.deliver(sig)
+	if rearm || grace > 0 && !s.grace.armed() {
+		s.grace.arm(s.proc.pid, grace)
+	}
+}
+
 // deliver passes a signal from outside on to the running workload.
 func (s *supervisor) deliver(sig syscall.Signal) {
 	if !s.o.InitSignals {
@@ -125,10 +138,7 @@ func (s *supervisor) onStop(sig syscall.Signal) {
 		if first {
 			s.log.Info("stop requested; forwarding to the workload", "signal", unix.SignalName(sig), "pid", s.proc.pid, "gracePeriod", s.o.GracePeriod)
 		}
-		s.deliver(sig)
-		if !s.grace.armed() && s.o.GracePeriod > 0 {
-			s.grace.arm(s.proc.pid, s.o.GracePeriod)
-		}
+		s.stopRun(sig, s.o.GracePeriod, false)
 		s.changed()
 	default:
 		s.log.Info("stop requested while no workload runs", "signal", unix.SignalName(sig))
