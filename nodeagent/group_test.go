@@ -305,7 +305,7 @@ func TestRequestsOnOneNode(t *testing.T) {
 	}
 	request("rank", "r2", 1)
 	g.takeRequests(context.Background(), m, map[string]bool{})
-	a, err := statevol.ReadAnswer(filepath.Join(m.dir, contract.GroupDir, contract.GroupAnswerPrefix+"rank"))
+	a, err := statevol.AnswerFor(m.dir, "rank")
 	if err != nil || a.ID != "r2" || !strings.Contains(a.Refused, "limit") {
 		t.Errorf("answer %+v (%v), want r2 refused past the limit", a, err)
 	}

@@ -3,14 +3,11 @@ package podstate
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"time"
 
-	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/statevol"
 	"github.com/restart-supervisor/restart-supervisor/supervise"
 )
@@ -46,11 +43,7 @@ func (p *Pod) RequestGroup(exitCode int32) (refused <-chan string, cancel func()
 	_, _ = rand.Read(id)
 	req := statevol.GroupRequest{ID: hex.EncodeToString(id), Container: m.name, ExitCode: exitCode,
 		Observed: statevol.LastGroup(m.dir), Time: time.Now().UTC()}
-	data, _ := json.Marshal(req)
-	if _, err := statevol.SharedSubdir(m.dir, contract.GroupDir); err != nil {
-		return nil, nil, err
-	}
-	if err := statevol.WriteAtomicBeneath(m.dir, contract.GroupDir, contract.GroupRequestPrefix+m.name, append(data, '\n')); err != nil {
+	if err := statevol.RequestGroup(m.dir, req); err != nil {
 		return nil, nil, err
 	}
 	c, done := make(chan string, 1), make(chan struct{})
@@ -58,14 +51,13 @@ func (p *Pod) RequestGroup(exitCode int32) (refused <-chan string, cancel func()
 	go func() {
 		tick := time.NewTicker(groupAnswerPoll)
 		defer tick.Stop()
-		path := filepath.Join(m.dir, contract.GroupDir, contract.GroupAnswerPrefix+m.name)
 		for {
 			select {
 			case <-done:
 				return
 			case <-tick.C:
 			}
-			a, err := statevol.ReadAnswer(path)
+			a, err := statevol.AnswerFor(m.dir, m.name)
 			if err == nil && a.ID == req.ID && a.Refused != "" {
 				c <- a.Refused
 				return

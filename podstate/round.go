@@ -2,7 +2,6 @@ package podstate
 
 import (
 	"fmt"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -167,23 +166,7 @@ func (m *Member) ignore(g statevol.Generation, err error) {
 // mark creates the marker of generation n holding data; one that exists
 // already is fine.
 func (m *Member) mark(n uint64, what string, data []byte) error {
-	if _, err := statevol.SharedSubdir(m.dir, contract.PodRestartsDir); err != nil {
-		return err
-	}
-	dfd, err := statevol.OpenSubdir(m.dir, contract.PodRestartsDir, "mark")
-	if err != nil {
-		return err
-	}
-	defer unix.Close(dfd)
-	tmp, err := statevol.CreateTempAt(dfd, "mark", data)
-	if err != nil {
-		return err
-	}
-	defer unix.Unlinkat(dfd, tmp, 0)
-	if err := unix.Linkat(dfd, tmp, dfd, statevol.MarkerName(n, what, m.name), 0); err != nil && err != unix.EEXIST {
-		return fmt.Errorf("mark generation %d %s: %w", n, what, err)
-	}
-	return nil
+	return statevol.Mark(m.dir, n, what, m.name, data)
 }
 
 // Started records that this container's run of generation n has started.
@@ -331,7 +314,7 @@ const maxMarkerSize = 16
 // markedCode reads the exit code a failed marker of generation n holds:
 // 1 to 255, as a container's exit code is.
 func (m *Member) markedCode(n uint64, container string) (int, bool) {
-	data, err := statevol.ReadBounded(filepath.Join(m.dir, contract.PodRestartsDir, statevol.MarkerName(n, statevol.MarkFailed, container)), maxMarkerSize)
+	data, err := statevol.MarkerData(m.dir, n, statevol.MarkFailed, container, maxMarkerSize)
 	if err != nil {
 		return 0, false
 	}

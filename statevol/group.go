@@ -145,9 +145,28 @@ func AgentGeneration(dir string, n uint64) (Generation, error) {
 	return g, nil
 }
 
-// ReadAnswer reads the agent's answer at path: root's, read from the
+// RequestGroup writes r, a member's request for a group restart, as the
+// request of its container (the node agent's GroupRequests reads it).
+func RequestGroup(dir string, r GroupRequest) error {
+	if err := CheckContainerName(r.Container); err != nil {
+		return err
+	}
+	data, _ := json.Marshal(r)
+	if _, err := SharedSubdir(dir, contract.GroupDir); err != nil {
+		return err
+	}
+	return WriteAtomicBeneath(dir, contract.GroupDir, contract.GroupRequestPrefix+r.Container, append(data, '\n'))
+}
+
+// AnswerFor reads the agent's answer to container's request (AnswerGroup
+// wrote it).
+func AnswerFor(dir, container string) (GroupAnswer, error) {
+	return readAnswer(filepath.Join(dir, contract.GroupDir, contract.GroupAnswerPrefix+container))
+}
+
+// readAnswer reads the agent's answer at path: root's, read from the
 // descriptor its owner was checked on.
-func ReadAnswer(path string) (GroupAnswer, error) {
+func readAnswer(path string) (GroupAnswer, error) {
 	var a GroupAnswer
 	data, err := readAgentFile(path, MaxGroupFile)
 	if err != nil {

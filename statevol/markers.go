@@ -1,6 +1,13 @@
 package statevol
 
-import "strings"
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/restart-supervisor/restart-supervisor/contract"
+	"golang.org/x/sys/unix"
+)
 
 // A marker is a file of pod-restarts/ named <generation>.<what>.<container>:
 // one member's word on its part in a pod restart's round, made like a
@@ -22,6 +29,35 @@ const (
 	// ReleasedBy is the container-name part of a release marker.
 	ReleasedBy = "node-agent"
 )
+
+// Mark creates container's marker what of generation n, holding data; one
+// that exists already is fine (a member marks each step once, and the
+// first mark is the one that counts).
+func Mark(dir string, n uint64, what, container string, data []byte) error {
+	if _, err := SharedSubdir(dir, contract.PodRestartsDir); err != nil {
+		return err
+	}
+	dfd, err := OpenSubdir(dir, contract.PodRestartsDir, "mark")
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dfd)
+	tmp, err := CreateTempAt(dfd, "mark", data)
+	if err != nil {
+		return err
+	}
+	defer unix.Unlinkat(dfd, tmp, 0)
+	if err := unix.Linkat(dfd, tmp, dfd, MarkerName(n, what, container), 0); err != nil && err != unix.EEXIST {
+		return fmt.Errorf("mark generation %d %s: %w", n, what, err)
+	}
+	return nil
+}
+
+// MarkerData reads what container's marker what of generation n holds, at
+// most max bytes, as an adversary's file.
+func MarkerData(dir string, n uint64, what, container string, max int64) ([]byte, error) {
+	return ReadBounded(filepath.Join(dir, contract.PodRestartsDir, MarkerName(n, what, container)), max)
+}
 
 func MarkerName(n uint64, what, container string) string {
 	return GenName(n) + "." + what + "." + container
