@@ -2,15 +2,20 @@ package agentstatus
 
 import (
 	"bytes"
+	"context"
 	"crypto/ed25519"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/restart-supervisor/restart-supervisor/contract"
-	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+
+	"github.com/restart-supervisor/restart-supervisor/contract"
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
 )
 
 // agentStart is a fixed time the Events name.
@@ -123,5 +128,69 @@ func TestWriteStatusPrintsNoControlCharacters(t *testing.T) {
 	}
 	if s := out.String(); strings.ContainsAny(s, "\x1b\x07\r\u202e") {
 		t.Errorf("table keeps control characters:\n%q", s)
+	}
+}
+
+// TestStatusQueryList reads rows as `restart-injector status` does, from
+// a clientset holding the agent's pod, its published key and its signed
+// Events: a container's row is its newest Event by the agent's signed
+// time (a copy of the first one dated 2099 changes nothing), a label
+// selector picks the pods, and a pod recreated under its name has none of
+// its predecessor's rows.
+func TestStatusQueryList(t *testing.T) {
+	ctx := context.Background()
+	client := kubefake.NewClientset(
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: agentapi.Component + "-a", Namespace: agentapi.AgentNamespace,
+			Labels: map[string]string{"app.kubernetes.io/name": agentapi.Component}}, Spec: corev1.PodSpec{NodeName: "node-a"}},
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: "uid-web", Labels: map[string]string{"app": "web"}}})
+	s := agentapi.NewSigner("node-a")
+	if err := agentapi.PublishKey(ctx, client, agentapi.AgentNamespace, "node-a", s.Public()); err != nil {
+		t.Fatal(err)
+	}
+	var first corev1.Event
+	for total := 1; total <= 3; total++ {
+		e := agentEvent(s, "node-a", agentapi.Component, agentapi.Restart{Container: "app", Total: total})
+		e.Name = fmt.Sprintf("web.%d", total)
+		if total == 1 {
+			first = e
+		}
+		if _, err := client.CoreV1().Events("default").Create(ctx, &e, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	replay := first.DeepCopy()
+	replay.Name = "web.replayed"
+	replay.LastTimestamp = metav1.NewTime(time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC))
+	if _, err := client.CoreV1().Events("default").Create(ctx, replay, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rows := func(sel labels.Selector) []StatusRow {
+		t.Helper()
+		r, _, err := (&StatusQuery{Client: client, AgentNamespace: agentapi.AgentNamespace, Namespace: "default", Selector: sel}).List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if r := rows(nil); len(r) != 1 || r[0].Total != 3 || r[0].UID != "uid-web" {
+		t.Fatalf("rows %+v, want web/app at restart 3", r)
+	}
+	if r := rows(labels.SelectorFromSet(labels.Set{"app": "web"})); len(r) != 1 {
+		t.Errorf("app=web: %d rows, want 1", len(r))
+	}
+	if r := rows(labels.SelectorFromSet(labels.Set{"app": "db"})); len(r) != 0 {
+		t.Errorf("app=db: rows %+v, want none", r)
+	}
+	if err := client.CoreV1().Pods("default").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if r := rows(nil); len(r) != 1 {
+		t.Errorf("web deleted: %d rows, want its history (1)", len(r))
+	}
+	if _, err := client.CoreV1().Pods("default").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: "uid-web-2"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if r := rows(nil); len(r) != 0 {
+		t.Errorf("web recreated: rows %+v, want none of its predecessor's", r)
 	}
 }
