@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	kubefake "k8s.io/client-go/kubernetes/fake"
@@ -146,13 +147,14 @@ func TestPlanRelease(t *testing.T) {
 // group's members as the API would list them, and what the loop reports.
 type fakeHost struct {
 	name    string
+	dir     string // the kubelet's pods directory
 	pods    []corev1.Pod
 	events  []string
 	samples []groupSample
 }
 
 func (h *fakeHost) node() string    { return h.name }
-func (h *fakeHost) podsDir() string { return "" }
+func (h *fakeHost) podsDir() string { return h.dir }
 func (h *fakeHost) nodePods() []*corev1.Pod {
 	var out []*corev1.Pod
 	for i := range h.pods {
@@ -393,4 +395,55 @@ func storeOf(t *testing.T, objs ...*unstructured.Unstructured) cache.Indexer {
 		}
 	}
 	return store
+}
+
+// TestStepTakesARequestToItsDelivery runs whole steps of the group loop
+// over a pods directory laid out as the kubelet's, with the object
+// watched as the agent watches it (through a fake dynamic client): a
+// member's request becomes generation 1, which the watch brings back and
+// the next steps deliver to the member's volume. A pod that leaves the
+// node takes its requests' record with it.
+func TestStepTakesARequestToItsDelivery(t *testing.T) {
+	dir := t.TempDir()
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(k8sruntime.NewScheme(),
+		map[schema.GroupVersionResource]string{agentapi.GroupResource: "GroupRestartList"})
+	pod := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p0", Namespace: "default", UID: "uid-p0",
+		Labels: map[string]string{contract.LabelGroup: "g"}},
+		Spec: corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "rank",
+			Env: []corev1.EnvVar{{Name: contract.EnvConfig, Value: `{"restartPolicyRules":[{"action":"RestartGroup"}]}`}}}}}}
+	host := &fakeHost{name: "n1", dir: dir, pods: []corev1.Pod{pod}}
+	state := filepath.Join(append([]string{dir, "uid-p0"}, statePath...)...)
+	if err := os.MkdirAll(filepath.Join(state, contract.GroupDir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(state, contract.GroupDir, contract.GroupRequestPrefix+"rank"), []byte(`{"id":"r1","exitCode":42,"observed":0}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w := newGroupWatches(dyn)
+	defer w.stopAll()
+	g := &groups{host: host, log: slog.New(slog.NewTextHandler(io.Discard, nil)), client: dyn, objects: w, watches: w,
+		rounds: map[string]*groupRound{}, handled: map[string]string{}}
+	ctx := context.Background()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		g.step(ctx)
+		if _, ok := statevol.GroupRound(state, 1); ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("generation 1 not delivered within 10 s of steps")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(host.samples) != 1 || host.samples[0].generation != 1 {
+		t.Errorf("samples %+v, want the group at generation 1", host.samples)
+	}
+	if len(w.byID) != 1 {
+		t.Errorf("%d watches, want the group's one", len(w.byID))
+	}
+	host.pods = nil // the pod left the node
+	g.step(ctx)
+	if len(g.handled) != 0 {
+		t.Errorf("handled %v kept for a pod no longer on the node", g.handled)
+	}
 }
