@@ -38,11 +38,11 @@ BUILD_P="${CERT_MANAGER_BUILD_P:-2}"
 MOD=github.com/cert-manager/cert-manager
 SRC="$(cd "$(dirname "$0")" && pwd)/cert-manager"
 
-log() { printf '[cert-manager] %s\n' "$*" >&2; }
-die() { log "error: $*"; exit 1; }
+# shellcheck source=lib/cache.sh
+. "$(dirname "$0")/lib/cache.sh"
+cache_init cert-manager
 
 [[ "$CERT_MANAGER_VERSION" =~ ^v1\.[0-9]+\.[0-9]+$ ]] || die "CERT_MANAGER_VERSION must look like v1.N.M, got $CERT_MANAGER_VERSION"
-command -v go >/dev/null || die "go not found in PATH"
 [[ -f "$SRC/controller/main.go" && -f "$SRC/cainjector/main.go" ]] || die "missing $SRC/{controller,cainjector}/main.go"
 
 # `controller --version` prints "cert-manager controller v1.20.2".
@@ -56,28 +56,9 @@ is_ready() {
 	[[ -f "$BIN_DIR/crds/cert-manager.io_certificates.yaml" ]]
 }
 
-mkdir -p "$BIN_DIR"
+cache_lock_or_hit "controller, cainjector" "$CERT_MANAGER_VERSION"
 
-# Serialise concurrent callers (parallel test packages) on one cache dir.
-if command -v flock >/dev/null; then
-	exec 9>"$BIN_DIR/.lock"
-	if ! flock -n 9; then
-		log "waiting for another build into $BIN_DIR"
-		flock 9
-	fi
-fi
-
-if is_ready; then
-	log "controller, cainjector: cached ($CERT_MANAGER_VERSION)"
-	echo "$BIN_DIR"
-	exit 0
-fi
-
-work="$(mktemp -d "${TMPDIR:-/tmp}/cert-manager-build.XXXXXX")"
-stage="$(mktemp -d "$BIN_DIR/.stage.XXXXXX")"
-trap 'rm -rf "$work" "$stage"' EXIT
-
-start=$SECONDS
+cache_workdirs
 log "building controller and cainjector against $MOD@$CERT_MANAGER_VERSION"
 export GOWORK=off CGO_ENABLED=0
 export GOFLAGS="${GOFLAGS:-} -mod=mod"

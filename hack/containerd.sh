@@ -28,57 +28,30 @@ CONTAINERD_VERSION="${CONTAINERD_VERSION:-v2.4.2}"
 BIN_DIR="${CONTAINERD_BIN_DIR:-${HOME}/.cache/restart-supervisor/containerd-${CONTAINERD_VERSION}}"
 MOD=github.com/containerd/containerd/v2
 
-log() { printf '[containerd] %s\n' "$*" >&2; }
-die() { log "error: $*"; exit 1; }
+# shellcheck source=lib/cache.sh
+. "$(dirname "$0")/lib/cache.sh"
+cache_init containerd
 
 [[ "$CONTAINERD_VERSION" =~ ^v2\.[0-9]+\.[0-9]+$ ]] || die "CONTAINERD_VERSION must look like v2.N.M, got $CONTAINERD_VERSION"
-command -v go >/dev/null || die "go not found in PATH"
 
 is_ready() {
 	[[ -x "$BIN_DIR/containerd" && -x "$BIN_DIR/containerd-shim-runc-v2" && -x "$BIN_DIR/ctr" ]] || return 1
 	[[ "$(cat "$BIN_DIR/VERSION" 2>/dev/null)" == "$CONTAINERD_VERSION" ]]
 }
 
-mkdir -p "$BIN_DIR"
-if command -v flock >/dev/null; then
-	exec 9>"$BIN_DIR/.lock"
-	if ! flock -n 9; then
-		log "waiting for another build into $BIN_DIR"
-		flock 9
-	fi
-fi
+cache_lock_or_hit "containerd" "$CONTAINERD_VERSION"
 
-if is_ready; then
-	log "containerd: cached ($CONTAINERD_VERSION)"
-	echo "$BIN_DIR"
-	exit 0
-fi
-
-work="$(mktemp -d "${TMPDIR:-/tmp}/containerd-build.XXXXXX")"
-stage="$(mktemp -d "$BIN_DIR/.stage.XXXXXX")"
-trap 'rm -rf "$work" "$stage"' EXIT
-
-start=$SECONDS
+cache_workdirs
 log "containerd: building $MOD@$CONTAINERD_VERSION"
 # In a module of its own that requires only the release (GOWORK off), so
 # that the graph is the release's go.mod. Static (CGO off: no btrfs
 # snapshotter, which the harness does not use), stamped as the release's
 # Makefile does.
-(
-	cd "$work"
-	export GOWORK=off CGO_ENABLED=0 GOFLAGS=-mod=mod
-	cat >go.mod <<-EOM
-		module restart-supervisor-containerd
-
-		go 1.26.0
-
-		require $MOD $CONTAINERD_VERSION
-	EOM
-	ldflags="-s -w -X $MOD/version.Version=$CONTAINERD_VERSION -X $MOD/version.Revision=module-proxy"
-	go build -trimpath -tags "no_btrfs no_devmapper no_zfs" -ldflags "$ldflags" -o "$stage/containerd" "$MOD/cmd/containerd" >&2
-	go build -trimpath -ldflags "$ldflags" -o "$stage/containerd-shim-runc-v2" "$MOD/cmd/containerd-shim-runc-v2" >&2
-	go build -trimpath -ldflags "$ldflags" -o "$stage/ctr" "$MOD/cmd/ctr" >&2
-)
+cache_module "$MOD" "$CONTAINERD_VERSION" 1.26.0
+ldflags="-s -w -X $MOD/version.Version=$CONTAINERD_VERSION -X $MOD/version.Revision=module-proxy"
+cache_go build -trimpath -tags "no_btrfs no_devmapper no_zfs" -ldflags "$ldflags" -o "$stage/containerd" "$MOD/cmd/containerd"
+cache_go build -trimpath -ldflags "$ldflags" -o "$stage/containerd-shim-runc-v2" "$MOD/cmd/containerd-shim-runc-v2"
+cache_go build -trimpath -ldflags "$ldflags" -o "$stage/ctr" "$MOD/cmd/ctr"
 mv -f "$stage/containerd" "$BIN_DIR/containerd"
 mv -f "$stage/containerd-shim-runc-v2" "$BIN_DIR/containerd-shim-runc-v2"
 mv -f "$stage/ctr" "$BIN_DIR/ctr"

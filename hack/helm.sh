@@ -23,12 +23,12 @@ set -euo pipefail
 HELM_VERSION="${HELM_VERSION:-v4.3.2}"
 BIN_DIR="${HELM_BIN_DIR:-${HOME}/.cache/restart-supervisor/helm-${HELM_VERSION}}"
 
-log() { printf '[helm] %s\n' "$*" >&2; }
-die() { log "error: $*"; exit 1; }
+# shellcheck source=lib/cache.sh
+. "$(dirname "$0")/lib/cache.sh"
+cache_init helm
 
 [[ "$HELM_VERSION" =~ ^v([0-9]+)\.[0-9]+\.[0-9]+$ ]] || die "HELM_VERSION must look like v4.N.M, got $HELM_VERSION"
 HELM_MAJOR="${BASH_REMATCH[1]}"
-command -v go >/dev/null || die "go not found in PATH"
 
 # `helm version --short` prints e.g. v4.3.2+g0000000 or v4.3.2.
 is_ready() {
@@ -38,28 +38,9 @@ is_ready() {
 	[[ "$out" == "$HELM_VERSION" || "$out" == "$HELM_VERSION+"* ]]
 }
 
-mkdir -p "$BIN_DIR"
+cache_lock_or_hit "helm" "$HELM_VERSION"
 
-# Serialise concurrent callers (parallel test packages) on one cache dir.
-if command -v flock >/dev/null; then
-	exec 9>"$BIN_DIR/.lock"
-	if ! flock -n 9; then
-		log "waiting for another build into $BIN_DIR"
-		flock 9
-	fi
-fi
-
-if is_ready; then
-	log "helm: cached ($("$BIN_DIR/helm" version --short))"
-	echo "$BIN_DIR"
-	exit 0
-fi
-
-work="$(mktemp -d "${TMPDIR:-/tmp}/helm-build.XXXXXX")"
-stage="$(mktemp -d "$BIN_DIR/.stage.XXXXXX")"
-trap 'rm -rf "$work" "$stage"' EXIT
-
-start=$SECONDS
+cache_workdirs
 mod="helm.sh/helm/v$HELM_MAJOR"
 log "helm: building $mod/cmd/helm@$HELM_VERSION"
 # Outside any module (a temp dir, GOWORK off), so nothing of this repo's

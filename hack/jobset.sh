@@ -28,71 +28,38 @@ JOBSET_VERSION="${JOBSET_VERSION:-v0.12.0}"
 BIN_DIR="${JOBSET_BIN_DIR:-${HOME}/.cache/restart-supervisor/jobset-${JOBSET_VERSION}}"
 MOD=sigs.k8s.io/jobset
 
-log() { printf '[jobset] %s\n' "$*" >&2; }
-die() { log "error: $*"; exit 1; }
+# shellcheck source=lib/cache.sh
+. "$(dirname "$0")/lib/cache.sh"
+cache_init jobset
 
 [[ "$JOBSET_VERSION" =~ ^v[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "JOBSET_VERSION must look like v0.N.M, got $JOBSET_VERSION"
-command -v go >/dev/null || die "go not found in PATH"
 
 is_ready() {
 	[[ -x "$BIN_DIR/jobset" && -f "$BIN_DIR/crds/jobset.x-k8s.io_jobsets.yaml" && -f "$BIN_DIR/webhooks.yaml" ]] || return 1
 	[[ "$(cat "$BIN_DIR/VERSION" 2>/dev/null)" == "$JOBSET_VERSION" ]]
 }
 
-mkdir -p "$BIN_DIR"
+cache_lock_or_hit "jobset" "$JOBSET_VERSION"
 
-# Serialise concurrent callers on one cache dir.
-if command -v flock >/dev/null; then
-	exec 9>"$BIN_DIR/.lock"
-	if ! flock -n 9; then
-		log "waiting for another build into $BIN_DIR"
-		flock 9
-	fi
-fi
-
-if is_ready; then
-	log "jobset: cached ($JOBSET_VERSION)"
-	echo "$BIN_DIR"
-	exit 0
-fi
-
-work="$(mktemp -d "${TMPDIR:-/tmp}/jobset-build.XXXXXX")"
-stage="$(mktemp -d "$BIN_DIR/.stage.XXXXXX")"
-trap 'rm -rf "$work" "$stage"' EXIT
-
-start=$SECONDS
+cache_workdirs
 log "jobset: building $MOD@$JOBSET_VERSION"
 # In a module of its own (a temp dir, GOWORK off) that requires only the
 # release, so nothing of this repo's go.mod takes part and the rest of the
 # graph is the release's own go.mod. Not `go install pkg@version`: that
 # reads the module's version list for deprecations, which the module proxy
 # refuses for this module. Stamped as the release's Makefile does.
-(
-	cd "$work"
-	export GOWORK=off CGO_ENABLED=0 GOFLAGS=-mod=mod
-	cat >go.mod <<-EOM
-		module restart-supervisor-jobset
-
-		go 1.26.0
-
-		require $MOD $JOBSET_VERSION
-	EOM
-	go build -trimpath -ldflags "-s -w -X $MOD/pkg/version.GitVersion=$JOBSET_VERSION" -o "$stage/jobset" "$MOD" >&2
-)
+cache_module "$MOD" "$JOBSET_VERSION" 1.26.0
+cache_go build -trimpath -ldflags "-s -w -X $MOD/pkg/version.GitVersion=$JOBSET_VERSION" -o "$stage/jobset" "$MOD"
 [[ -x "$stage/jobset" ]] || die "the build produced no binary"
 # The CustomResourceDefinition of the same release, from the module zip.
-moddir="$(cd "$work" && GOWORK=off GOFLAGS=-mod=mod go list -m -f '{{.Dir}}' "$MOD")"
-[[ -f "$moddir/config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml" ]] || die "no CRD in $moddir"
-mkdir -p "$stage/crds"
-cp "$moddir/config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml" "$stage/crds/"
-chmod u+w "$stage/crds"/*.yaml
+cache_crds config/components/crd/bases jobset.x-k8s.io_jobsets.yaml
+moddir="$(cache_moddir)"
 # Its webhook configurations as the release generates them (the harness
 # points them at the controller and scopes the pod webhooks as the
 # release's kustomize patches do).
 cp "$moddir/config/components/webhook/manifests.yaml" "$stage/webhooks.yaml"
 chmod u+w "$stage/webhooks.yaml"
-rm -rf "$BIN_DIR/crds"
-mv "$stage/crds" "$BIN_DIR/crds"
+cache_commit_crds
 mv -f "$stage/webhooks.yaml" "$BIN_DIR/webhooks.yaml"
 mv -f "$stage/jobset" "$BIN_DIR/jobset"
 echo "$JOBSET_VERSION" >"$BIN_DIR/VERSION"

@@ -23,58 +23,26 @@ VERSION="${KUBERAY_VERSION:-v1.5.0}"
 BIN_DIR="${KUBERAY_BIN_DIR:-${HOME}/.cache/restart-supervisor/kuberay-${VERSION}}"
 MOD=github.com/ray-project/kuberay/ray-operator
 
-log() { printf '[kuberay] %s\n' "$*" >&2; }
-die() { log "error: $*"; exit 1; }
+# shellcheck source=lib/cache.sh
+. "$(dirname "$0")/lib/cache.sh"
+cache_init kuberay
 
 [[ "$VERSION" =~ ^v[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "KUBERAY_VERSION must look like v1.N.M, got $VERSION"
-command -v go >/dev/null || die "go not found in PATH"
 
 is_ready() {
 	[[ -x "$BIN_DIR/ray-operator" && -f "$BIN_DIR/crds/ray.io_rayclusters.yaml" ]] || return 1
 	[[ "$(cat "$BIN_DIR/VERSION" 2>/dev/null)" == "$VERSION" ]]
 }
 
-mkdir -p "$BIN_DIR"
-if command -v flock >/dev/null; then
-	exec 9>"$BIN_DIR/.lock"
-	if ! flock -n 9; then
-		log "waiting for another build into $BIN_DIR"
-		flock 9
-	fi
-fi
+cache_lock_or_hit "ray-operator" "$VERSION"
 
-if is_ready; then
-	log "ray-operator: cached ($VERSION)"
-	echo "$BIN_DIR"
-	exit 0
-fi
-
-work="$(mktemp -d "${TMPDIR:-/tmp}/kuberay-build.XXXXXX")"
-stage="$(mktemp -d "$BIN_DIR/.stage.XXXXXX")"
-trap 'rm -rf "$work" "$stage"' EXIT
-
-start=$SECONDS
+cache_workdirs
 log "ray-operator: building $MOD@$VERSION"
-(
-	cd "$work"
-	export GOWORK=off CGO_ENABLED=0 GOFLAGS=-mod=mod
-	cat >go.mod <<-EOM
-		module restart-supervisor-kuberay
-
-		go 1.24
-
-		require $MOD $VERSION
-	EOM
-	go build -trimpath -ldflags "-s -w" -o "$stage/ray-operator" "$MOD" >&2
-)
+cache_module "$MOD" "$VERSION" 1.24
+cache_go build -trimpath -ldflags "-s -w" -o "$stage/ray-operator" "$MOD"
 [[ -x "$stage/ray-operator" ]] || die "the build produced no binary"
-moddir="$(cd "$work" && GOWORK=off GOFLAGS=-mod=mod go list -m -f '{{.Dir}}' "$MOD")"
-[[ -f "$moddir/config/crd/bases/ray.io_rayclusters.yaml" ]] || die "no CRD in $moddir"
-mkdir -p "$stage/crds"
-cp "$moddir"/config/crd/bases/ray.io_*.yaml "$stage/crds/"
-chmod u+w "$stage/crds"/*.yaml
-rm -rf "$BIN_DIR/crds"
-mv "$stage/crds" "$BIN_DIR/crds"
+cache_crds config/crd/bases 'ray.io_*.yaml'
+cache_commit_crds
 mv -f "$stage/ray-operator" "$BIN_DIR/ray-operator"
 echo "$VERSION" >"$BIN_DIR/VERSION"
 is_ready || die "built, but the cache is incomplete"

@@ -22,39 +22,22 @@ set -euo pipefail
 PROMETHEUS_VERSION="${PROMETHEUS_VERSION:-v0.316.0}"
 BIN_DIR="${PROMTOOL_BIN_DIR:-${HOME}/.cache/restart-supervisor/promtool-${PROMETHEUS_VERSION}}"
 
-log() { printf '[promtool] %s\n' "$*" >&2; }
-die() { log "error: $*"; exit 1; }
+# shellcheck source=lib/cache.sh
+. "$(dirname "$0")/lib/cache.sh"
+cache_init promtool
 
 [[ "$PROMETHEUS_VERSION" =~ ^v0\.([0-9]+)\.([0-9]+)$ ]] || die "PROMETHEUS_VERSION must look like v0.3NN.M, got $PROMETHEUS_VERSION"
 # v0.316.0 is Prometheus 3.16.0.
 RELEASE="$(( BASH_REMATCH[1] / 100 )).$(( BASH_REMATCH[1] % 100 )).${BASH_REMATCH[2]}"
-command -v go >/dev/null || die "go not found in PATH"
 
 is_ready() {
 	[[ -x "$BIN_DIR/promtool" ]] || return 1
 	"$BIN_DIR/promtool" --version 2>&1 | grep -q "version $RELEASE"
 }
 
-mkdir -p "$BIN_DIR"
-if command -v flock >/dev/null; then
-	exec 9>"$BIN_DIR/.lock"
-	if ! flock -n 9; then
-		log "waiting for another build into $BIN_DIR"
-		flock 9
-	fi
-fi
+cache_lock_or_hit "promtool" "$RELEASE"
 
-if is_ready; then
-	log "promtool: cached ($RELEASE)"
-	echo "$BIN_DIR"
-	exit 0
-fi
-
-work="$(mktemp -d "${TMPDIR:-/tmp}/promtool-build.XXXXXX")"
-stage="$(mktemp -d "$BIN_DIR/.stage.XXXXXX")"
-trap 'rm -rf "$work" "$stage"' EXIT
-
-start=$SECONDS
+cache_workdirs
 mod="github.com/prometheus/prometheus"
 log "promtool: building $mod/cmd/promtool@$PROMETHEUS_VERSION (cold: 24 min here, 2 cores at load 10-15)"
 # Stamped as Prometheus' own build (promu) does, else --version is empty.

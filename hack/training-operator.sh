@@ -28,58 +28,26 @@ VERSION="${TRAINING_OPERATOR_VERSION:-v1.8.1}"
 BIN_DIR="${TRAINING_OPERATOR_BIN_DIR:-${HOME}/.cache/restart-supervisor/training-operator-${VERSION}}"
 MOD=github.com/kubeflow/training-operator
 
-log() { printf '[training-operator] %s\n' "$*" >&2; }
-die() { log "error: $*"; exit 1; }
+# shellcheck source=lib/cache.sh
+. "$(dirname "$0")/lib/cache.sh"
+cache_init training-operator
 
 [[ "$VERSION" =~ ^v[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "TRAINING_OPERATOR_VERSION must look like v1.N.M, got $VERSION"
-command -v go >/dev/null || die "go not found in PATH"
 
 is_ready() {
 	[[ -x "$BIN_DIR/training-operator" && -f "$BIN_DIR/crds/kubeflow.org_pytorchjobs.yaml" ]] || return 1
 	[[ "$(cat "$BIN_DIR/VERSION" 2>/dev/null)" == "$VERSION" ]]
 }
 
-mkdir -p "$BIN_DIR"
-if command -v flock >/dev/null; then
-	exec 9>"$BIN_DIR/.lock"
-	if ! flock -n 9; then
-		log "waiting for another build into $BIN_DIR"
-		flock 9
-	fi
-fi
+cache_lock_or_hit "training-operator" "$VERSION"
 
-if is_ready; then
-	log "training-operator: cached ($VERSION)"
-	echo "$BIN_DIR"
-	exit 0
-fi
-
-work="$(mktemp -d "${TMPDIR:-/tmp}/training-operator-build.XXXXXX")"
-stage="$(mktemp -d "$BIN_DIR/.stage.XXXXXX")"
-trap 'rm -rf "$work" "$stage"' EXIT
-
-start=$SECONDS
+cache_workdirs
 log "training-operator: building $MOD@$VERSION"
-(
-	cd "$work"
-	export GOWORK=off CGO_ENABLED=0 GOFLAGS=-mod=mod
-	cat >go.mod <<-EOM
-		module restart-supervisor-training-operator
-
-		go 1.22
-
-		require $MOD $VERSION
-	EOM
-	go build -trimpath -ldflags "-s -w" -o "$stage/training-operator" "$MOD/cmd/training-operator.v1" >&2
-)
+cache_module "$MOD" "$VERSION" 1.22
+cache_go build -trimpath -ldflags "-s -w" -o "$stage/training-operator" "$MOD/cmd/training-operator.v1"
 [[ -x "$stage/training-operator" ]] || die "the build produced no binary"
-moddir="$(cd "$work" && GOWORK=off GOFLAGS=-mod=mod go list -m -f '{{.Dir}}' "$MOD")"
-[[ -f "$moddir/manifests/base/crds/kubeflow.org_pytorchjobs.yaml" ]] || die "no CRD in $moddir"
-mkdir -p "$stage/crds"
-cp "$moddir"/manifests/base/crds/kubeflow.org_*.yaml "$stage/crds/"
-chmod u+w "$stage/crds"/*.yaml
-rm -rf "$BIN_DIR/crds"
-mv "$stage/crds" "$BIN_DIR/crds"
+cache_crds manifests/base/crds 'kubeflow.org_*.yaml'
+cache_commit_crds
 mv -f "$stage/training-operator" "$BIN_DIR/training-operator"
 echo "$VERSION" >"$BIN_DIR/VERSION"
 is_ready || die "built, but the cache is incomplete"
