@@ -77,6 +77,8 @@ type ImageVolumeDetector struct {
 	Gauge interface{ Set(float64) }
 
 	supported atomic.Bool
+	// lastWhy is the last conclusion logged (Update's goroutine only).
+	lastWhy string
 }
 
 // Delivery is the delivery pods get now.
@@ -90,25 +92,28 @@ func (d *ImageVolumeDetector) Delivery() injector.Delivery {
 // Run checks now and then every Interval until ctx is done, keeping the
 // previous conclusion when a check fails.
 func (d *ImageVolumeDetector) Run(ctx context.Context) {
-	var last string
-	repeatEvery(ctx, d.Interval, func() {
-		ok, why, err := d.Check(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			d.log().Warn("image volumes: check failed; keeping previous conclusion", "delivery", d.Delivery(), "err", err)
-			return
-		}
-		d.supported.Store(ok)
-		if d.Gauge != nil {
-			d.Gauge.Set(map[bool]float64{true: 1}[ok])
-		}
-		if why != last {
-			d.log().Info("image volumes", "delivery", d.Delivery(), "reason", why)
-			last = why
-		}
-	})
+	repeatEvery(ctx, d.Interval, func() { d.Update(ctx) })
+}
+
+// Update checks once and takes the conclusion in, keeping the previous
+// one when the check fails.
+func (d *ImageVolumeDetector) Update(ctx context.Context) {
+	ok, why, err := d.Check(ctx)
+	if ctx.Err() != nil {
+		return
+	}
+	if err != nil {
+		d.log().Warn("image volumes: check failed; keeping previous conclusion", "delivery", d.Delivery(), "err", err)
+		return
+	}
+	d.supported.Store(ok)
+	if d.Gauge != nil {
+		d.Gauge.Set(map[bool]float64{true: 1}[ok])
+	}
+	if why != d.lastWhy {
+		d.log().Info("image volumes", "delivery", d.Delivery(), "reason", why)
+		d.lastWhy = why
+	}
 }
 
 func (d *ImageVolumeDetector) log() *slog.Logger {

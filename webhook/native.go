@@ -96,6 +96,8 @@ type NativeDetector struct {
 	keptAll atomic.Int32
 	// server is the API server's rules.KubeVersion; 0 until known.
 	server atomic.Int32
+	// lastWhy is the last conclusion logged (Update's goroutine only).
+	lastWhy string
 }
 
 // ValidationVersion is the Kubernetes release whose validation the webhook
@@ -164,31 +166,34 @@ func (d *NativeDetector) HonouredFor(f NativeFeature) bool {
 
 // Run checks now and then every Interval until ctx is done.
 func (d *NativeDetector) Run(ctx context.Context) {
-	var last string
-	repeatEvery(ctx, d.Interval, func() {
-		ok, okAll, why, err := d.CheckAll(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			// Keep the previous conclusion: a transient API error must not
-			// flip a cluster between injecting and not.
-			d.log().Warn("native restart rules: check failed; keeping previous conclusion", "honoured", d.Honoured(), "err", err)
-			return
-		}
-		d.honoured.Store(ok)
-		d.honouredAll.Store(okAll)
-		if d.Metrics != nil {
-			d.Metrics.NativeHonoured.Set(map[bool]float64{false: 0, true: 1}[ok])
-		}
-		if why != last {
-			d.log().Info("native restart rules", "honoured", ok, "reason", why)
-			last = why
-		}
-		if d.OnConclusion != nil {
-			d.OnConclusion(ctx, ok, okAll, why)
-		}
-	})
+	repeatEvery(ctx, d.Interval, func() { d.Update(ctx) })
+}
+
+// Update checks once and takes the conclusion in, keeping the previous
+// one when the check fails: a transient API error must not flip a cluster
+// between injecting and not. The self-narrowing (OnConclusion) follows
+// each conclusion.
+func (d *NativeDetector) Update(ctx context.Context) {
+	ok, okAll, why, err := d.CheckAll(ctx)
+	if ctx.Err() != nil {
+		return
+	}
+	if err != nil {
+		d.log().Warn("native restart rules: check failed; keeping previous conclusion", "honoured", d.Honoured(), "err", err)
+		return
+	}
+	d.honoured.Store(ok)
+	d.honouredAll.Store(okAll)
+	if d.Metrics != nil {
+		d.Metrics.NativeHonoured.Set(map[bool]float64{false: 0, true: 1}[ok])
+	}
+	if why != d.lastWhy {
+		d.log().Info("native restart rules", "honoured", ok, "reason", why)
+		d.lastWhy = why
+	}
+	if d.OnConclusion != nil {
+		d.OnConclusion(ctx, ok, okAll, why)
+	}
 }
 
 // repeatEvery calls check now and then every interval (five minutes when

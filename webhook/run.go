@@ -405,10 +405,14 @@ func (c Config) handler(ctx context.Context, client kubernetes.Interface, opts i
 		Metrics:    metrics,
 		Log:        log,
 	}
+	// What the cluster supports, checked at start and every NativeInterval
+	// in one loop, one check after the other: the native fields (and the
+	// self-narrowing their conclusion drives), then image volumes.
+	var checks []func(context.Context)
 	if client != nil && c.Namespace != "" {
 		// Also outside auto mode: whether the API server keeps the fields
 		// decides if workload templates need the annotation carrier.
-		d := &NativeDetector{Client: client, Namespace: c.Namespace, Interval: c.NativeInterval, Log: log}
+		d := &NativeDetector{Client: client, Namespace: c.Namespace, Log: log}
 		h.Fields = d
 		h.KubeVersion = d.ValidationVersionFor
 		if h.Native == NativeAuto {
@@ -419,7 +423,7 @@ func (c Config) handler(ctx context.Context, client kubernetes.Interface, opts i
 				d.OnConclusion = n.NarrowOnConclusion
 			}
 		}
-		go d.Run(ctx)
+		checks = append(checks, d.Update)
 	}
 	if h.Native != NativeAuto {
 		metrics.NativeHonoured.Set(map[bool]float64{true: 1}[h.Native == NativeOn])
@@ -428,14 +432,20 @@ func (c Config) handler(ctx context.Context, client kubernetes.Interface, opts i
 	if c.Delivery == DeliveryAuto {
 		if client != nil && c.Namespace != "" {
 			d := &ImageVolumeDetector{Client: client, Namespace: c.Namespace, Image: opts.SupervisorImage,
-				Interval: c.NativeInterval, Log: log, Gauge: metrics.ImageVolume}
+				Log: log, Gauge: metrics.ImageVolume}
 			h.Delivery = d.Delivery
-			go d.Run(ctx)
+			checks = append(checks, d.Update)
 		} else {
 			log.Warn("delivery auto: no API server or namespace to ask whether the cluster mounts image volumes; every pod gets the install container")
 		}
 	}
-
+	if len(checks) > 0 {
+		go repeatEvery(ctx, c.NativeInterval, func() {
+			for _, check := range checks {
+				check(ctx)
+			}
+		})
+	}
 	return h
 }
 
