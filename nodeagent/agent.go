@@ -18,7 +18,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
 	"log/slog"
 	"net"
 	"net/http"
@@ -41,6 +40,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
 )
 
 // Config is what Run works with.

@@ -3,13 +3,13 @@ package nodeagent
 import (
 	"context"
 
-	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
 )
 
 // groupWatches keeps a copy of the GroupRestart objects of the groups

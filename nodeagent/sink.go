@@ -5,10 +5,10 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
-
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/record"
+
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
 )
 
 // combinedPrefix is what client-go's correlator puts before the message of

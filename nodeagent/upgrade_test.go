@@ -5,10 +5,9 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
-
 	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/internal/upgradefixture"
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
 )
 
 // TestScansEveryReleasesState: the node agent of this release reads the

@@ -8,12 +8,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentstatus"
-
 	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentstatus"
 )
 
 // The directives of cobra's completion protocol, which kubectl's plugin

@@ -10,9 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
-	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentstatus"
-
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -24,6 +21,9 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
+
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentstatus"
 )
 
 const statusUsage = `usage: restart-injector status [POD] [-n NAMESPACE | -A] [-l SELECTOR] [-o wide|json|yaml|name] [-w]

@@ -7,13 +7,13 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/cli-runtime/pkg/printers"
+
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
 )
 
 // The group lines of status: one row per GroupRestart object (group.go),

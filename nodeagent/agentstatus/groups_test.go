@@ -6,8 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
 )
 
 func groupObject(ns, key string, spec map[string]any) unstructured.Unstructured {

@@ -6,14 +6,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
-
 	"github.com/liggitt/tabwriter"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/cli-runtime/pkg/printers"
+
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
 )
 
 // The formats of StatusPrinter, as kubectl get's -o.

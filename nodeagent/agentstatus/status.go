@@ -15,8 +15,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
-
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,6 +25,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
 )
 
 // StatusRow is one supervised container as the agent's Events tell it.

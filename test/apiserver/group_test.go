@@ -17,8 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
-
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
@@ -29,6 +27,7 @@ import (
 	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/internal/testutil"
 	"github.com/restart-supervisor/restart-supervisor/nodeagent"
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
 	"github.com/restart-supervisor/restart-supervisor/statevol"
 )
 
