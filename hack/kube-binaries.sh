@@ -46,8 +46,9 @@ STAGING_MODULES=(
 	sample-controller
 )
 
-log() { printf '[kube-binaries] %s\n' "$*" >&2; }
-die() { log "error: $*"; exit 1; }
+# shellcheck source=lib/cache.sh
+. "$(dirname "$0")/lib/cache.sh"
+cache_init kube-binaries
 
 usage() {
 	sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2
@@ -70,7 +71,6 @@ fi
 KUBE_MINOR="${BASH_REMATCH[1]}"
 STAGING_VERSION="v0.${BASH_REMATCH[1]}.${BASH_REMATCH[2]}"
 
-command -v go >/dev/null || die "go not found in PATH"
 
 # --- version checks ----------------------------------------------------------
 # Prints the component's version line; fails if the binary is missing/broken.
@@ -95,16 +95,7 @@ is_ready() {
 	[[ "$out" == *"$want"* ]]
 }
 
-mkdir -p "$BIN_DIR"
-
-# Serialise concurrent callers (e.g. parallel test packages) on one cache dir.
-if command -v flock >/dev/null; then
-	exec 9>"$BIN_DIR/.lock"
-	if ! flock -n 9; then
-		log "waiting for another build into $BIN_DIR"
-		flock 9
-	fi
-fi
+cache_lock "$BIN_DIR"
 
 missing=()
 for c in "${requested[@]}"; do

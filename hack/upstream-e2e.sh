@@ -32,8 +32,9 @@ KUBE_VERSION="${KUBE_VERSION:-v1.37.2}"
 OUT_DIR="${UPSTREAM_E2E_DIR:-${HOME}/.cache/restart-supervisor/upstream-e2e-${KUBE_VERSION}}"
 BIN=e2e-node-specs.test
 
-log() { printf '[upstream-e2e] %s\n' "$*" >&2; }
-die() { log "error: $*"; exit 1; }
+# shellcheck source=lib/cache.sh
+. "$(dirname "$0")/lib/cache.sh"
+cache_init upstream-e2e
 
 case "${1:-}" in
 -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2; exit 0 ;;
@@ -44,16 +45,8 @@ esac
 [[ "$KUBE_VERSION" =~ ^v1\.([0-9]+)\.([0-9]+)$ ]] || die "KUBE_VERSION must look like v1.N.M, got $KUBE_VERSION"
 KUBE_MINOR="${BASH_REMATCH[1]}"
 STAGING_VERSION="v0.${BASH_REMATCH[1]}.${BASH_REMATCH[2]}"
-command -v go >/dev/null || die "go not found in PATH"
 
-mkdir -p "$OUT_DIR"
-if command -v flock >/dev/null; then
-	exec 9>"$OUT_DIR/.lock"
-	if ! flock -n 9; then
-		log "waiting for another build into $OUT_DIR"
-		flock 9
-	fi
-fi
+cache_lock "$OUT_DIR"
 
 stamp="$(sha256sum "$0" | cut -d' ' -f1) $KUBE_VERSION"
 if [[ -x "$OUT_DIR/$BIN" && -f "$OUT_DIR/.stamp" && "$(cat "$OUT_DIR/.stamp")" == "$stamp" ]]; then

@@ -8,6 +8,7 @@
 # holds what it builds, at the right version), then:
 #
 #   cache_init NAME            # log and die say [NAME]; go must be on PATH
+#   cache_lock DIR             # DIR made and locked until the script exits
 #   cache_lock_or_hit WHAT VER # BIN_DIR made and locked; on a hit, logs
 #                              # "WHAT: cached (VER)", prints BIN_DIR, exits 0
 #   cache_workdirs             # $work and $stage, removed at exit; $start
@@ -25,17 +26,21 @@ cache_init() {
 	command -v go >/dev/null || die "go not found in PATH"
 }
 
-# Serialises concurrent callers (parallel test packages) on one cache
-# directory; the lock is held until the script exits.
-cache_lock_or_hit() {
-	mkdir -p "$BIN_DIR"
+# cache_lock DIR makes DIR and serialises concurrent callers (parallel
+# test packages) on it; the lock is held until the script exits.
+cache_lock() {
+	mkdir -p "$1"
 	if command -v flock >/dev/null; then
-		exec 9>"$BIN_DIR/.lock"
+		exec 9>"$1/.lock"
 		if ! flock -n 9; then
-			log "waiting for another build into $BIN_DIR"
+			log "waiting for another build into $1"
 			flock 9
 		fi
 	fi
+}
+
+cache_lock_or_hit() {
+	cache_lock "$BIN_DIR"
 	if is_ready; then
 		log "$1: cached ($2)"
 		echo "$BIN_DIR"
