@@ -85,22 +85,6 @@ type GroupAnswer struct {
 	Refused string `json:"refused"`
 }
 
-// OwnedByAgent reports why the file at path (not followed) cannot be the
-// node agent's: it must be a regular file owned by root.
-func OwnedByAgent(path string) error {
-	var st unix.Stat_t
-	if err := unix.Lstat(path, &st); err != nil {
-		return err
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return fmt.Errorf("%s: not a regular file", filepath.Base(path))
-	}
-	if st.Uid != 0 {
-		return fmt.Errorf("%s: owned by UID %d, not by root as the node agent's files are", filepath.Base(path), st.Uid)
-	}
-	return nil
-}
-
 // readAgentFile reads the file at path as the node agent's: regular, not
 // followed, at most max bytes, owned by root, the owner checked on the
 // descriptor read from.

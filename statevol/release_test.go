@@ -1,6 +1,7 @@
 package statevol
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,10 +15,22 @@ import (
 // made itself (so that it owns the directory), can rename(2) the agent's
 // root-owned files in it, sticky bit or not. It renames the release of
 // round 5 to round 6's name, and the delivery of pod generation 1 to
-// generation 2's: both still pass an ownership check (OwnedByAgent), so
+// generation 2's: both still pass an ownership check alone, so
 // that an owner check alone released round 6 before the group had
 // stopped; by content neither is a release or a delivery.
 func TestRenamedAgentFilesAreNotTheAgents(t *testing.T) {
+	// rootsByPath is the check by owner alone that took the renamed files
+	// for the agent's: a regular file, owned by root.
+	rootsByPath := func(path string) error {
+		var st syscall.Stat_t
+		if err := syscall.Lstat(path, &st); err != nil {
+			return err
+		}
+		if st.Mode&syscall.S_IFMT != syscall.S_IFREG || st.Uid != 0 {
+			return fmt.Errorf("%s: mode %o, owner %d", path, st.Mode, st.Uid)
+		}
+		return nil
+	}
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the agent's files are root's, the renamer another user")
 	}
@@ -52,7 +65,7 @@ func TestRenamedAgentFilesAreNotTheAgents(t *testing.T) {
 		t.Fatal("the agent's own release of round 5 is not read as one")
 	}
 	renameAsNobody(MarkerName(5, MarkReleased, ReleasedBy), MarkerName(6, MarkReleased, ReleasedBy))
-	if err := OwnedByAgent(filepath.Join(pr, MarkerName(6, MarkReleased, ReleasedBy))); err != nil {
+	if err := rootsByPath(filepath.Join(pr, MarkerName(6, MarkReleased, ReleasedBy))); err != nil {
 		t.Fatalf("the renamed release is not root's any more (%v): the test shows nothing", err)
 	}
 	if GroupReleased(dir, 6) {
@@ -74,7 +87,7 @@ func TestRenamedAgentFilesAreNotTheAgents(t *testing.T) {
 		t.Fatalf("the agent's own delivery: %v", err)
 	}
 	renameAsNobody(GenName(1), GenName(2))
-	if err := OwnedByAgent(filepath.Join(pr, GenName(2))); err != nil {
+	if err := rootsByPath(filepath.Join(pr, GenName(2))); err != nil {
 		t.Fatalf("the renamed delivery is not root's any more (%v): the test shows nothing", err)
 	}
 	if _, err := AgentGeneration(dir, 2); err == nil {

@@ -70,9 +70,8 @@ type ImageVolumeDetector struct {
 	Namespace string // where the probe pod is dry-run created; the webhook's own
 	// Image is the supervisor image the probe pod mounts (never pulled:
 	// a dry run stops before the scheduler and the kubelet).
-	Image    string
-	Interval time.Duration
-	Log      *slog.Logger
+	Image string
+	Log   *slog.Logger
 	// Gauge, when set, is 1 while pods get the image volume, else 0.
 	Gauge interface{ Set(float64) }
 
@@ -87,12 +86,6 @@ func (d *ImageVolumeDetector) Delivery() injector.Delivery {
 		return injector.DeliveryImage
 	}
 	return injector.DeliveryCopy
-}
-
-// Run checks now and then every Interval until ctx is done, keeping the
-// previous conclusion when a check fails.
-func (d *ImageVolumeDetector) Run(ctx context.Context) {
-	repeatEvery(ctx, d.Interval, func() { d.Update(ctx) })
 }
 
 // Update checks once and takes the conclusion in, keeping the previous

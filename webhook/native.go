@@ -80,7 +80,6 @@ const NativeProbePodName = "restart-injector-native-probe"
 type NativeDetector struct {
 	Client    kubernetes.Interface
 	Namespace string // where the probe pod is dry-run created; the webhook's own
-	Interval  time.Duration
 	Log       *slog.Logger
 	Metrics   *Metrics
 	// OnConclusion, when set, is called after every check that succeeded
@@ -162,11 +161,6 @@ func (d *NativeDetector) HonouredFor(f NativeFeature) bool {
 		return d.honouredAll.Load()
 	}
 	return d.honoured.Load()
-}
-
-// Run checks now and then every Interval until ctx is done.
-func (d *NativeDetector) Run(ctx context.Context) {
-	repeatEvery(ctx, d.Interval, func() { d.Update(ctx) })
 }
 
 // Update checks once and takes the conclusion in, keeping the previous
