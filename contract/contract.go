@@ -145,6 +145,10 @@ const (
 	// <container>StatusExt.
 	StatusDir = "status"
 	StatusExt = ".json"
+	// LiveDir holds each supervisor's liveness lock (<container>.lock),
+	// which it holds for its whole life, and its ended marker
+	// (<container>.ended); statevol/live.go.
+	LiveDir = "live"
 	// PodRestartsDir holds one file per pod-wide restart generation.
 	PodRestartsDir = "pod-restarts"
 	// GroupDir holds a container's request for a group restart

@@ -52,7 +52,7 @@ type Watcher struct {
 // the caller has observed (Current at start-up), so that nothing older is
 // replayed and nothing announced since is missed.
 func Watch(dir string, from uint64, opts WatchOptions) (*Watcher, error) {
-	gdir, err := statevol.SharedSubdir(dir, contract.PodRestartsDir)
+	gdir, err := statevol.GenerationsDir(dir)
 	if err != nil {
 		return nil, err
 	}

@@ -25,7 +25,7 @@ func TestAnnounceOverAForgedOwnGenerationReturns(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close(supervise.State{Phase: contract.PhaseExited})
-	gdir, err := statevol.SharedSubdir(dir, contract.PodRestartsDir)
+	gdir, err := statevol.GenerationsDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

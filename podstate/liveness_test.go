@@ -26,7 +26,7 @@ import (
 // whose container is killed whole.
 func liveRole() int {
 	dir, name := os.Getenv("PODSTATE_DIR"), os.Getenv("PODSTATE_NAME")
-	l, err := HoldLiveness(dir, name)
+	l, err := statevol.HoldLiveness(dir, name)
 	if err == nil {
 		err = statevol.WriteStatus(dir, statevol.Status{Container: name, State: contract.PhaseRunning, SupervisorPID: os.Getpid()})
 	}
@@ -69,7 +69,7 @@ func TestLivenessFollowsTheProcess(t *testing.T) {
 	b := startLive(t, dir, "b")
 	m := &Member{dir: dir, name: "a"}
 	m.SetRound([]contract.PodMember{{Name: "a", Kind: contract.MemberRegular}, {Name: "b", Kind: contract.MemberRegular}}, nil, nil)
-	if got := readMember(dir, "b").live; got != alive {
+	if got := readMember(dir, "b").live; got != statevol.Alive {
 		t.Fatalf("b's supervisor runs, liveness %d, want alive", got)
 	}
 	ended, cancel := m.OthersEnded(rules.Never)
@@ -87,7 +87,7 @@ func TestLivenessFollowsTheProcess(t *testing.T) {
 	if st, err := statevol.ReadStatus(dir, "b"); err != nil || st.State != contract.PhaseRunning {
 		t.Fatalf("b's document: %+v %v, want the running it was killed in", st, err)
 	}
-	if got := readMember(dir, "b").live; got != dead {
+	if got := readMember(dir, "b").live; got != statevol.Dead {
 		t.Fatalf("b's supervisor was killed, liveness %d, want dead", got)
 	}
 	select {
@@ -110,7 +110,7 @@ func TestLivenessFollowsTheProcess(t *testing.T) {
 	}
 	// The container's next supervisor takes the same lock again.
 	startLive(t, dir, "b")
-	if got := readMember(dir, "b").live; got != alive {
+	if got := readMember(dir, "b").live; got != statevol.Alive {
 		t.Fatalf("b's new supervisor runs, liveness %d, want alive", got)
 	}
 }
@@ -121,8 +121,8 @@ func TestLivenessFollowsTheProcess(t *testing.T) {
 // life or death.
 func TestLivenessRefusesPlantedFiles(t *testing.T) {
 	dir := t.TempDir()
-	live := filepath.Join(dir, liveDir)
-	if _, err := statevol.SharedSubdir(dir, liveDir); err != nil {
+	live := filepath.Join(dir, contract.LiveDir)
+	if err := os.Mkdir(filepath.Join(dir, contract.LiveDir), 0o777|os.ModeSticky); err != nil {
 		t.Fatal(err)
 	}
 	target := filepath.Join(dir, "elsewhere")
@@ -133,7 +133,7 @@ func TestLivenessRefusesPlantedFiles(t *testing.T) {
 	for _, name := range []string{"link", "fifo", "dir"} {
 		done := make(chan error, 1)
 		go func() {
-			l, err := HoldLiveness(dir, name)
+			l, err := statevol.HoldLiveness(dir, name)
 			l.Release()
 			done <- err
 		}()
@@ -145,7 +145,7 @@ func TestLivenessRefusesPlantedFiles(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatalf("%s: HoldLiveness blocks", name)
 		}
-		if got := probeLiveness(dir, name, -1); got != livenessUnknown {
+		if got := statevol.ProbeLiveness(dir, name, -1); got != statevol.LivenessUnknown {
 			t.Errorf("%s: liveness %d, want unknown", name, got)
 		}
 	}
@@ -167,12 +167,12 @@ func TestLivenessRefusesPlantedFiles(t *testing.T) {
 	planted := filepath.Join(live, "other.lock")
 	os.WriteFile(planted, nil, 0o644)
 	os.Chown(planted, 1001, 1001)
-	if l, err := HoldLiveness(dir, "other"); err == nil || !strings.Contains(err.Error(), "owned by UID 1001") {
+	if l, err := statevol.HoldLiveness(dir, "other"); err == nil || !strings.Contains(err.Error(), "owned by UID 1001") {
 		l.Release()
 		t.Errorf("a lock file of UID 1001 taken: %v", err)
 	}
 	statevol.WriteStatus(dir, statevol.Status{Container: "other", State: contract.PhaseRunning})
-	if got := readMember(dir, "other").live; got != livenessUnknown {
+	if got := readMember(dir, "other").live; got != statevol.LivenessUnknown {
 		t.Errorf("a lock of another UID than the document's: liveness %d, want unknown", got)
 	}
 }
@@ -281,10 +281,10 @@ func TestEndedMarkerRefusesPlantedFiles(t *testing.T) {
 	if err := statevol.WriteStatus(dir, statevol.Status{Container: "b", State: contract.PhaseRunning}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := statevol.SharedSubdir(dir, liveDir); err != nil {
+	if err := os.Mkdir(filepath.Join(dir, contract.LiveDir), 0o777|os.ModeSticky); err != nil {
 		t.Fatal(err)
 	}
-	marker := filepath.Join(dir, liveDir, "b"+endedExt)
+	marker := filepath.Join(dir, contract.LiveDir, "b.ended")
 	elsewhere := filepath.Join(dir, "elsewhere")
 	os.WriteFile(elsewhere, nil, 0o644)
 	for name, plant := range map[string]func() error{
@@ -299,18 +299,18 @@ func TestEndedMarkerRefusesPlantedFiles(t *testing.T) {
 		if readMember(dir, "b").ended {
 			t.Errorf("%s at b's ended marker taken for b's end", name)
 		}
-		if err := markEnded(dir, "b", true); err == nil {
+		if err := statevol.MarkEnded(dir, "b", true); err == nil {
 			t.Errorf("%s at b's ended marker adopted by markEnded", name)
 		}
 	}
 	os.Remove(marker)
-	if err := markEnded(dir, "b", true); err != nil {
+	if err := statevol.MarkEnded(dir, "b", true); err != nil {
 		t.Fatal(err)
 	}
 	if !readMember(dir, "b").ended {
 		t.Error("b's own marker not taken for its end")
 	}
-	if err := markEnded(dir, "b", false); err != nil || readMember(dir, "b").ended {
+	if err := statevol.MarkEnded(dir, "b", false); err != nil || readMember(dir, "b").ended {
 		t.Errorf("b's marker removed: %v, still ended %v", err, readMember(dir, "b").ended)
 	}
 }

@@ -18,9 +18,7 @@ package podstate
 
 import (
 	"errors"
-	"fmt"
 	"os"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -52,7 +50,7 @@ type Pod struct {
 	// limits is what the earlier supervisor's limits left, nil when it
 	// left nothing.
 	limits *supervise.LimitState
-	live   *Liveness
+	live   *statevol.Liveness
 	// dir and name locate the container's ended marker; endedMarked says
 	// this supervisor made it (Observe).
 	dir, name   string
@@ -87,7 +85,7 @@ func OpenMember(dir, name string, members []contract.PodMember, watch WatchOptio
 	// (the kubelet restarted the container after a hand-over) carries the
 	// container's back-off and its restart count. Read it before it is
 	// replaced.
-	prev, perr := readOwnStatus(dir, name)
+	prev, perr := statevol.ReadOwnStatus(dir, name)
 	if err := perr; err == nil {
 		p.restartsBefore = min(max(prev.RestartsTotal, prev.Restarts, 0), maxRestartsTotal)
 		p.limits = limitsFrom(prev.Limits, time.Now())
@@ -99,14 +97,14 @@ func OpenMember(dir, name string, members []contract.PodMember, watch WatchOptio
 	}
 	// The lock is held before the first document says "running", so that
 	// a document of this supervisor is never read while its lock is free.
-	live, err := HoldLiveness(dir, name)
+	live, err := statevol.HoldLiveness(dir, name)
 	if err != nil {
 		log.Warn("cannot hold the liveness lock; if this supervisor is killed, the pod's other containers go by its status document alone", "err", err)
 	}
 	p.live = live
 	// An ended marker of the container's earlier supervisor: this one
-	// runs (markEnded).
-	_ = markEnded(dir, name, false)
+	// runs (statevol.MarkEnded).
+	_ = statevol.MarkEnded(dir, name, false)
 	p.dir, p.name = dir, name
 	initial := statevol.Status{
 		Container: name, State: contract.PhaseRunning, RestartsTotal: p.restartsBefore,
@@ -158,24 +156,6 @@ func OpenMember(dir, name string, members []contract.PodMember, watch WatchOptio
 		}
 	}()
 	return p, nil
-}
-
-// readOwnStatus reads the container's status document, if this process's
-// UID owns it. Another UID can create <name>.json before this container
-// ever writes it (the sticky bit only stops it replacing a document that
-// exists), and its back-off must not be taken up: a document owned by
-// another UID is refused. A document this UID owns in the sticky directory
-// cannot be replaced by another non-root UID between the check and the
-// read.
-func readOwnStatus(dir, name string) (statevol.Status, error) {
-	fi, err := os.Lstat(statevol.StatusPath(dir, name))
-	if err != nil {
-		return statevol.Status{}, err
-	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
-		return statevol.Status{}, fmt.Errorf("status %s: owned by UID %d, not by this supervisor's UID %d", name, st.Uid, os.Geteuid())
-	}
-	return statevol.ReadStatus(dir, name)
 }
 
 // maxRestartsTotal bounds the restart count taken from a document, which
@@ -356,17 +336,17 @@ func (p *Pod) Observe(st supervise.State) {
 // workload has ended for good, before the document that says so is
 // written (it may not be: a full volume), removed when a pod restart
 // starts it again, and left at the exit that follows, for the members
-// still waiting (markEnded).
+// still waiting (statevol.MarkEnded).
 func (p *Pod) markEnd(phase contract.Phase) {
 	switch {
 	case phase == contract.PhaseEnded && !p.endedMarked:
-		if err := markEnded(p.dir, p.name, true); err != nil {
+		if err := statevol.MarkEnded(p.dir, p.name, true); err != nil {
 			p.log.Warn("cannot mark the container ended; the others learn it from the status document alone", "err", err)
 			return
 		}
 		p.endedMarked = true
 	case p.endedMarked && phase != contract.PhaseEnded && phase != contract.PhaseExited && phase != contract.PhaseStopping:
-		if err := markEnded(p.dir, p.name, false); err != nil {
+		if err := statevol.MarkEnded(p.dir, p.name, false); err != nil {
 			p.log.Warn("cannot remove the container's ended marker", "err", err)
 			return
 		}

@@ -243,7 +243,7 @@ func (m *Member) othersEnded(names []string, pod rules.RestartPolicy) bool {
 		if ms.restartedByKubelet(pod) {
 			return false
 		}
-		if ms.live == dead {
+		if ms.live == statevol.Dead {
 			continue
 		}
 		switch ms.doc.State {
@@ -271,7 +271,7 @@ func (s memberState) restartedByKubelet(pod rules.RestartPolicy) bool {
 	case contract.PhaseStopping:
 		return false
 	}
-	return s.live == dead && rules.PolicyRestarts(pod, 128+int32(unix.SIGKILL))
+	return s.live == statevol.Dead && rules.PolicyRestarts(pod, 128+int32(unix.SIGKILL))
 }
 
 // Failed records that this container's run of generation n failed for
@@ -403,17 +403,7 @@ func (m *Member) wait(n uint64, ready chan<- struct{}, done <-chan struct{}) {
 // generation n or later, each with the highest generation it has one for
 // (0: none).
 func (m *Member) markers(n uint64) map[string]map[string]uint64 {
-	have := map[string]map[string]uint64{statevol.MarkStopped: {}, statevol.MarkStarted: {}, statevol.MarkFailed: {}, statevol.MarkGrouped: {}, statevol.MarkReleased: {}}
-	names, err := statevol.GenNames(m.dir)
-	if err != nil {
-		return have
-	}
-	for _, name := range names {
-		if k, w, c, ok := statevol.ParseMarker(name); ok && k >= n && k > have[w][c] {
-			have[w][c] = k
-		}
-	}
-	return have
+	return statevol.LatestMarkers(m.dir, n)
 }
 
 // gone reports whether member pm has nothing left to wait for: no
@@ -429,7 +419,7 @@ func (m *Member) gone(pm contract.PodMember) bool {
 		return true
 	case ms.err != nil:
 		return false
-	case ms.live == dead && pm.Kind != contract.MemberInit:
+	case ms.live == statevol.Dead && pm.Kind != contract.MemberInit:
 		return true
 	}
 	return ms.doc.State == contract.PhaseExited || ms.doc.State == contract.PhaseStopping

@@ -93,7 +93,7 @@ func WriteTerminationMessageUnlessEmpty(path, msg string, keepEmpty bool) error 
 	if path == "" {
 		path = contract.DefaultTerminationMessagePath
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, statevol.FileMode)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		return fmt.Errorf("termination message: %w", err)
 	}

@@ -60,7 +60,7 @@ func GenName(n uint64) string { return fmt.Sprintf("%020d", n) }
 
 // Current returns the pod's current restart generation.
 func Current(dir string) (uint64, error) {
-	names, err := GenNames(dir)
+	names, err := genNames(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		if _, derr := os.Stat(dir); derr != nil {
 			return 0, fmt.Errorf("state directory: %w", derr)
@@ -94,7 +94,7 @@ func ReadGeneration(dir string, n uint64) Generation {
 	g := Generation{N: n}
 	// Any container can put a FIFO, a huge file or a link to /dev/zero
 	// here: read it as an adversary's file.
-	if data, err := ReadBounded(filepath.Join(dir, contract.PodRestartsDir, GenName(n)), maxGenerationSize); err == nil {
+	if data, err := readBounded(filepath.Join(dir, contract.PodRestartsDir, GenName(n)), maxGenerationSize); err == nil {
 		_ = json.Unmarshal(data, &g)
 		g.N = n
 	}
@@ -115,7 +115,7 @@ func Announce(dir string, observed uint64, source string, exitCode int32) (g Gen
 // AnnounceWith is Announce with a hook called with the generation number just
 // before its file is created, not called when the announcement is stale.
 func AnnounceWith(dir string, observed uint64, source string, exitCode int32, before func(n uint64)) (g Generation, won bool, err error) {
-	gdir, err := SharedSubdir(dir, contract.PodRestartsDir)
+	gdir, err := sharedSubdir(dir, contract.PodRestartsDir)
 	if err != nil {
 		return Generation{}, false, err
 	}
@@ -140,12 +140,12 @@ func AnnounceWith(dir string, observed uint64, source string, exitCode int32, be
 	// Relative to a descriptor of pod-restarts/ opened without following
 	// a link, so that a link swapped in by another container cannot send
 	// the files elsewhere.
-	dfd, err := OpenSubdir(dir, contract.PodRestartsDir, "AnnounceWith")
+	dfd, err := openSubdir(dir, contract.PodRestartsDir, "AnnounceWith")
 	if err != nil {
 		return Generation{}, false, err
 	}
 	defer unix.Close(dfd)
-	tmp, err := CreateTempAt(dfd, "AnnounceWith", append(data, '\n'))
+	tmp, err := createTempAt(dfd, "AnnounceWith", append(data, '\n'))
 	if err != nil {
 		return Generation{}, false, err
 	}
@@ -206,4 +206,11 @@ func prune(gdir string, newest uint64) {
 			unix.Unlinkat(int(f.Fd()), name, 0)
 		}
 	}
+}
+
+// GenerationsDir returns the directory pod restart generations are
+// announced in, made shared and sticky if it is not there yet: what a
+// member watches for new ones.
+func GenerationsDir(dir string) (string, error) {
+	return sharedSubdir(dir, contract.PodRestartsDir)
 }

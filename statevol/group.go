@@ -136,10 +136,10 @@ func RequestGroup(dir string, r GroupRequest) error {
 		return err
 	}
 	data, _ := json.Marshal(r)
-	if _, err := SharedSubdir(dir, contract.GroupDir); err != nil {
+	if _, err := sharedSubdir(dir, contract.GroupDir); err != nil {
 		return err
 	}
-	return WriteAtomicBeneath(dir, contract.GroupDir, contract.GroupRequestPrefix+r.Container, append(data, '\n'))
+	return writeAtomicBeneath(dir, contract.GroupDir, contract.GroupRequestPrefix+r.Container, append(data, '\n'))
 }
 
 // AnswerFor reads the agent's answer to container's request (AnswerGroup
@@ -216,11 +216,11 @@ func AnswerGroup(dir string, r GroupRequest, refused string) error {
 	if err := CheckContainerName(r.Container); err != nil {
 		return err
 	}
-	if _, err := SharedSubdir(dir, contract.GroupDir); err != nil {
+	if _, err := sharedSubdir(dir, contract.GroupDir); err != nil {
 		return err
 	}
 	data, _ := json.Marshal(GroupAnswer{ID: r.ID, Refused: clipString(refused, 512)})
-	return WriteAtomicBeneath(dir, contract.GroupDir, contract.GroupAnswerPrefix+r.Container, append(data, '\n'))
+	return writeAtomicBeneath(dir, contract.GroupDir, contract.GroupAnswerPrefix+r.Container, append(data, '\n'))
 }
 
 func clipString(s string, n int) string {
@@ -301,11 +301,11 @@ func DeliverGroup(dir string, cause GroupCause) (n uint64, delivered bool, err e
 			return k, false, nil
 		}
 	}
-	gdir, err := SharedSubdir(dir, contract.PodRestartsDir)
+	gdir, err := sharedSubdir(dir, contract.PodRestartsDir)
 	if err != nil {
 		return 0, false, err
 	}
-	dfd, err := OpenSubdir(dir, contract.PodRestartsDir, "deliver")
+	dfd, err := openSubdir(dir, contract.PodRestartsDir, "deliver")
 	if err != nil {
 		return 0, false, err
 	}
@@ -320,7 +320,7 @@ func DeliverGroup(dir string, cause GroupCause) (n uint64, delivered bool, err e
 		}
 		g := Generation{N: cur + 1, Source: contract.GroupSource, ExitCode: cause.ExitCode, Time: time.Now().UTC(), Group: &cause}
 		data, _ := json.Marshal(g)
-		tmp, err := CreateTempAt(dfd, "deliver", append(data, '\n'))
+		tmp, err := createTempAt(dfd, "deliver", append(data, '\n'))
 		if err != nil {
 			return 0, false, err
 		}
@@ -341,7 +341,7 @@ func DeliverGroup(dir string, cause GroupCause) (n uint64, delivered bool, err e
 // GroupStopped reports whether the pod's members have stopped for pod
 // generation n (a member past the pod's stop barrier marked it grouped).
 func GroupStopped(dir string, n uint64) bool {
-	names, err := GenNames(dir)
+	names, err := genNames(dir)
 	if err != nil {
 		return false
 	}
@@ -357,7 +357,7 @@ func GroupStopped(dir string, n uint64) bool {
 // generation n: each member that marked it grouped has marked it started
 // (podstate's Member.Started, for n or a later generation).
 func GroupStarted(dir string, n uint64) bool {
-	names, err := GenNames(dir)
+	names, err := genNames(dir)
 	if err != nil {
 		return false
 	}
@@ -383,13 +383,13 @@ func GroupStarted(dir string, n uint64) bool {
 // ReleaseGroup lets the pod's members start in pod generation n: every pod
 // of the group has stopped (or the agent's bound is over).
 func ReleaseGroup(dir string, n uint64) error {
-	dfd, err := OpenSubdir(dir, contract.PodRestartsDir, "release")
+	dfd, err := openSubdir(dir, contract.PodRestartsDir, "release")
 	if err != nil {
 		return err
 	}
 	defer unix.Close(dfd)
 	data, _ := json.Marshal(groupRelease{Generation: n})
-	tmp, err := CreateTempAt(dfd, "release", append(data, '\n'))
+	tmp, err := createTempAt(dfd, "release", append(data, '\n'))
 	if err != nil {
 		return err
 	}

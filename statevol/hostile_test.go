@@ -17,7 +17,7 @@ import (
 
 func genDirOf(t *testing.T, dir string) string {
 	t.Helper()
-	gdir, err := SharedSubdir(dir, contract.PodRestartsDir)
+	gdir, err := sharedSubdir(dir, contract.PodRestartsDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestWriteStatusDoesNotFollowALinkedStatusDir(t *testing.T) {
 	os.Mkdir(filepath.Join(dir, contract.StatusDir), 0o777)
 	os.Rename(filepath.Join(dir, contract.StatusDir), filepath.Join(dir, "old"))
 	os.Symlink(elsewhere, filepath.Join(dir, contract.StatusDir))
-	if err := WriteAtomicBeneath(dir, contract.StatusDir, "app.json", []byte("{}")); err == nil {
+	if err := writeAtomicBeneath(dir, contract.StatusDir, "app.json", []byte("{}")); err == nil {
 		t.Fatal("wrote beneath a link")
 	}
 	if entries, _ := os.ReadDir(elsewhere); len(entries) != 0 {

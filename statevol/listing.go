@@ -79,7 +79,7 @@ func readNames(f *os.File, max int) ([]string, error) {
 	return names, nil
 }
 
-// GenNames lists pod-restarts/ (listNames, maxGenEntries).
-func GenNames(dir string) ([]string, error) {
+// genNames lists pod-restarts/ (listNames, maxGenEntries).
+func genNames(dir string) ([]string, error) {
 	return listNames(dir, contract.PodRestartsDir, maxGenEntries)
 }

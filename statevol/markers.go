@@ -34,15 +34,15 @@ const (
 // that exists already is fine (a member marks each step once, and the
 // first mark is the one that counts).
 func Mark(dir string, n uint64, what, container string, data []byte) error {
-	if _, err := SharedSubdir(dir, contract.PodRestartsDir); err != nil {
+	if _, err := sharedSubdir(dir, contract.PodRestartsDir); err != nil {
 		return err
 	}
-	dfd, err := OpenSubdir(dir, contract.PodRestartsDir, "mark")
+	dfd, err := openSubdir(dir, contract.PodRestartsDir, "mark")
 	if err != nil {
 		return err
 	}
 	defer unix.Close(dfd)
-	tmp, err := CreateTempAt(dfd, "mark", data)
+	tmp, err := createTempAt(dfd, "mark", data)
 	if err != nil {
 		return err
 	}
@@ -56,7 +56,7 @@ func Mark(dir string, n uint64, what, container string, data []byte) error {
 // MarkerData reads what container's marker what of generation n holds, at
 // most max bytes, as an adversary's file.
 func MarkerData(dir string, n uint64, what, container string, max int64) ([]byte, error) {
-	return ReadBounded(filepath.Join(dir, contract.PodRestartsDir, MarkerName(n, what, container)), max)
+	return readBounded(filepath.Join(dir, contract.PodRestartsDir, MarkerName(n, what, container)), max)
 }
 
 func MarkerName(n uint64, what, container string) string {
@@ -81,4 +81,21 @@ func ParseMarker(name string) (n uint64, what, container string, ok bool) {
 		return 0, "", "", false
 	}
 	return n, what, container, true
+}
+
+// LatestMarkers returns, per kind of marker (MarkStopped … MarkReleased),
+// the containers that have one for generation n or later, each with the
+// highest generation it has one for; an unreadable directory has none.
+func LatestMarkers(dir string, n uint64) map[string]map[string]uint64 {
+	have := map[string]map[string]uint64{MarkStopped: {}, MarkStarted: {}, MarkFailed: {}, MarkGrouped: {}, MarkReleased: {}}
+	names, err := genNames(dir)
+	if err != nil {
+		return have
+	}
+	for _, name := range names {
+		if k, w, c, ok := ParseMarker(name); ok && k >= n && k > have[w][c] {
+			have[w][c] = k
+		}
+	}
+	return have
 }

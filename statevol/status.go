@@ -170,7 +170,7 @@ const (
 	// refused with EPERM unless the caller owns the file or the
 	// directory, or has CAP_FOWNER.
 	sharedDirMode = 0o777 | unix.S_ISVTX
-	FileMode      = 0o644
+	fileMode      = 0o644
 )
 
 // StatusPath returns where the status document of container lives.
@@ -204,25 +204,25 @@ func WriteStatus(dir string, s Status) error {
 	if err != nil {
 		return fmt.Errorf("status of %s: %w", s.Container, err)
 	}
-	if _, err := SharedSubdir(dir, contract.StatusDir); err != nil {
+	if _, err := sharedSubdir(dir, contract.StatusDir); err != nil {
 		return err
 	}
-	return WriteAtomicBeneath(dir, contract.StatusDir, s.Container+contract.StatusExt, append(data, '\n'))
+	return writeAtomicBeneath(dir, contract.StatusDir, s.Container+contract.StatusExt, append(data, '\n'))
 }
 
-// WriteAtomicBeneath writes data to dir/sub/name through a synced
+// writeAtomicBeneath writes data to dir/sub/name through a synced
 // temporary file and rename(2), so a reader sees the old document or the
 // new one, without following a symbolic link at sub or at the file: any
 // container of the pod can replace status/ by a link, and the writer,
 // possibly root, would then replace <name>.json wherever the link leads.
 // rename(2) replaces a link at the name rather than its target.
-func WriteAtomicBeneath(dir, sub, name string, data []byte) error {
-	dfd, err := OpenSubdir(dir, sub, name)
+func writeAtomicBeneath(dir, sub, name string, data []byte) error {
+	dfd, err := openSubdir(dir, sub, name)
 	if err != nil {
 		return err
 	}
 	defer unix.Close(dfd)
-	tmp, err := CreateTempAt(dfd, name, data)
+	tmp, err := createTempAt(dfd, name, data)
 	if err != nil {
 		return err
 	}
@@ -233,9 +233,9 @@ func WriteAtomicBeneath(dir, sub, name string, data []byte) error {
 	return nil
 }
 
-// OpenSubdir opens dir/sub, refusing a symbolic link, for operations
+// openSubdir opens dir/sub, refusing a symbolic link, for operations
 // relative to it that a link swapped in later cannot redirect.
-func OpenSubdir(dir, sub, name string) (int, error) {
+func openSubdir(dir, sub, name string) (int, error) {
 	dfd, err := unix.Open(filepath.Join(dir, sub), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err == unix.ELOOP || err == unix.ENOTDIR {
 		return -1, fmt.Errorf("write %s: %s is not a directory", name, filepath.Join(dir, sub))
@@ -246,7 +246,7 @@ func OpenSubdir(dir, sub, name string) (int, error) {
 	return dfd, nil
 }
 
-// CreateTempAt writes data into a new hidden file in the directory dfd,
+// createTempAt writes data into a new hidden file in the directory dfd,
 // readable by every UID, and returns its name.
 //
 // The file is not synced: an fsync costs about 0.5 ms on a node's disk,
@@ -256,13 +256,13 @@ func OpenSubdir(dir, sub, name string) (int, error) {
 // after a node restart every container of the pod starts again. A document
 // or generation file torn by one is read as invalid and ignored, as any
 // malformed file in the volume is.
-func CreateTempAt(dfd int, name string, data []byte) (string, error) {
+func createTempAt(dfd int, name string, data []byte) (string, error) {
 	var tmp string
 	var fd int
 	var err error
 	for i := 0; ; i++ {
 		tmp = fmt.Sprintf(".%s.%d.%d.tmp", name, os.Getpid(), time.Now().UnixNano()+int64(i))
-		fd, err = unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, FileMode)
+		fd, err = unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, fileMode)
 		if err != unix.EEXIST || i == 100 {
 			break
 		}
@@ -274,7 +274,7 @@ func CreateTempAt(dfd int, name string, data []byte) (string, error) {
 	_, err = f.Write(data)
 	if err == nil {
 		// The umask may have narrowed the mode; every UID must read it.
-		err = f.Chmod(FileMode)
+		err = f.Chmod(fileMode)
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -306,9 +306,9 @@ func ReadAll(dir string) ([]Status, error) {
 	var errs []error
 	for _, name := range names {
 		if strings.HasPrefix(name, ".") || !strings.HasSuffix(name, contract.StatusExt) {
-			continue // a directory of that name fails ReadBounded's check
+			continue // a directory of that name fails readBounded's check
 		}
-		data, err := ReadBounded(filepath.Join(sdir, name), maxStatusSize)
+		data, err := readBounded(filepath.Join(sdir, name), maxStatusSize)
 		if errors.Is(err, os.ErrNotExist) {
 			continue // removed since the listing
 		}
@@ -338,7 +338,7 @@ const maxStatusSize = 64 << 10
 // ReadStatus reads the status document of container.
 func ReadStatus(dir, container string) (Status, error) {
 	var s Status
-	data, err := ReadBounded(StatusPath(dir, container), maxStatusSize)
+	data, err := readBounded(StatusPath(dir, container), maxStatusSize)
 	if err != nil {
 		return s, err
 	}
@@ -348,15 +348,15 @@ func ReadStatus(dir, container string) (Status, error) {
 	return s, nil
 }
 
-// ReadBounded reads a regular file of at most max bytes. It refuses a
+// readBounded reads a regular file of at most max bytes. It refuses a
 // symbolic link (which could point anywhere in the reader's filesystem) and
 // any special file (a FIFO would block the reader for ever), without
 // opening anything but the file itself.
-func ReadBounded(path string, max int64) ([]byte, error) {
+func readBounded(path string, max int64) ([]byte, error) {
 	return boundedfile.Read(path, filepath.Base(path), max, false)
 }
 
-// SharedSubdir creates dir/name if needed, writable by every UID of the
+// sharedSubdir creates dir/name if needed, writable by every UID of the
 // pod and sticky. The directory is made under a temporary name, given its
 // mode (which mkdir's umask would have narrowed) and moved into place with
 // RENAME_NOREPLACE, so no container ever sees it with a narrower mode or
@@ -364,7 +364,7 @@ func ReadBounded(path string, max int64) ([]byte, error) {
 // (and watches) is never replaced. A directory that exists without the
 // sticky bit (made by an older supervisor) gets it when this process may
 // change its mode, and is used as it is otherwise; see Seal.
-func SharedSubdir(dir, name string) (string, error) {
+func sharedSubdir(dir, name string) (string, error) {
 	p := filepath.Join(dir, name)
 	// Lstat: a link planted by another container is not our directory.
 	if fi, err := os.Lstat(p); err == nil && fi.IsDir() {
