@@ -91,6 +91,7 @@ func limitInFlight(h http.Handler, n int, m *Metrics) http.Handler {
 		case slots <- struct{}{}:
 			defer func() { <-slots }()
 			r.Body = io.NopCloser(bytes.NewReader(body))
+			r.ContentLength = int64(len(body))
 			h.ServeHTTP(w, r)
 		default:
 			busy(w, fmt.Sprintf("%d reviews in flight, the most its memory holds", n))
@@ -117,20 +118,21 @@ var errReadBudget = errors.New("the bytes of request bodies being read are at th
 func readBody(w http.ResponseWriter, r *http.Request, budget *byteBudget) (body []byte, taken int64, err error) {
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(BodyReadTimeout))
 	src := http.MaxBytesReader(w, r.Body, MaxRequestBytes)
-	chunk := make([]byte, 4<<10)
+	// The buffer grows only as bytes arrive, never on the length the
+	// client announces: a slow client that announces 3 MiB and sends a
+	// byte holds 4 KiB of the budget. The bytes are read straight into
+	// it, with no chunk between.
 	for {
-		k, rerr := src.Read(chunk)
-		if k > 0 {
-			if len(body)+k > cap(body) {
-				grown := min(max(2*cap(body), len(body)+k, 4<<10), MaxRequestBytes)
-				if !budget.take(int64(grown - cap(body))) {
-					return nil, taken, errReadBudget
-				}
-				taken += int64(grown - cap(body))
-				body = append(make([]byte, 0, grown), body...)
+		if len(body) == cap(body) {
+			grown := min(max(2*cap(body), 4<<10), MaxRequestBytes+bytes.MinRead)
+			if !budget.take(int64(grown - cap(body))) {
+				return nil, taken, errReadBudget
 			}
-			body = append(body, chunk[:k]...)
+			taken += int64(grown - cap(body))
+			body = append(make([]byte, 0, grown), body...)
 		}
+		k, rerr := src.Read(body[len(body):cap(body)])
+		body = body[:len(body)+k]
 		switch {
 		case rerr == io.EOF:
 			return body, taken, nil

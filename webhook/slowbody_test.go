@@ -17,8 +17,9 @@ import (
 // is read before a slot is taken, under its own time and byte budget, so
 // the slow ones hold a connection and a few bytes, not a slot. With the
 // slot taken first, 2 slots were held for the 15 s read timeout and every
-// real review got 429. Each slow connection must also be ended by the
-// body's time budget. Bounded: 32 connections, at most 40 s.
+// real review got 429. Each announces the largest body a review may have,
+// and sends a byte. Each slow connection must also be ended by the body's
+// time budget. Bounded: 32 connections, at most 40 s.
 func TestSlowBodiesHoldNoSlot(t *testing.T) {
 	const slow, real = 32, 8
 	h := newHandler()
@@ -44,7 +45,9 @@ func TestSlowBodiesHoldNoSlot(t *testing.T) {
 			}
 			defer conn.Close()
 			began := time.Now()
-			fmt.Fprintf(conn, "POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n")
+			// The largest length a review may have: what a client
+			// announces must not size what the server holds for it.
+			fmt.Fprintf(conn, "POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", MaxRequestBytes)
 			// The first byte of the body too: the server is then reading
 			// it, as a slow client's request is, before any real review.
 			_, _ = conn.Write([]byte(" "))
