@@ -121,7 +121,8 @@ const repeatedRounds = 3
 // exit 42, ...; b has no rules. Upstream every member of a pod restart is
 // started in the same sync, with no back-off between pod restarts
 // (kuberuntime_manager.go getContainersToReset and doBackOff, v1.37.2): a
-// must start each round within a second of b, not a back-off later.
+// must start each round with b (within startedTogether), not a back-off
+// later.
 func repeatedPodRestartsScenario(ctx context.Context, e *env, name string) result {
 	// Run n (0-based) waits for b's start number n/2+1 (b has started once
 	// more after each round), then: even n below 2*rounds exits 42, odd
@@ -164,7 +165,7 @@ func repeatedPodRestartsScenario(ctx context.Context, e *env, name string) resul
 	for k := 1; k <= repeatedRounds && 2*k-1 < len(sa) && k < len(sb); k++ {
 		d := sa[2*k-1] - sb[k]
 		r.notes = append(r.notes, fmt.Sprintf("round %d: a started %+.2fs after b", k, d.Seconds()))
-		if d < -time.Second || d > time.Second {
+		if d < -startedTogether || d > startedTogether {
 			together = false
 		}
 	}
@@ -175,6 +176,19 @@ func repeatedPodRestartsScenario(ctx context.Context, e *env, name string) resul
 	r.outcome = fmt.Sprintf("%s, a ran %d×, b started %d×, %s", pod.Status.Phase, oa.starts, ob.starts, word)
 	return r
 }
+
+// startedTogether bounds how far apart two members of one pod restart may
+// start and still count as started together: far below a crash back-off's
+// first step (10 s), which is what the row tells apart. Natively the
+// kubelet starts every regular container of the round in one sync, one
+// after another (kuberuntime_manager.go, SyncPod's start loop, v1.35.4 and
+// v1.37.2), 0.07–0.17 s apart here; but on v1.35.4 the first round of a pod
+// started a 0.13–1.67 s before b in 10 native runs (a start left to the
+// next sync, which that kubelet reaches only after its next relist, every
+// 1 s: genericPlegRelistPeriod, kubelet.go:212), where v1.37.2 relists on
+// demand after a sync that changed something (kubelet.go:2321-2326).
+// Upstream's own e2e tests of the action assert no timing at all.
+const startedTogether = 2500 * time.Millisecond
 
 // stopOrderContainers is how many containers without rules stopOrderScenario
 // runs beside the source; each takes 1 s to stop.
@@ -244,10 +258,12 @@ func stopOrderScenario(ctx context.Context, e *env, name string) result {
 // the memory limit under resizePolicy RestartContainer, must start the next
 // run at once: the kubelet measures the crash back-off from the last crash
 // only (kuberuntime_manager.go doBackOff: a container that was running
-// when the sync began has no back-off, v1.37.2). The workload exits 42 once
-// (an in-place restart, which a back-off step follows), then runs; its
-// memory limit is raised from 64Mi to 80Mi. Pod Always: a pod Never takes
-// only resizePolicy NotRequired (validation.go validateResizePolicy).
+// when the sync began has no back-off, v1.37.2). The workload exits 42
+// three times (in-place restarts on the curve 0, 10 s, 20 s), then runs;
+// its memory limit is raised from 64Mi to 80Mi, and the first run after it
+// exits 42 once more: restarted on a fresh curve (curveWord). Pod Always: a
+// pod Never takes only resizePolicy NotRequired (validation.go
+// validateResizePolicy).
 func resizeScenario(ctx context.Context, e *env, name string) result {
 	// Runs 1 to 3 exit 42 (back-off 0, 10 s, 20 s); run 4 waits for the
 	// resize's stop; run 5, the first after the resize, exits 42 once
@@ -309,15 +325,34 @@ func resizeScenario(ctx context.Context, e *env, name string) result {
 		}
 	}
 	r.outcome = fmt.Sprintf("%s, restarted by the resize %s, the crash after it restarted %s", pod.Status.Phase, when,
-		latencyWord(o.latencies[4], 10*time.Second))
+		curveWord(o.latencies[4]))
 	r.notes = append(r.notes, fmt.Sprintf("resize restart after %.2fs, the crash after it %.2fs", r.latency.Seconds(), o.latencies[4].Seconds()), limit)
 	return r
 }
 
+// curveWord says which back-off curve the first crash after a resize was
+// restarted on. The kubelet's back-off key holds the container's resources
+// (GetBackoffKey, kuberuntime/helpers.go:187-200 at v1.35.4, 193-207 at
+// v1.37.2), so the resized container is on a fresh curve: its first crash
+// waits at most the first step (10 s), against the old curve's 40 s after
+// three crashes. Where on the fresh curve depends on whether the
+// resize's own restart already made the new key's first entry (doBackOff's
+// Next): v1.37.2 always showed a full step here, v1.35.4 a full step in 4
+// native runs and a restart at once in 2 (0.87 s, 1.00 s), the same pod in
+// the same setup. Both are the fresh curve that the row tells from the old
+// one; the figure is in the notes.
+func curveWord(l time.Duration) string {
+	if l < 10*time.Second+18*time.Second {
+		return "on a fresh curve"
+	}
+	return fmt.Sprintf("after %.1fs, the old curve", l.Seconds())
+}
+
 // latencyWord says how a kill→start latency compares with the kubelet's
 // back-off: at once (within the kubelet's sync and the PLEG's relist,
-// which took up to 6.5 s for a first restart on a loaded 2-core node:
-// below three quarters of the first step, 10 s), or after a full step of
+// which took up to 6.5 s for a first restart on a loaded 2-core v1.34.4
+// node and 8.7 s on a v1.35.4 one: below the full step's band, which
+// starts a second before the first step, 10 s, ends), or after a full step of
 // step, or the figure itself. A kubelet retries a refused start late:
 // v1.37.2 after the time left plus up to half of it again
 // (wait.Jitter(…, 0.5), pod_workers.go:1538-1547), v1.34.4 after
@@ -334,8 +369,9 @@ func latencyWord(l, step time.Duration) string {
 	return fmt.Sprintf("after %.1fs", l.Seconds())
 }
 
-// atOnce bounds a restart without back-off: the kubelet's own latency.
-const atOnce = 7500 * time.Millisecond
+// atOnce bounds a restart without back-off: the kubelet's own latency,
+// up to where a first step's band begins (latencyWord).
+const atOnce = 9 * time.Second
 
 // probeKillBackoffScenario: four liveness kills. Natively the kubelet
 // kills the container and tries to start it in the same sync, where

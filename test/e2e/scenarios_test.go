@@ -250,7 +250,7 @@ func scenarios() []scenario {
 		run:  backoffScenario,
 	}, {
 		name: "Resize", desc: "pod Always, container Never + Restart In [42], memory resizePolicy RestartContainer; exits 42 three times (back-off 0, 10 s, 20 s), then runs; its memory limit is resized 64Mi → 80Mi (the kubelet restarts the container); the first run after the resize exits 42 once more (a fresh curve: 10 s; the old one: 40 s)",
-		want: same("Running, restarted by the resize at once, the crash after it restarted after a full step"),
+		want: same("Running, restarted by the resize at once, the crash after it restarted on a fresh curve"),
 		run:  resizeScenario,
 	}, {
 		name: "ResizeInPlace", desc: "pod Always, container Never + Restart In [42], memory resizePolicy NotRequired; exits 42 three times (back-off 0, 10 s, 20 s); its memory limit is resized in place 64Mi → 80Mi; then it exits 42 again",
