@@ -101,6 +101,7 @@ type annEntry struct {
 	HandOverExitCodes []int32                `yaml:"handOverExitCodes"`
 	PreRestartCheck   *rules.PreRestartCheck `yaml:"preRestartCheck"`
 	Progress          *rules.Progress        `yaml:"progress"`
+	Watchdog          *rules.Watchdog        `yaml:"watchdog"`
 	Backoff           *struct {
 		Initial *string `yaml:"initial"`
 		Max     *string `yaml:"max"`
@@ -108,7 +109,7 @@ type annEntry struct {
 }
 
 func (a annEntry) carried() (carried, error) {
-	c := carried{Container: a.Container, Limits: rules.Limits{HandOverExitCodes: a.HandOverExitCodes, PreRestartCheck: a.PreRestartCheck, Progress: a.Progress}}
+	c := carried{Container: a.Container, Limits: rules.Limits{HandOverExitCodes: a.HandOverExitCodes, PreRestartCheck: a.PreRestartCheck, Progress: a.Progress, Watchdog: a.Watchdog}}
 	if b := a.Backoff; b != nil {
 		for _, f := range []struct {
 			name string
@@ -148,11 +149,13 @@ type annShape int
 var annFields = map[annShape]map[string]annShape{
 	annContainer: {"restartPolicy": annScalar, "restartPolicyRules": annRules,
 		"restartBudget": annBudget, "handOverExitCodes": annValues, "preRestartCheck": annCheck, "progress": annProgress,
-		"backoff": annBackoff},
-	annBackoff:   {"initial": annScalar, "max": annScalar},
-	annBudget:    {"maxRestarts": annScalar, "window": annScalar},
-	annCheck:     {"command": annArgs, "timeoutSeconds": annScalar},
-	annProgress:  {"file": annScalar, "maxStalledRestarts": annScalar},
+		"watchdog": annWatchdog, "backoff": annBackoff},
+	annBackoff:  {"initial": annScalar, "max": annScalar},
+	annBudget:   {"maxRestarts": annScalar, "window": annScalar},
+	annCheck:    {"command": annArgs, "timeoutSeconds": annScalar},
+	annProgress: {"file": annScalar, "maxStalledRestarts": annScalar},
+	annWatchdog: {"heartbeatFile": annScalar, "outputPattern": annScalar, "firstHeartbeatSeconds": annScalar,
+		"stallSeconds": annScalar, "exitCode": annScalar, "gracePeriodSeconds": annScalar},
 	annRule:      {"action": annScalar, "exitCodes": annExitCodes},
 	annExitCodes: {"operator": annScalar, "values": annValues},
 }

@@ -454,6 +454,7 @@ const (
 	annArgs // list of scalars, a command's
 	annProgress
 	annBackoff
+	annWatchdog
 )
 
 // merge combines the two carriers. A field may come from either; when both

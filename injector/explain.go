@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -203,7 +204,27 @@ func limitLines(l rules.Limits, pod rules.RestartPolicy) []string {
 	if c := l.PreRestartCheck; c != nil {
 		out = append(out, fmt.Sprintf("pre-restart check: %s (timeout %s) before each in-place restart; when it fails, %s", strings.Join(c.Command, " "), c.Timeout(), handed))
 	}
+	if w := l.Watchdog; w != nil {
+		out = append(out, watchdogLine(w))
+	}
 	return out
+}
+
+// watchdogLine says what the watchdog watches and what a stall becomes.
+func watchdogLine(w *rules.Watchdog) string {
+	var beats []string
+	if w.HeartbeatFile != "" {
+		beats = append(beats, "a change of "+w.HeartbeatFile)
+	}
+	if w.OutputPattern != "" {
+		beats = append(beats, fmt.Sprintf("an output line matching %q", w.OutputPattern))
+	}
+	grace := "30s"
+	if g := w.GracePeriodSeconds; g != nil {
+		grace = (time.Duration(*g) * time.Second).String()
+	}
+	return fmt.Sprintf("watchdog: heartbeat %s; none within %s of a start or %s of the last one: the run is stopped (grace %s) and its exit judged as exit code %d, reason %s, by the rules above",
+		strings.Join(beats, " or "), w.FirstHeartbeat(), w.Stall(), grace, w.Code(), rules.ReasonStalled)
 }
 
 // describeRerun is what an exit of a re-run, during a pod restart, does:

@@ -367,7 +367,7 @@ func parse(data []byte, v KubeVersion) (Config, error) {
 		return cfg, fmt.Errorf("config is empty")
 	}
 	if root.Kind != yaml.MappingNode {
-		return cfg, fmt.Errorf("config: must be a mapping with the keys %s", "restartPolicy, restartPolicyRules, podRestartPolicy, initContainer, backoff, probes, restartBudget, handOverExitCodes, preRestartCheck, progress")
+		return cfg, fmt.Errorf("config: must be a mapping with the keys %s", "restartPolicy, restartPolicyRules, podRestartPolicy, initContainer, backoff, probes, restartBudget, handOverExitCodes, preRestartCheck, progress, watchdog")
 	}
 	if err := checkValue(root, kindMap, "", "", v.checks()); err != nil {
 		return cfg, err

@@ -14,6 +14,10 @@ import (
 // pod (Job, JobSet, KubeRay, LeaderWorkerSet) count. Under the supervisor an
 // in-place restart is invisible to them; a limit hands the container back.
 //
+// The watchdog lives here too, beside the progress file it often shares: it
+// is the other thing the supervisor adds per container beyond the API's
+// fields.
+//
 // None is set by default, which is upstream's behaviour: restart as the rules
 // say, for ever, with the back-off.
 type Limits struct {
@@ -29,6 +33,10 @@ type Limits struct {
 	// Progress hands the exit over once the workload has been restarted
 	// in place a number of times without its progress file changing.
 	Progress *Progress `json:"progress,omitempty" yaml:"progress,omitempty"`
+	// Watchdog ends a run that stops making progress without exiting
+	// (watchdog.go); its exit is then judged like any other, and the
+	// limits above apply to it.
+	Watchdog *Watchdog `json:"watchdog,omitempty" yaml:"watchdog,omitempty"`
 }
 
 // RestartBudget is at most MaxRestarts in-place restarts of the container,
@@ -175,5 +183,5 @@ func (l Limits) validate() ErrorList {
 			errs = append(errs, &FieldError{"progress.maxStalledRestarts", fmt.Sprintf("Invalid value: %d: must be greater than or equal to 1", p.MaxStalledRestarts)})
 		}
 	}
-	return errs
+	return append(errs, l.Watchdog.validate()...)
 }

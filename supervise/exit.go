@@ -56,6 +56,9 @@ func (s *supervisor) onWorkloadExit(st ExitStatus) {
 		s.enterRound(end.gen)
 	case endProbeKill:
 		s.afterProbeKill(end.probe, exit, previous, ran, attrs)
+	case endStall:
+		stalledExit(exit, s.config().Watchdog)
+		s.act(s.judge(exit, ran), exit, append(attrs, "exitReason", exit.Reason, "judgedAs", exit.Code))
 	default:
 		s.act(s.judge(exit, ran), exit, attrs)
 	}

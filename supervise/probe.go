@@ -42,8 +42,8 @@ const DefaultProbeGrace = 30 * time.Second
 // start-up, beyond the check it times itself.
 const networkCheckMargin = time.Second
 
-// runProbes are the probes of the current run: armed at every start,
-// disarmed at every exit.
+// runProbes are the probes and the watchdog of the current run: armed at
+// every start, disarmed at every exit.
 type runProbes struct {
 	startup, liveness *prober
 	// started is false while a startup probe has not yet succeeded.
@@ -53,6 +53,13 @@ type runProbes struct {
 	// epoch is the phase of every probe's ticks: the first start of the
 	// workload, as the kubelet's worker ticks from the pod's addition.
 	epoch time.Time
+	// dog is the run's watchdog (watchdog.go); beats carries the output
+	// taps' heartbeats to the loop, pattern what they match, and taps
+	// the output itself (output.go), for the supervisor's whole life.
+	dog     *watchdog
+	beats   chan struct{}
+	pattern patternHolder
+	taps    outputTaps
 }
 
 type prober struct {
@@ -138,8 +145,8 @@ func (s *supervisor) firstCheckIn(p *rules.Probe) time.Duration {
 	return time.Until(s.probes.epoch.Add(ticks * period))
 }
 
-// disarmProbes stops every probe and kills a check in flight; the loop
-// reaps it as an orphan.
+// disarmProbes stops every probe and the watchdog, and kills a check in
+// flight; the loop reaps it as an orphan.
 func (s *supervisor) disarmProbes() {
 	for _, p := range []*prober{s.probes.startup, s.probes.liveness} {
 		if p == nil {
@@ -154,6 +161,7 @@ func (s *supervisor) disarmProbes() {
 		}
 	}
 	s.probes.startup, s.probes.liveness = nil, nil
+	s.disarmWatchdog()
 	// A run that ends or stops before its startup probe succeeded never
 	// reports its start; the others wait for it until their bound.
 	s.member.startedIn = nil

@@ -69,18 +69,19 @@ type process struct {
 	started time.Time
 }
 
-// spawn starts the workload. fds 0, 1 and 2 are handed over as they are:
-// no pipes, so output is byte-exact and unbuffered and no grandchild can
-// hold an EOF back. The child leads a new process group so that signals
+// spawn starts the workload with files as its fds 0, 1 and 2: ours, handed
+// over as they are, so output is byte-exact and unbuffered and no
+// grandchild can hold an EOF back; or, with a watchdog's output pattern,
+// an output tap's pipe where our fd is not a terminal (output.go). The child leads a new process group so that signals
 // and the final SIGKILL reach everything it started; when our stdin is our
 // controlling terminal the new group also takes the terminal's foreground,
 // as tini does, so that job control and Ctrl-C work. The kernel reports a
 // failing exec through ForkExec's close-on-exec pipe, so a missing or
 // non-executable command is an error here, not a mysterious exit code.
-func spawn(path string, argv, env []string, tty bool) (*process, error) {
+func spawn(path string, argv, env []string, files []uintptr, tty bool) (*process, error) {
 	attr := &syscall.ProcAttr{
 		Env:   env,
-		Files: []uintptr{0, 1, 2},
+		Files: files,
 		Sys:   &syscall.SysProcAttr{Setpgid: true},
 	}
 	if tty {

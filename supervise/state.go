@@ -87,6 +87,10 @@ const (
 	// endProbeKill: a liveness or startup probe reached its failure
 	// threshold and the supervisor stops the workload (ending.probe).
 	endProbeKill
+	// endStall: the watchdog saw no heartbeat in time and stops the
+	// workload; its exit is judged as the watchdog's exit code, reason
+	// Stalled (watchdog.go).
+	endStall
 	// endPodRestart: a pod restart stops the workload (generation
 	// ending.gen); its exit is not judged but joins the pod restart's
 	// round. It takes the place of a probe kill under way.

@@ -273,9 +273,20 @@ func Run(o Options) Result {
 		s.log.Warn("cannot become a child subreaper; orphaned processes will escape supervision", "err", err)
 	}
 	s.tty = ownsTerminal()
+	s.probes.beats = make(chan struct{}, 1)
+	if w := s.config().Watchdog; w != nil && w.OutputPattern != "" {
+		taps, err := startTaps(&s.probes.pattern, s.probes.beats)
+		if err != nil {
+			s.log.Warn("cannot tap the workload's output; its pattern is not watched", "err", err)
+		}
+		if s.probes.taps = taps; !taps.tapped() {
+			s.log.Warn("the workload's output is a terminal, which it keeps; the watchdog's outputPattern is not watched", "heartbeatFile", w.HeartbeatFile)
+		}
+	}
 
 	s.resume()
 	s.loop(sigs)
+	s.probes.taps.close()
 	return s.result
 }
 
@@ -320,6 +331,12 @@ func (s *supervisor) loop(sigs <-chan os.Signal) {
 			s.onProbeTimeout(s.probes.startup)
 		case <-s.probes.liveness.timeoutC():
 			s.onProbeTimeout(s.probes.liveness)
+		case <-s.probes.dog.pollC():
+			s.onHeartbeatPoll()
+		case <-s.beatsC():
+			s.onHeartbeat("output")
+		case <-s.probes.dog.deadlineC():
+			s.onStallDeadline()
 		}
 	}
 }
@@ -390,7 +407,7 @@ func (s *supervisor) start() {
 		s.o.BeforeRestart()
 	}
 	s.readOOMBaseline()
-	p, err := spawn(s.o.Path, s.o.Argv, s.attemptEnv(), s.tty)
+	p, err := spawn(s.o.Path, s.o.Argv, s.attemptEnv(), s.probes.taps.files(), s.tty)
 	if err != nil {
 		s.onStartError(err.(*StartError))
 		return
@@ -401,6 +418,7 @@ func (s *supervisor) start() {
 	s.hist.lastStart = p.started
 	s.log.Info("workload started", "pid", p.pid, "command", s.o.Argv[0], "restarts", s.hist.restarts)
 	s.armProbes()
+	s.armWatchdog()
 	s.changed()
 }
 

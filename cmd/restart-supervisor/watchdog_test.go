@@ -1,0 +1,116 @@
+package main_test
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// stepWatchdog watches the output for "step N" lines, 1 s apart at most.
+const stepWatchdog = `restartPolicy: Never
+podRestartPolicy: Never
+watchdog: {outputPattern: 'step [0-9]+', stallSeconds: 1, gracePeriodSeconds: 1}
+`
+
+// TestOutputPatternIsAHeartbeat: a workload that prints "step N" lines for
+// 2 s (twice the stall timeout) is not stopped while it does; once it
+// stops printing them (a last line without its newline, then a hang) it is
+// stopped, and with no rule for 124 the supervisor exits 124. Its output
+// reaches the supervisor's standard output and error byte for byte, the
+// unfinished line included, through the tap's pipe.
+func TestOutputPatternIsAHeartbeat(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "cfg.yaml", stepWatchdog, 0o644)
+	w := writeFile(t, dir, "w.sh", `#!/bin/sh
+fd1=$(readlink /proc/$$/fd/1); echo "$fd1" > `+dir+`/fd1
+for i in $(seq 10); do echo "step $i loss 0.$i"; echo "warn $i" >&2; sleep 0.2; done
+printf 'loss 0.01'
+exec sleep 600
+`, 0o755)
+	var stdout bytes.Buffer
+	cmd := exec.Command(bin, "--config", cfg, "--", w)
+	cmd.Stdout = &stdout
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	cmd.WaitDelay = 5 * time.Second
+	began := time.Now()
+	err := cmd.Run()
+	took := time.Since(began)
+	if cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 124 {
+		t.Fatalf("exit %v, want 124 (the watchdog's code, no rule for it); stderr:\n%s", err, stderr.String())
+	}
+	var want strings.Builder
+	for i := 1; i <= 10; i++ {
+		fmt.Fprintf(&want, "step %d loss 0.%d\n", i, i)
+	}
+	want.WriteString("loss 0.01")
+	if stdout.String() != want.String() {
+		t.Errorf("stdout %q, want the workload's %q", stdout.String(), want.String())
+	}
+	for i := 1; i <= 10; i++ {
+		if !strings.Contains(stderr.String(), fmt.Sprintf("warn %d\n", i)) {
+			t.Errorf("stderr lacks the workload's line %d:\n%s", i, stderr.String())
+		}
+	}
+	if !strings.Contains(stderr.String(), "from=output") || !strings.Contains(stderr.String(), "reason=Stalled") {
+		t.Errorf("no heartbeat from the output or no stall in the log:\n%s", stderr.String())
+	}
+	if fd1, _ := os.ReadFile(filepath.Join(dir, "fd1")); !strings.HasPrefix(string(fd1), "pipe:") {
+		t.Errorf("the workload's stdout is %q, want the tap's pipe", fd1)
+	}
+	t.Logf("2 s of steps, 1 s of stall, 1 s of grace: %s", took.Round(10*time.Millisecond))
+}
+
+// TestNoPatternNoTap: without an output pattern the workload's standard
+// output is the supervisor's own file, not a pipe (the output path is
+// untouched), even with a heartbeat file.
+func TestNoPatternNoTap(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "cfg.yaml", "watchdog: {heartbeatFile: "+dir+"/hb, stallSeconds: 60}\n", 0o644)
+	w := writeFile(t, dir, "w.sh", "#!/bin/sh\nfd1=$(readlink /proc/$$/fd/1); echo \"$fd1\" > "+dir+"/fd1\n", 0o755)
+	out, err := os.Create(filepath.Join(dir, "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	cmd := exec.Command(bin, "--config", cfg, "--", w)
+	cmd.Stdout = out
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v: %s", err, stderr.String())
+	}
+	if fd1, _ := os.ReadFile(filepath.Join(dir, "fd1")); strings.TrimSpace(string(fd1)) != out.Name() {
+		t.Errorf("the workload's stdout is %q, want the supervisor's own %s", fd1, out.Name())
+	}
+}
+
+// TestPatternLeavesATerminalAlone: under a terminal (util-linux script) the
+// workload's output stays the terminal even with an output pattern, and
+// the log says that the pattern is not watched.
+func TestPatternLeavesATerminalAlone(t *testing.T) {
+	if _, err := exec.LookPath("script"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("util-linux script is needed for the terminal test")
+		}
+		t.Skip("no util-linux script here")
+	}
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "cfg.yaml", stepWatchdog, 0o644)
+	w := writeFile(t, dir, "w.sh", "#!/bin/sh\n[ -t 1 ] && [ -t 2 ] && echo tty > "+dir+"/tty\n", 0o755)
+	out, err := exec.Command("script", "-qec", bin+" --config "+cfg+" -- "+w, "/dev/null").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "tty")); strings.TrimSpace(string(b)) != "tty" {
+		t.Errorf("the workload's stdout or stderr is no terminal under a pattern; output:\n%s", out)
+	}
+	if !strings.Contains(string(out), "outputPattern is not watched") {
+		t.Errorf("the log does not say the pattern is not watched:\n%s", out)
+	}
+}
