@@ -417,6 +417,12 @@ var (
 	descLastExit = prometheus.NewDesc("restart_supervisor_container_last_exit_code",
 		"Exit code of the workload's last exit (128+N for signal N).",
 		[]string{"namespace", "pod", "uid", "container"}, nil)
+	// As kube-state-metrics' kube_pod_container_status_last_terminated_reason:
+	// 1 for the last exit's reason, only OOMKilled or Stalled (the
+	// watchdog's), no series otherwise.
+	descLastExitReason = prometheus.NewDesc("restart_supervisor_container_last_exit_reason",
+		"1 for the reason of the workload's last exit, when it has one: OOMKilled, or Stalled (the watchdog stopped a run that made no progress).",
+		[]string{"namespace", "pod", "uid", "container", "reason"}, nil)
 	descBackoff = prometheus.NewDesc("restart_supervisor_container_in_backoff",
 		"1 when the supervisor waits out a back-off before restarting the workload.",
 		[]string{"namespace", "pod", "uid", "container"}, nil)
@@ -433,6 +439,7 @@ func (a *Agent) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descRestarts
 	ch <- descPodRestarts
 	ch <- descLastExit
+	ch <- descLastExitReason
 	ch <- descBackoff
 	ch <- descGroupRestarts
 }
@@ -466,6 +473,9 @@ func metricsOf(snap []sample) []prometheus.Metric {
 		out = append(out, prometheus.MustNewConstMetric(descRestarts, prometheus.CounterValue, float64(s.restarts), s.namespace, s.pod, s.uid, s.container))
 		if s.lastExit != nil {
 			out = append(out, prometheus.MustNewConstMetric(descLastExit, prometheus.GaugeValue, float64(*s.lastExit), s.namespace, s.pod, s.uid, s.container))
+		}
+		if s.lastReason != "" {
+			out = append(out, prometheus.MustNewConstMetric(descLastExitReason, prometheus.GaugeValue, 1, s.namespace, s.pod, s.uid, s.container, s.lastReason))
 		}
 		b := 0.0
 		if s.inBackoff {

@@ -77,8 +77,16 @@ type sample struct {
 	restarts                       int
 	podRestarts                    uint64
 	lastExit                       *int32
-	inBackoff                      bool
+	// lastReason is the last exit's reason when it is one of
+	// exitReasons, else "".
+	lastReason string
+	inBackoff  bool
 }
+
+// exitReasons are the reasons of an exit that a series may carry as a
+// label: the document is the pod's to write, and a label value it chose
+// freely would be a series per value.
+var exitReasons = map[string]bool{"OOMKilled": true, "Stalled": true}
 
 // event is one Event the diff asks for, to be recorded times times
 // (at most maxEventsPerScan).
@@ -153,6 +161,9 @@ func diffPod(prev *podState, pod podInfo, docs []Doc, started time.Time) podDiff
 		if d.LastExit != nil {
 			code := d.LastExit.Code
 			s.lastExit = &code
+			if exitReasons[d.LastExit.Reason] {
+				s.lastReason = d.LastExit.Reason
+			}
 		}
 		out.samples = append(out.samples, s)
 		out.counts[d.Container] = total

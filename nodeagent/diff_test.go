@@ -259,3 +259,18 @@ func TestDiffHandOver(t *testing.T) {
 		t.Errorf("new hand-over first seen: %+v", fresh.events)
 	}
 }
+
+// TestDiffPodExitReasonLabel: the last exit's reason becomes a label only
+// when it is one the supervisor writes (Stalled, OOMKilled); any other
+// text a pod puts in its document makes no series, so a pod cannot add
+// series by writing reasons.
+func TestDiffPodExitReasonLabel(t *testing.T) {
+	for reason, want := range map[string]string{"Stalled": "Stalled", "OOMKilled": "OOMKilled", "": "", "Stalled2": "", "x\"}\n": ""} {
+		s := status("app", 1, 0, agentStart)
+		s.LastExit = &statevol.Exit{Code: 124, Reason: reason, At: agentStart}
+		d := diffPod(nil, podInfoOf(testPod(agentStart, "app"), agentStart), []Doc{doc(s)}, agentStart)
+		if len(d.samples) != 1 || d.samples[0].lastReason != want {
+			t.Errorf("reason %q: samples %+v, want label %q", reason, d.samples, want)
+		}
+	}
+}

@@ -28,7 +28,7 @@ func TestMetricsOf(t *testing.T) {
 	exit := int32(137)
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(collectorOf{
-		{namespace: "ml", pod: "trainer-0", uid: "uid-old", container: "worker", restarts: 5, podRestarts: 2, lastExit: &exit},
+		{namespace: "ml", pod: "trainer-0", uid: "uid-old", container: "worker", restarts: 5, podRestarts: 2, lastExit: &exit, lastReason: "Stalled"},
 		{namespace: "ml", pod: "trainer-0", uid: "uid-old", container: "side", restarts: 0, podRestarts: 1},
 		{namespace: "ml", pod: "trainer-0", uid: "uid-new", container: "worker", restarts: 1, inBackoff: true},
 	})
@@ -53,6 +53,7 @@ func TestMetricsOf(t *testing.T) {
 		"restart_supervisor_container_in_backoff{container=worker,namespace=ml,pod=trainer-0,uid=uid-new} 1",
 		"restart_supervisor_container_in_backoff{container=worker,namespace=ml,pod=trainer-0,uid=uid-old} 0",
 		"restart_supervisor_container_last_exit_code{container=worker,namespace=ml,pod=trainer-0,uid=uid-old} 137",
+		"restart_supervisor_container_last_exit_reason{container=worker,namespace=ml,pod=trainer-0,reason=Stalled,uid=uid-old} 1",
 		"restart_supervisor_container_restarts_total{container=side,namespace=ml,pod=trainer-0,uid=uid-old} 0",
 		"restart_supervisor_container_restarts_total{container=worker,namespace=ml,pod=trainer-0,uid=uid-new} 1",
 		"restart_supervisor_container_restarts_total{container=worker,namespace=ml,pod=trainer-0,uid=uid-old} 5",
