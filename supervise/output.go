@@ -100,12 +100,12 @@ func (t *outputTap) copy(r *os.File, pattern *patternHolder, beats chan<- struct
 	defer close(t.done)
 	defer r.Close()
 	buf := make([]byte, 64<<10)
-	line := make([]byte, 0, 4<<10)
+	m := &lineMatcher{line: make([]byte, 0, 4<<10), beats: beats}
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {
 			writeAll(t.fd, buf[:n])
-			line = matchLines(buf[:n], line, pattern.Load(), beats)
+			m.feed(buf[:n], pattern.Load())
 		}
 		if err != nil {
 			return
@@ -132,30 +132,77 @@ func writeAll(fd int, b []byte) {
 	}
 }
 
-// matchLines matches each line that chunk completes, the start of it held
-// in line (at most maxTappedLine bytes), and returns what is held of the
-// line that chunk leaves open.
-func matchLines(chunk, line []byte, re *regexp.Regexp, beats chan<- struct{}) []byte {
+// beatQuiet is how long after a matching line the output is not matched
+// again: one heartbeat moves a deadline of seconds, and a workload that
+// prints a matching line per step, thousands a second, must not pay a
+// match per line. Lines are still written on as they come.
+const beatQuiet = 100 * time.Millisecond
+
+// lineMatcher matches the lines of one output against the pattern.
+type lineMatcher struct {
+	line  []byte    // the start of the line not yet ended, at most maxTappedLine bytes
+	quiet time.Time // no matching before this
+	beats chan<- struct{}
+}
+
+// feed takes the next bytes of the output.
+func (m *lineMatcher) feed(chunk []byte, re *regexp.Regexp) {
+	if re == nil || time.Now().Before(m.quiet) || !m.mayMatch(chunk, re) {
+		m.skip(chunk)
+		return
+	}
 	for len(chunk) > 0 {
 		i := bytes.IndexByte(chunk, '\n')
 		part := chunk
 		if i >= 0 {
 			part = chunk[:i]
 		}
-		if room := maxTappedLine - len(line); room > 0 {
-			line = append(line, part[:min(len(part), room)]...)
-		}
+		m.hold(part)
 		if i < 0 {
-			return line
+			return
 		}
-		if re != nil && re.Match(line) {
+		matched := re.Match(m.line)
+		m.line = m.line[:0]
+		chunk = chunk[i+1:]
+		if matched {
 			select {
-			case beats <- struct{}{}:
+			case m.beats <- struct{}{}:
 			default:
 			}
+			m.quiet = time.Now().Add(beatQuiet)
+			m.skip(chunk)
+			return
 		}
-		line = line[:0]
+	}
+}
+
+// mayMatch is false when no line chunk ends can match: every match of a
+// pattern with a literal prefix holds the prefix, and one search of the
+// chunk (with the end of the held line before it) is far cheaper than a
+// match per line of a log that never says it.
+func (m *lineMatcher) mayMatch(chunk []byte, re *regexp.Regexp) bool {
+	prefix, _ := re.LiteralPrefix()
+	if prefix == "" || bytes.Contains(chunk, []byte(prefix)) {
+		return true
+	}
+	k := len(prefix) - 1
+	seam := append(append([]byte(nil), m.line[max(0, len(m.line)-k):]...), chunk[:min(k, len(chunk))]...)
+	return bytes.Contains(m.line, []byte(prefix)) || bytes.Contains(seam, []byte(prefix))
+}
+
+// skip takes chunk without matching: only the line it leaves open is
+// held, for the next match.
+func (m *lineMatcher) skip(chunk []byte) {
+	if i := bytes.LastIndexByte(chunk, '\n'); i >= 0 {
+		m.line = m.line[:0]
 		chunk = chunk[i+1:]
 	}
-	return line
+	m.hold(chunk)
+}
+
+// hold adds part to the held line, up to maxTappedLine bytes.
+func (m *lineMatcher) hold(part []byte) {
+	if room := maxTappedLine - len(m.line); room > 0 {
+		m.line = append(m.line, part[:min(len(part), room)]...)
+	}
 }
