@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -112,5 +113,74 @@ func TestPatternLeavesATerminalAlone(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "outputPattern is not watched") {
 		t.Errorf("the log does not say the pattern is not watched:\n%s", out)
+	}
+}
+
+// TestStalledMembersRestartThePodOnce: three members of a pod, each with a
+// watchdog on its own heartbeat file and RestartAllContainers on 124,
+// stop beating at the same moment, as the ranks of a hung collective do,
+// and ignore SIGTERM, so that each stop takes its 1 s grace. Their
+// watchdogs fire within a poll of each other, each stalled exit asks for a
+// pod restart, and the pod restarts once (one generation): every member
+// runs a second time, and none starts a round of its own.
+func TestStalledMembersRestartThePodOnce(t *testing.T) {
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	os.Mkdir(state, 0o777)
+	members := "RESTART_SUPERVISOR_POD_MEMBERS=a:regular,b:regular,c:regular"
+	var sups []*sup
+	for _, name := range []string{"a", "b", "c"} {
+		hb := filepath.Join(dir, name+".hb")
+		cfg := fmt.Sprintf(`{"restartPolicy":"Never","podRestartPolicy":"Never",%s,`+
+			`"restartPolicyRules":[{"action":"RestartAllContainers","exitCodes":{"operator":"In","values":[124]}}],`+
+			`"watchdog":{"heartbeatFile":%q,"stallSeconds":1,"gracePeriodSeconds":1}}`, podRoundBackoff, hb)
+		w := writeFile(t, dir, name+".sh", fmt.Sprintf(`#!/bin/sh
+n=$(cat %[1]s/%[2]s.n 2>/dev/null || echo 0); n=$((n+1)); echo $n > %[1]s/%[2]s.n
+while [ $n -ge 2 ] || [ ! -e %[1]s/hang ]; do touch %[3]s; sleep 0.1; done
+trap '' TERM; sleep 600 & wait; sleep 600
+`, dir, name, hb), 0o755)
+		sups = append(sups, start(t, podEnv(state, name, cfg, members), bin, "--", w))
+	}
+	all := func(n int) func() bool {
+		return func() bool {
+			for _, name := range []string{"a", "b", "c"} {
+				if countIn(t, dir, name+".n") != n {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	waitFor(t, "the first runs", 15*time.Second, all(1))
+	time.Sleep(500 * time.Millisecond) // every member has beaten
+	os.WriteFile(filepath.Join(dir, "hang"), nil, 0o644)
+	waitFor(t, "the pod restart after the stall", 30*time.Second, all(2))
+	time.Sleep(3 * time.Second) // three stall timeouts: room for a second round
+	if !all(2)() {
+		t.Errorf("runs a, b, c = %d, %d, %d after the stall, want 2 each", countIn(t, dir, "a.n"), countIn(t, dir, "b.n"), countIn(t, dir, "c.n"))
+	}
+	names, err := os.ReadDir(filepath.Join(state, "pod-restarts"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gens := 0
+	for _, e := range names {
+		if len(e.Name()) == 20 && strings.Trim(e.Name(), "0123456789") == "" {
+			gens++
+		}
+	}
+	if gens != 1 {
+		t.Errorf("%d pod restart generations, want 1", gens)
+	}
+	stalls := 0
+	for _, s := range sups {
+		stalls += strings.Count(s.stderr.String(), "stopping the stalled workload")
+		s.signal(syscall.SIGTERM)
+	}
+	for _, s := range sups {
+		s.wait(20 * time.Second)
+	}
+	if stalls != 3 {
+		t.Errorf("%d members stopped for their own stall, want all 3 (the case where each asks)", stalls)
 	}
 }
