@@ -49,6 +49,8 @@ def parse():
     p.add_argument("--fault-step", type=int, default=int(os.environ.get("FAULT_STEP", "25")))
     p.add_argument("--fault-code", type=int, default=int(os.environ.get("FAULT_CODE", "42")))
     p.add_argument("--log-file", default=os.environ.get("LOG_FILE", ""), help="also append every line here")
+    p.add_argument("--heartbeat-file", default=os.environ.get("HEARTBEAT_FILE", ""),
+                   help="touched after every step: the supervisor's watchdog reads its change (docs/supervisor.md, Hangs)")
     return p.parse_args()
 
 
@@ -142,6 +144,9 @@ def main():
         if a.step_time:
             time.sleep(a.step_time)
         emit({"rank": rank, "step": step, "loss": loss, "time": time.time(), "attempt": attempt()})
+        if a.heartbeat_file:
+            with open(a.heartbeat_file, "a"):
+                os.utime(a.heartbeat_file)
         if step % a.ckpt_every == 0:
             if rank == 0:
                 save(ckpt, step, model.module, opt)
