@@ -112,8 +112,14 @@ func groupPod(t *testing.T, client kubernetes.Interface, ns, name, node, group, 
 // hold the test.
 func startMember(t *testing.T, bin, state, script string, out io.Writer) (*exec.Cmd, <-chan error) {
 	t.Helper()
+	return startMemberWith(t, bin, state, script, groupConfig, out)
+}
+
+// startMemberWith is startMember with the supervisor's config cfg.
+func startMemberWith(t *testing.T, bin, state, script, cfg string, out io.Writer) (*exec.Cmd, <-chan error) {
+	t.Helper()
 	cmd := exec.Command(bin, "--", "sh", "-c", script)
-	cmd.Env = append(os.Environ(), contract.EnvStateDir+"="+state, contract.EnvContainerName+"=rank", contract.EnvConfig+"="+groupConfig)
+	cmd.Env = append(os.Environ(), contract.EnvStateDir+"="+state, contract.EnvContainerName+"=rank", contract.EnvConfig+"="+cfg)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.WaitDelay = 5 * time.Second
 	must(t, cmd.Start())
