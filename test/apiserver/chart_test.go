@@ -296,7 +296,7 @@ namespaceSelector:
 customWorkloads:
   enabled: true
   rules: [{operations: [CREATE], apiGroups: [example.com], apiVersions: [v1], resources: [trainings]}]
-nodeAgent: {enabled: true, namespace: rs-agent, interval: 5s, image: {tag: v9.9.7}}
+nodeAgent: {enabled: true, namespace: rs-agent, interval: 5s, image: {tag: v9.9.7}, kubeletPodsDir: /var/snap/microk8s/common/var/lib/kubelet/pods}
 `), 0o644))
 	out, err := h.run("template", "restart-injector", chartDir(t), "-f", values)
 	if err != nil {
@@ -380,6 +380,21 @@ nodeAgent: {enabled: true, namespace: rs-agent, interval: 5s, image: {tag: v9.9.
 	check("node agent imagePullSecrets", at(ds, append(pod, "imagePullSecrets")...), `[{"name":"regcred"}]`)
 	check("node agent priorityClassName", at(ds, append(pod, "priorityClassName")...), `"system-node-critical"`)
 	check("node agent binding", at("rbac.authorization.k8s.io/v1 ClusterRoleBinding /restart-supervisor-node-agent", "subjects", 0, "namespace"), `"rs-agent"`)
+	check("node agent's kubelet pods directory", at(ds, append(pod, "volumes", 0, "hostPath", "path")...), `"/var/snap/microk8s/common/var/lib/kubelet/pods"`)
+
+	// No PodDisruptionBudget with one replica (minAvailable 1 would block
+	// every drain of its node), nor when it is turned off.
+	for _, set := range []string{"webhook.replicas=1", "webhook.podDisruptionBudget.enabled=false"} {
+		out, err := h.run("template", "restart-injector", chartDir(t), "-n", "restart-supervisor", "--set", set)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for key := range parseObjects(t, "helm template", out) {
+			if strings.Contains(key, "PodDisruptionBudget") {
+				t.Errorf("--set %s renders %s", set, key)
+			}
+		}
+	}
 
 	// cert-manager with another namespace: the names the certificate and
 	// the CA injection carry follow it.
@@ -421,6 +436,8 @@ nodeAgent: {enabled: true, namespace: rs-agent, interval: 5s, image: {tag: v9.9.
 		{"image.digest=latest", "digest"},
 		{"webhook.clientCA.key=../ca.crt", "key"},
 		{"imagePullSecrets[0].nam=x", "imagePullSecrets"},
+		{"webhook.podDisruptionBudget.minAvaiable=1", "podDisruptionBudget"},
+		{"nodeAgent.kubeletPodsDir=var/lib/kubelet/pods", "kubeletPodsDir"},
 	} {
 		out, err := h.run("template", "restart-injector", chartDir(t), "--set", bad.set)
 		if err == nil || !strings.Contains(err.Error(), bad.want) {
