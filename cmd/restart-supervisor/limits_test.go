@@ -338,3 +338,52 @@ func TestProgressFileIsReadAsAnAdversarys(t *testing.T) {
 		})
 	}
 }
+
+// TestRoundsAnotherMemberStartedAreNotCharged: b has a restart budget of
+// 1. a restarts the pod three times (RestartAllContainers on 88); b is
+// restarted in each round, and none of those restarts is b's to pay for:
+// b's own first exit 42 is still restarted in place, its second is past
+// the budget and handed over. The upstream counterpart moves every
+// container's restartCount on each pod restart (kubelet_pods.go:2383-2389,
+// v1.37.2); a budget here is the container's own, as restartBudget's table
+// in docs/supervisor.md says.
+func TestRoundsAnotherMemberStartedAreNotCharged(t *testing.T) {
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	os.Mkdir(state, 0o777)
+	members := "RESTART_SUPERVISOR_POD_MEMBERS=a:regular,b:regular"
+	cfgB := `{"restartPolicy":"Never","podRestartPolicy":"Never","backoff":{"initial":"0s","max":"0s"},` +
+		`"restartPolicyRules":[{"action":"Restart","exitCodes":{"operator":"In","values":[42]}}],"restartBudget":{"maxRestarts":1}}`
+	cfgA := `{"restartPolicy":"Never","podRestartPolicy":"Never","backoff":{"initial":"0s","max":"0s"},` +
+		`"restartPolicyRules":[{"action":"RestartAllContainers","exitCodes":{"operator":"In","values":[88]}}]}`
+	count := `n=$(cat %[1]s/%[2]s.n 2>/dev/null || echo 0); n=$((n+1)); echo $n > %[1]s/%[2]s.n`
+	b := start(t, podEnv(state, "b", cfgB, members), bin, "--", "sh", "-c", fmt.Sprintf(count+`
+if [ $n -le 3 ]; then trap 'exit 0' TERM; while :; do sleep 0.05; done; fi
+exit 42`, dir, "b"))
+	a := start(t, podEnv(state, "a", cfgA, members), bin, "--", "sh", "-c", fmt.Sprintf(count+`
+trap 'exit 0' TERM
+if [ $n -le 3 ]; then
+  while [ "$(cat %[1]s/b.n 2>/dev/null)" != "$n" ]; do sleep 0.05; done; sleep 0.3; exit 88
+fi
+while :; do sleep 0.05; done`, dir, "a"))
+	// Past its budget b stays until the pod's other containers have ended
+	// (a later pod restart would restart it too): end a, and b passes its
+	// status on.
+	waitFor(t, "b's hand-over", 60*time.Second, func() bool { return strings.Contains(b.stderr.String(), "reason=RestartBudgetExhausted") })
+	a.signal(syscall.SIGTERM)
+	a.wait(20 * time.Second)
+	if got := b.wait(30 * time.Second); got != 42 {
+		t.Fatalf("b's supervisor exited %d, want 42 (its second own exit, past its budget of 1)", got)
+	}
+	if n := countIn(t, dir, "b.n"); n != 5 {
+		t.Errorf("b ran %d times, want 5: 3 pod restarts, then its own exit 42 restarted once in place, then handed over", n)
+	}
+	log := b.stderr.String()
+	if c := strings.Count(log, "reason=RestartBudgetExhausted"); c != 1 {
+		t.Errorf("%d budget hand-overs in b's log, want 1:\n%s", c, log)
+	}
+	d := readStatusDoc(t, state, "b")
+	if l, _ := d["limits"].(map[string]any); l == nil || l["budgetRestarts"] != 1.0 {
+		t.Errorf("b's limits %v, want budgetRestarts 1 (its own restart only)", d["limits"])
+	}
+}
