@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"regexp"
+	"regexp/syntax"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -138,6 +139,130 @@ func writeAll(fd int, b []byte) {
 // match per line. Lines are still written on as they come.
 const beatQuiet = 100 * time.Millisecond
 
+// linePattern is the watchdog's pattern, matched line by line: line as
+// written, and region, the same pattern made unable to match a newline
+// (every class and every "." without it, a newline in a literal never
+// matching) with ^, $, \A and \z at each line's start and end. A match of
+// region in a run of whole lines is then a match of line in one of them,
+// so a read of many short lines costs one match, not one per line.
+type linePattern struct {
+	line, region *regexp.Regexp
+	// needs are literals one of which every match holds; none when the
+	// pattern has no such set (see required).
+	needs [][]byte
+}
+
+func newLinePattern(re *regexp.Regexp) *linePattern {
+	p := &linePattern{line: re, region: re}
+	tree, err := syntax.Parse(re.String(), syntax.Perl)
+	if err != nil {
+		return p // compiled already: cannot happen; one match per line then
+	}
+	for _, lit := range required(tree.Simplify()) {
+		p.needs = append(p.needs, []byte(lit))
+	}
+	withoutNewline(tree)
+	if region, err := regexp.Compile(tree.String()); err == nil {
+		p.region = region
+	}
+	return p
+}
+
+// maxNeeds bounds the literals of a required set: a search per literal.
+const maxNeeds = 16
+
+// required returns literals one of which every match of re holds (nil when
+// it finds no such set): a literal itself; the best set of a
+// concatenation's parts (the one whose shortest literal is longest); the
+// union of an alternation's, when each has one; a repetition's at least
+// once. Case-folded literals have no set.
+func required(re *syntax.Regexp) []string {
+	switch re.Op {
+	case syntax.OpLiteral:
+		if re.Flags&syntax.FoldCase != 0 || len(re.Rune) == 0 {
+			return nil
+		}
+		return []string{string(re.Rune)}
+	case syntax.OpCapture, syntax.OpPlus:
+		return required(re.Sub[0])
+	case syntax.OpRepeat:
+		if re.Min >= 1 {
+			return required(re.Sub[0])
+		}
+	case syntax.OpConcat:
+		var best []string
+		for _, sub := range re.Sub {
+			if set := required(sub); set != nil && (best == nil || shortest(set) > shortest(best)) {
+				best = set
+			}
+		}
+		return best
+	case syntax.OpAlternate:
+		var all []string
+		for _, sub := range re.Sub {
+			set := required(sub)
+			if set == nil || len(all)+len(set) > maxNeeds {
+				return nil
+			}
+			all = append(all, set...)
+		}
+		return all
+	}
+	return nil
+}
+
+func shortest(set []string) int {
+	n := len(set[0])
+	for _, s := range set[1:] {
+		n = min(n, len(s))
+	}
+	return n
+}
+
+// withoutNewline rewrites re so that no part of it matches a newline and
+// its text anchors are line anchors.
+func withoutNewline(re *syntax.Regexp) {
+	switch re.Op {
+	case syntax.OpAnyChar:
+		re.Op = syntax.OpAnyCharNotNL
+	case syntax.OpCharClass:
+		var r []rune
+		for i := 0; i+1 < len(re.Rune); i += 2 {
+			lo, hi := re.Rune[i], re.Rune[i+1]
+			switch {
+			case lo == '\n' && hi == '\n':
+			case lo == '\n':
+				r = append(r, '\n'+1, hi)
+			case hi == '\n':
+				r = append(r, lo, '\n'-1)
+			case lo < '\n' && '\n' < hi:
+				r = append(r, lo, '\n'-1, '\n'+1, hi)
+			default:
+				r = append(r, lo, hi)
+			}
+		}
+		if len(r) == 0 {
+			re.Op, re.Rune = syntax.OpNoMatch, nil
+		} else {
+			re.Rune = r
+		}
+	case syntax.OpLiteral:
+		for _, c := range re.Rune {
+			if c == '\n' {
+				re.Op, re.Rune = syntax.OpNoMatch, nil
+				break
+			}
+		}
+	case syntax.OpBeginText:
+		re.Op = syntax.OpBeginLine
+	case syntax.OpEndText:
+		re.Op = syntax.OpEndLine
+	}
+	for _, sub := range re.Sub {
+		withoutNewline(sub)
+	}
+}
+
 // lineMatcher matches the lines of one output against the pattern.
 type lineMatcher struct {
 	line  []byte    // the start of the line not yet ended, at most maxTappedLine bytes
@@ -145,49 +270,57 @@ type lineMatcher struct {
 	beats chan<- struct{}
 }
 
-// feed takes the next bytes of the output.
-func (m *lineMatcher) feed(chunk []byte, re *regexp.Regexp) {
-	if re == nil || time.Now().Before(m.quiet) || !m.mayMatch(chunk, re) {
+// feed takes the next bytes of the output: the line held from before is
+// ended by the first newline and matched alone; the whole lines after it,
+// up to the last newline, are matched at once (linePattern.region); what
+// follows is held.
+func (m *lineMatcher) feed(chunk []byte, p *linePattern) {
+	if p == nil || time.Now().Before(m.quiet) || !m.mayMatch(chunk, p) {
 		m.skip(chunk)
 		return
 	}
-	for len(chunk) > 0 {
-		i := bytes.IndexByte(chunk, '\n')
-		part := chunk
-		if i >= 0 {
-			part = chunk[:i]
+	i := bytes.IndexByte(chunk, '\n')
+	if i < 0 {
+		m.hold(chunk)
+		return
+	}
+	m.hold(chunk[:i])
+	matched := p.line.Match(m.line)
+	m.line = m.line[:0]
+	rest := chunk[i+1:]
+	last := bytes.LastIndexByte(rest, '\n')
+	if !matched && last >= 0 {
+		matched = p.region.Match(rest[:last])
+	}
+	m.skip(rest)
+	if matched {
+		select {
+		case m.beats <- struct{}{}:
+		default:
 		}
-		m.hold(part)
-		if i < 0 {
-			return
-		}
-		matched := re.Match(m.line)
-		m.line = m.line[:0]
-		chunk = chunk[i+1:]
-		if matched {
-			select {
-			case m.beats <- struct{}{}:
-			default:
-			}
-			m.quiet = time.Now().Add(beatQuiet)
-			m.skip(chunk)
-			return
-		}
+		m.quiet = time.Now().Add(beatQuiet)
 	}
 }
 
-// mayMatch is false when no line chunk ends can match: every match of a
-// pattern with a literal prefix holds the prefix, and one search of the
-// chunk (with the end of the held line before it) is far cheaper than a
-// match per line of a log that never says it.
-func (m *lineMatcher) mayMatch(chunk []byte, re *regexp.Regexp) bool {
-	prefix, _ := re.LiteralPrefix()
-	if prefix == "" || bytes.Contains(chunk, []byte(prefix)) {
+// mayMatch is false when no line chunk ends can match: every match holds
+// one of the pattern's required literals (linePattern.needs), and a search
+// for them (with the end of the held line before the chunk) is far
+// cheaper than a match of a log that never says them.
+func (m *lineMatcher) mayMatch(chunk []byte, p *linePattern) bool {
+	if len(p.needs) == 0 {
 		return true
 	}
-	k := len(prefix) - 1
-	seam := append(append([]byte(nil), m.line[max(0, len(m.line)-k):]...), chunk[:min(k, len(chunk))]...)
-	return bytes.Contains(m.line, []byte(prefix)) || bytes.Contains(seam, []byte(prefix))
+	for _, lit := range p.needs {
+		if bytes.Contains(chunk, lit) || bytes.Contains(m.line, lit) {
+			return true
+		}
+		k := len(lit) - 1
+		seam := append(append([]byte(nil), m.line[max(0, len(m.line)-k):]...), chunk[:min(k, len(chunk))]...)
+		if bytes.Contains(seam, lit) {
+			return true
+		}
+	}
+	return false
 }
 
 // skip takes chunk without matching: only the line it leaves open is

@@ -1,7 +1,6 @@
 package supervise
 
 import (
-	"regexp"
 	"sync/atomic"
 	"time"
 
@@ -82,7 +81,7 @@ func (s *supervisor) armWatchdog() {
 		d.poll = time.NewTicker(pollEvery(spec.Stall()))
 	}
 	if re := spec.Pattern(); re != nil {
-		s.probes.pattern.Store(re)
+		s.probes.pattern.Store(newLinePattern(re))
 	}
 	// A beat a line sent for the run before is none of this one's.
 	select {
@@ -199,7 +198,7 @@ func stalledExit(exit *Exit, spec *rules.Watchdog) {
 // patternHolder is the pattern the output's lines are matched against:
 // set while a run with one is watched, nil otherwise, read by the output
 // taps' goroutines.
-type patternHolder = atomic.Pointer[regexp.Regexp]
+type patternHolder = atomic.Pointer[linePattern]
 
 // isTerminal reports whether fd is a terminal, which the workload keeps.
 func isTerminal(fd int) bool {

@@ -8,14 +8,15 @@
 //   - throughput: the workload writes -mb MB of 25-byte lines ("step N
 //     loss 0.123456") as fast as it can; the figure is the wall time to
 //     the last byte read, median of the rounds.
-//     Three patterns: lines that match, a literal prefix no line holds,
-//     and no literal prefix and no match (every line matched: the worst).
+//     Four patterns: lines that match, a literal no line holds, two
+//     literals of which one is required, and none required (the worst).
+//
 //   - latency: the workload writes a line holding its clock every 10 ms;
 //     the figure is how long after that the harness reads it, p50 and p99
 //     over the lines of all rounds.
 //
-//	go build -o /tmp/rs ./cmd/restart-supervisor
-//	go run ./bench/outputtap -supervisor /tmp/rs
+//     go build -o /tmp/rs ./cmd/restart-supervisor
+//     go run ./bench/outputtap -supervisor /tmp/rs
 package main
 
 import (
@@ -47,14 +48,16 @@ func main() {
 	}
 	defer os.RemoveAll(dir)
 	// tapped: the lines match (a heartbeat, then 100 ms unmatched);
-	// no-match: a pattern with a literal prefix no line holds (one search
-	// per read); worst: a pattern without a literal prefix that no line
-	// matches, so every line is matched.
+	// no-match: a pattern with a literal no line holds (one search per
+	// read); alternation: no literal prefix, but one of two literals
+	// required; worst: no literal required at all (case-folded), so
+	// every read is matched by the regexp engine.
 	configs := map[string]string{"untouched": "",
-		"tapped":   "watchdog: {outputPattern: 'step [0-9]+', stallSeconds: 3600}\n",
-		"no-match": "watchdog: {outputPattern: 'epoch [0-9]+', stallSeconds: 3600}\n",
-		"worst":    "watchdog: {outputPattern: '(epoch|iter) [0-9]+', stallSeconds: 3600}\n"}
-	order := []string{"untouched", "tapped", "no-match", "worst"}
+		"tapped":      "watchdog: {outputPattern: 'step [0-9]+', stallSeconds: 3600}\n",
+		"no-match":    "watchdog: {outputPattern: 'epoch [0-9]+', stallSeconds: 3600}\n",
+		"alternation": "watchdog: {outputPattern: '(epoch|iter) [0-9]+', stallSeconds: 3600}\n",
+		"worst":       "watchdog: {outputPattern: '(?i)epoch [0-9]+', stallSeconds: 3600}\n"}
+	order := []string{"untouched", "tapped", "no-match", "alternation", "worst"}
 	for name, doc := range configs {
 		if err := os.WriteFile(filepath.Join(dir, name+".yaml"), []byte(doc), 0o644); err != nil {
 			fail(err)
@@ -96,7 +99,7 @@ func main() {
 		w := median(walls[name])
 		l := lags[name]
 		slices.Sort(l)
-		fmt.Printf("%-10s throughput median %8s (%.0f MB/s, %.2fx untouched)  line latency p50 %8s p99 %8s (%d lines)\n",
+		fmt.Printf("%-11s throughput median %8s (%.0f MB/s, %.2fx untouched)  line latency p50 %8s p99 %8s (%d lines)\n",
 			name, w.Round(time.Millisecond), float64(*mb)/w.Seconds(), float64(w)/float64(base),
 			pct(l, 50).Round(time.Microsecond), pct(l, 99).Round(time.Microsecond), len(l))
 	}
