@@ -86,6 +86,14 @@ while [ ! -e %[1]s/go$n ]; do sleep 0.02; done; echo "stop a $n" >> %[2]s; exit 
 	waitFor(t, "a's restart alone", 20*time.Second, runs(map[string]int{"a": 3, "b": 2, "c": 2}))
 	os.WriteFile(filepath.Join(dir, "go3"), nil, 0o644)
 	waitFor(t, "every member in the second pod restart", 30*time.Second, runs(map[string]int{"a": 4, "b": 3, "c": 3}))
+	// A run counts itself before it logs its start: wait for the lines.
+	waitFor(t, "the second pod restart's start lines", 10*time.Second, func() bool {
+		at, _ := eventIndex(t, ev)
+		_, a4 := at["start a 4"]
+		_, b3 := at["start b 3"]
+		_, c3 := at["start c 3"]
+		return a4 && b3 && c3
+	})
 
 	at, data := eventIndex(t, ev)
 	stops := []string{"stop a 3", "stop b 2", "stop c 2"}
