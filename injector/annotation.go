@@ -102,7 +102,11 @@ type annEntry struct {
 	PreRestartCheck   *rules.PreRestartCheck `yaml:"preRestartCheck"`
 	Progress          *rules.Progress        `yaml:"progress"`
 	Watchdog          *rules.Watchdog        `yaml:"watchdog"`
-	Backoff           *struct {
+	Escalation        *struct {
+		Window *string                `yaml:"window"`
+		Steps  []rules.EscalationStep `yaml:"steps"`
+	} `yaml:"escalation"`
+	Backoff *struct {
 		Initial *string `yaml:"initial"`
 		Max     *string `yaml:"max"`
 	} `yaml:"backoff"`
@@ -127,6 +131,17 @@ func (a annEntry) carried() (carried, error) {
 			*f.to = &rd
 		}
 	}
+	if e := a.Escalation; e != nil {
+		c.Escalation = &rules.Escalation{Steps: e.Steps}
+		if e.Window != nil {
+			d, err := time.ParseDuration(*e.Window)
+			if err != nil {
+				return c, fmt.Errorf("escalation.window: Invalid value: %q: must be a Go duration such as \"1h\"", clip(*e.Window))
+			}
+			w := rules.Duration(d)
+			c.Escalation.Window = &w
+		}
+	}
 	if b := a.RestartBudget; b != nil {
 		c.RestartBudget = &rules.RestartBudget{MaxRestarts: b.MaxRestarts}
 		if b.Window != nil {
@@ -149,11 +164,13 @@ type annShape int
 var annFields = map[annShape]map[string]annShape{
 	annContainer: {"restartPolicy": annScalar, "restartPolicyRules": annRules,
 		"restartBudget": annBudget, "handOverExitCodes": annValues, "preRestartCheck": annCheck, "progress": annProgress,
-		"watchdog": annWatchdog, "backoff": annBackoff},
-	annBackoff:  {"initial": annScalar, "max": annScalar},
-	annBudget:   {"maxRestarts": annScalar, "window": annScalar},
-	annCheck:    {"command": annArgs, "timeoutSeconds": annScalar},
-	annProgress: {"file": annScalar, "maxStalledRestarts": annScalar},
+		"watchdog": annWatchdog, "escalation": annEscalation, "backoff": annBackoff},
+	annBackoff:    {"initial": annScalar, "max": annScalar},
+	annBudget:     {"maxRestarts": annScalar, "window": annScalar},
+	annCheck:      {"command": annArgs, "timeoutSeconds": annScalar},
+	annProgress:   {"file": annScalar, "maxStalledRestarts": annScalar},
+	annEscalation: {"window": annScalar, "steps": annSteps},
+	annStep:       {"action": annScalar, "restarts": annScalar},
 	annWatchdog: {"heartbeatFile": annScalar, "outputPattern": annScalar, "firstHeartbeatSeconds": annScalar,
 		"stallSeconds": annScalar, "exitCode": annScalar, "gracePeriodSeconds": annScalar},
 	annRule:      {"action": annScalar, "exitCodes": annExitCodes},
@@ -185,7 +202,7 @@ func checkAnnotation(n *textyaml.Node, shape annShape, path string) error {
 		if n.Kind != textyaml.ScalarNode {
 			return want("a string")
 		}
-	case annRules, annValues, annArgs:
+	case annRules, annValues, annArgs, annSteps:
 		if n.Kind != textyaml.SequenceNode {
 			return want("a list")
 		}
@@ -195,6 +212,8 @@ func checkAnnotation(n *textyaml.Node, shape annShape, path string) error {
 			max, item = rules.MaxValuesPerRule, annScalar
 		case annArgs:
 			max, item = rules.MaxProbeCommandArgs, annScalar
+		case annSteps:
+			max, item = rules.MaxEscalationSteps, annStep
 		}
 		if len(n.Content) > max {
 			return fmt.Errorf("line %d: %s: Too many: %d: must have at most %d items", n.Line, path, len(n.Content), max)

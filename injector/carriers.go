@@ -256,7 +256,8 @@ func (cr ContainerRules) usesGroup() bool {
 			return true
 		}
 	}
-	return false
+	_, group := cr.Limits.Escalation.PodWide()
+	return group
 }
 
 // restartsAll reports whether any rule of the pod restarts all containers:
@@ -269,6 +270,9 @@ func restartsAll(crs []ContainerRules) bool {
 			if r.Action == rules.ActionRestartAllContainers || r.Action == rules.ActionRestartGroup {
 				return true
 			}
+		}
+		if all, _ := cr.Limits.Escalation.PodWide(); all {
+			return true
 		}
 	}
 	return false
@@ -455,6 +459,9 @@ const (
 	annProgress
 	annBackoff
 	annWatchdog
+	annEscalation
+	annSteps // list of annStep
+	annStep
 )
 
 // merge combines the two carriers. A field may come from either; when both

@@ -207,7 +207,31 @@ func limitLines(l rules.Limits, pod rules.RestartPolicy) []string {
 	if w := l.Watchdog; w != nil {
 		out = append(out, watchdogLine(w))
 	}
+	if e := l.Escalation; e != nil {
+		out = append(out, escalationLine(e, handed))
+	}
 	return out
+}
+
+// escalationLine says which action each of the container's own in-place
+// restarts takes, step by step, and what comes past the last.
+func escalationLine(e *rules.Escalation, handed string) string {
+	within := " in the pod's life"
+	if w := e.WindowDuration(); w > 0 {
+		within = " within any " + w.String()
+	}
+	var steps []string
+	from := 1
+	for _, st := range e.Steps {
+		span := fmt.Sprintf("%d", from)
+		if to := from + int(st.Restarts) - 1; to > from {
+			span = fmt.Sprintf("%d-%d", from, to)
+		}
+		steps = append(steps, span+": "+string(st.Action))
+		from += int(st.Restarts)
+	}
+	return fmt.Sprintf("escalation: the exits a rule restarts in place climb by the container's own restarts%s: %s; then %s",
+		within, strings.Join(steps, "; "), handed)
 }
 
 // watchdogLine says what the watchdog watches and what a stall becomes.

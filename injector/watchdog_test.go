@@ -57,3 +57,38 @@ func TestWatchdogAnnotationErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestEscalationFromAnnotation: the ladder reaches the supervisor's config;
+// a ladder with RestartGroup makes every container of the pod a member, as
+// a RestartGroup rule does; bad fields are one line naming them.
+func TestEscalationFromAnnotation(t *testing.T) {
+	res, err := New(Options{}).MutatePod(context.Background(),
+		backoffPod(`a: {escalation: {window: 1h, steps: [{action: Restart, restarts: 3}, {action: RestartGroup, restarts: 2}]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, _ := envOf(&res.Pod.Spec.Containers[0], contract.EnvConfig)
+	var cfg rules.Config
+	if err := json.Unmarshal([]byte(doc), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if e := cfg.Escalation; e == nil || e.WindowDuration().String() != "1h0m0s" || len(e.Steps) != 2 || e.Steps[1].Action != rules.ActionRestartGroup {
+		t.Errorf("container a's escalation: %s", doc)
+	}
+	for i := range res.Pod.Spec.Containers {
+		if _, ok := envOf(&res.Pod.Spec.Containers[i], contract.EnvPodMembers); !ok {
+			t.Errorf("container %s is no pod member under a ladder with RestartGroup", res.Pod.Spec.Containers[i].Name)
+		}
+	}
+	for _, tc := range []struct{ ann, want string }{
+		{"a: {escalation: {steps: [{action: Stop, restarts: 1}]}}", `escalation.steps[0].action: Unsupported value: "Stop"`},
+		{"a: {escalation: {window: soon, steps: [{action: Restart, restarts: 1}]}}", `escalation.window: Invalid value: "soon"`},
+		{"a: {escalation: {steps: {action: Restart}}}", "a.escalation.steps: must be a list"},
+		{"a: {escalation: {steps: [{action: Restart, restarts: 1, to: x}]}}", `unknown field "to"`},
+	} {
+		_, err := New(Options{}).MutatePod(context.Background(), backoffPod(tc.ann))
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("annotation %q: error %v, want one line with %q", tc.ann, err, tc.want)
+		}
+	}
+}

@@ -367,7 +367,7 @@ func parse(data []byte, v KubeVersion) (Config, error) {
 		return cfg, fmt.Errorf("config is empty")
 	}
 	if root.Kind != yaml.MappingNode {
-		return cfg, fmt.Errorf("config: must be a mapping with the keys %s", "restartPolicy, restartPolicyRules, podRestartPolicy, initContainer, backoff, probes, restartBudget, handOverExitCodes, preRestartCheck, progress, watchdog")
+		return cfg, fmt.Errorf("config: must be a mapping with the keys %s", "restartPolicy, restartPolicyRules, podRestartPolicy, initContainer, backoff, probes, restartBudget, handOverExitCodes, preRestartCheck, progress, watchdog, escalation")
 	}
 	if err := checkValue(root, kindMap, "", "", v.checks()); err != nil {
 		return cfg, err
@@ -401,6 +401,9 @@ func (c Config) ValidateFor(v KubeVersion) error {
 	}
 	errs = append(errs, c.Probes.validate("probes")...)
 	errs = append(errs, c.Limits.validate()...)
+	if c.InitContainer && c.Escalation != nil {
+		errs = append(errs, &FieldError{"escalation", "Forbidden: may not be set for init containers without restartPolicy=Always"})
+	}
 	if c.Probes != nil && c.InitContainer && (c.Probes.Liveness != nil || c.Probes.Startup != nil || c.Probes.Readiness != nil) {
 		errs = append(errs, &FieldError{"probes", "Forbidden: may not be set for init containers without restartPolicy=Always"})
 	}

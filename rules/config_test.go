@@ -97,7 +97,7 @@ func TestParseErrors(t *testing.T) {
 		{`[1]`, "config: must be a mapping"},
 		{`restartPolicy: Never` + "\n---\n{}", "more than one YAML document"},
 		{`restartPolicy: [`, "config: yaml:"},
-		{`restartpolicy: Never`, "config: restartpolicy: unknown field (line 1); known fields: backoff, handOverExitCodes, initContainer, podRestartPolicy, preRestartCheck, probes, progress, restartBudget, restartPolicy, restartPolicyRules"},
+		{`restartpolicy: Never`, "config: restartpolicy: unknown field (line 1); known fields: backoff, escalation, handOverExitCodes, initContainer, podRestartPolicy, preRestartCheck, probes, progress, restartBudget, restartPolicy, restartPolicyRules, watchdog"},
 		{`{"restartPolicy":"Never","restartPolicyRules":[{"action":"Restart","exitCode":{}}]}`, "config: restartPolicyRules[0].exitCode: unknown field"},
 		{`{"restartPolicy":"Never","restartPolicyRules":[{"action":"Restart","exitCodes":{"operator":"In","value":[1]}}]}`, "config: restartPolicyRules[0].exitCodes.value: unknown field"},
 		{`backoff: {initial: 1s, maximum: 2s}`, "config: backoff.maximum: unknown field"},

@@ -37,6 +37,9 @@ type Limits struct {
 	// (watchdog.go); its exit is then judged like any other, and the
 	// limits above apply to it.
 	Watchdog *Watchdog `json:"watchdog,omitempty" yaml:"watchdog,omitempty"`
+	// Escalation climbs the action of the exits a rule restarts in place
+	// as the container's own restarts add up (escalation.go).
+	Escalation *Escalation `json:"escalation,omitempty" yaml:"escalation,omitempty"`
 }
 
 // RestartBudget is at most MaxRestarts in-place restarts of the container,
@@ -183,5 +186,6 @@ func (l Limits) validate() ErrorList {
 			errs = append(errs, &FieldError{"progress.maxStalledRestarts", fmt.Sprintf("Invalid value: %d: must be greater than or equal to 1", p.MaxStalledRestarts)})
 		}
 	}
-	return append(errs, l.Watchdog.validate()...)
+	errs = append(errs, l.Watchdog.validate()...)
+	return append(errs, l.Escalation.validate()...)
 }

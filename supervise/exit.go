@@ -107,6 +107,14 @@ func (s *supervisor) act(v verdict, exit *Exit, attrs []any) {
 			"the container runtime reports this init container OOMKilled for the rest of its life, which the kubelet counts as failed"}, exit, attrs)
 		return
 	}
+	if v.handling == rules.RestartInPlace && v.decision.Source == rules.SourceRule && cfg.Escalation != nil {
+		k, h := s.escalate(cfg.Escalation, &v, exit)
+		if h != nil {
+			s.handOverInstead(v, h, exit, attrs)
+			return
+		}
+		attrs = append(attrs, "escalationStep", k+1, "escalatedTo", string(v.decision.Action))
+	}
 	if v.handling == rules.RestartInPlace {
 		if h := s.limit(cfg, exit); h != nil {
 			s.handOverInstead(v, h, exit, attrs)

@@ -28,6 +28,7 @@ const (
 	ReasonRestartBudgetExhausted = "RestartBudgetExhausted"
 	ReasonProgressStalled        = "ProgressStalled"
 	ReasonPreRestartCheckFailed  = "PreRestartCheckFailed"
+	ReasonEscalationExhausted    = "EscalationExhausted"
 	// ReasonInitContainerOOMKilled: not a limit, but the same kind of
 	// hand-over: an init container that had an OOM kill cannot be
 	// initialized in place (act, oom.go).
@@ -102,7 +103,12 @@ func (s *supervisor) limit(cfg rules.Config, exit *Exit) *HandOver {
 // budgetUsed is how many in-place restarts count against b at now: all of
 // them, or those of the window before now.
 func (s *supervisor) budgetUsed(b *rules.RestartBudget, now time.Time) int {
-	w := b.WindowDuration()
+	return s.ownRestarts(b.WindowDuration(), now)
+}
+
+// ownRestarts is how many in-place restarts this container's own exits
+// caused: all of them (w 0), or those of the w before now.
+func (s *supervisor) ownRestarts(w time.Duration, now time.Time) int {
 	if w <= 0 {
 		return s.limits.BudgetRestarts
 	}
@@ -113,6 +119,24 @@ func (s *supervisor) budgetUsed(b *rules.RestartBudget, now time.Time) int {
 		}
 	}
 	return n
+}
+
+// escalate applies the escalation's step to a verdict whose rule restarts
+// in place: the step's action for the next own restart, or a hand-over
+// past the last step.
+func (s *supervisor) escalate(e *rules.Escalation, v *verdict, exit *Exit) (step int, h *HandOver) {
+	used := s.ownRestarts(e.WindowDuration(), exit.At)
+	st, k, ok := e.Step(used)
+	if !ok {
+		within := ""
+		if w := e.WindowDuration(); w > 0 {
+			within = " within " + w.String()
+		}
+		return k, &HandOver{ReasonEscalationExhausted, strconv.Itoa(used) + " in-place restarts" + within +
+			" (escalation's " + strconv.Itoa(len(e.Steps)) + " steps allow " + strconv.Itoa(e.Total()) + ")"}
+	}
+	v.decision.Action, exit.Action = st.Action, st.Action
+	return k, nil
 }
 
 // recordRestart is the one place that counts an in-place restart of this

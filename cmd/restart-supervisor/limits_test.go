@@ -387,3 +387,45 @@ while :; do sleep 0.05; done`, dir, "a"))
 		t.Errorf("b's limits %v, want budgetRestarts 1 (its own restart only)", d["limits"])
 	}
 }
+
+// TestEscalationLadder: a's rule restarts exit 42 in place, and its ladder
+// says: the first 2 of its own restarts restart a alone, the next one the
+// pod (RestartAllContainers), then hand over. a exits 42 four times: two
+// restarts of a alone, one pod restart (b runs a second time), and the
+// fourth exit handed over (EscalationExhausted), each step in the log.
+func TestEscalationLadder(t *testing.T) {
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	os.Mkdir(state, 0o777)
+	members := "RESTART_SUPERVISOR_POD_MEMBERS=a:regular,b:regular"
+	cfgA := `{"restartPolicy":"Never","podRestartPolicy":"Never","backoff":{"initial":"0s","max":"0s"},` +
+		`"restartPolicyRules":[{"action":"Restart","exitCodes":{"operator":"In","values":[42]}}],` +
+		`"escalation":{"steps":[{"action":"Restart","restarts":2},{"action":"RestartAllContainers","restarts":1}]}}`
+	cfgB := `{"restartPolicy":"Never","podRestartPolicy":"Never"}`
+	count := `n=$(cat %[1]s/%[2]s.n 2>/dev/null || echo 0); n=$((n+1)); echo $n > %[1]s/%[2]s.n`
+	b := start(t, podEnv(state, "b", cfgB, members), bin, "--", "sh", "-c", fmt.Sprintf(count+`
+trap 'exit 0' TERM; while :; do sleep 0.05; done`, dir, "b"))
+	a := start(t, podEnv(state, "a", cfgA, members), bin, "--", "sh", "-c", fmt.Sprintf(count+`
+while [ ! -s %[1]s/b.n ]; do sleep 0.05; done; sleep 0.2; exit 42`, dir, "a"))
+	waitFor(t, "a's hand-over", 60*time.Second, func() bool { return strings.Contains(a.stderr.String(), "reason=EscalationExhausted") })
+	b.signal(syscall.SIGTERM)
+	b.wait(20 * time.Second)
+	if got := a.wait(30 * time.Second); got != 42 {
+		t.Fatalf("a's supervisor exited %d, want 42 (its fourth exit, past the ladder)", got)
+	}
+	if na, nb := countIn(t, dir, "a.n"), countIn(t, dir, "b.n"); na != 4 || nb != 2 {
+		t.Errorf("a ran %d times, b %d; want 4 and 2 (b restarted only by the ladder's pod restart)", na, nb)
+	}
+	log := a.stderr.String()
+	for _, want := range []string{
+		`escalationStep=1 escalatedTo=Restart`, `escalationStep=2 escalatedTo=RestartAllContainers`,
+		`3 in-place restarts (escalation's 2 steps allow 3)`,
+	} {
+		if !strings.Contains(log, want) {
+			t.Errorf("a's log lacks %q:\n%s", want, log)
+		}
+	}
+	if c := strings.Count(log, "escalationStep=1 escalatedTo=Restart"); c != 2 {
+		t.Errorf("%d restarts on the first step, want 2", c)
+	}
+}
