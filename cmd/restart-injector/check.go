@@ -44,7 +44,7 @@ flags:
 
 // podWebhookName is the webhook of deploy/base/webhook.yaml that gets
 // pods.
-const podWebhookName = "inject.restart-supervisor.dev"
+const podWebhookName = agentstatus.PodWebhookName
 
 // maxCheckFile bounds -f: one Pod manifest.
 const maxCheckFile = 1 << 20
@@ -81,8 +81,8 @@ func runCheck(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	file := fs.String("f", "", "a Pod manifest `FILE` (YAML or JSON, - for stdin) to check instead of a live pod")
 	kubeconfig := fs.String("kubeconfig", "", "`FILE` (default: $KUBECONFIG, then ~/.kube/config, as kubectl)")
 	kubeContext := fs.String("context", "", "kubeconfig `CONTEXT` to use")
-	webhookConfig := fs.String("webhook-config", "restart-injector", "`NAME` of the MutatingWebhookConfiguration")
-	agentNamespace := fs.String("agent-namespace", agentapi.AgentNamespace, "`NAMESPACE` of the node agent's pods")
+	webhookConfig := fs.String("webhook-config", "", "`NAME` of the MutatingWebhookConfiguration (default: the one that holds webhook "+podWebhookName+", whatever the install named it)")
+	agentNamespace := fs.String("agent-namespace", "", "`NAMESPACE` of the node agent's pods (default: the one its ClusterRoleBinding names, else "+agentapi.AgentNamespace+")")
 	timeout := fs.Duration("timeout", 10*time.Second, "bound of each check's calls")
 	webhookNamespace := fs.String("webhook-namespace", "restart-supervisor", "`NAMESPACE` the webhook runs in, which its namespaceSelector leaves out: the --native=auto checks dry-run their probe pods there, as the webhook does (default: the webhook Service's namespace, else this)")
 	fs.Usage = func() { fmt.Fprint(stderr, checkUsage); fs.PrintDefaults() }
@@ -142,6 +142,20 @@ func runCheck(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	if pod != nil {
 		pod.Namespace = *namespace
 	}
+	if *webhookConfig == "" {
+		*webhookConfig = c.findWebhookConfig()
+	}
+	var agentNote *checkResult
+	if *agentNamespace == "" {
+		fctx, cancel := context.WithTimeout(ctx, c.timeout)
+		ns, note, found := agentstatus.AgentNamespaceFor(fctx, client)
+		cancel()
+		*agentNamespace = ns
+		agentNote = &checkResult{"ok", "agent-namespace", note, ""}
+		if found != 1 {
+			agentNote.status, agentNote.fix = "warn", "name it with --agent-namespace"
+		}
+	}
 	wh := c.checkWebhook(*webhookConfig)
 	if wh != nil {
 		c.checkCABundle(wh)
@@ -158,7 +172,7 @@ func runCheck(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		if live {
 			c.checkInjected(pod)
 		}
-		c.checkNodeAgent(pod, *agentNamespace)
+		c.checkNodeAgent(pod, *agentNamespace, agentNote)
 		ns := *webhookNamespace
 		if wh != nil && wh.ClientConfig.Service != nil {
 			ns = wh.ClientConfig.Service.Namespace
@@ -228,6 +242,15 @@ func (c *checker) checkWebhook(name string) *admissionregistrationv1.MutatingWeb
 	return nil
 }
 
+// webhookPods is the command that lists the webhook's pods: in its
+// Service's namespace, or, for a url webhook, wherever they run.
+func webhookPods(wh *admissionregistrationv1.MutatingWebhook) string {
+	if wh != nil && wh.ClientConfig.Service != nil {
+		return "kubectl -n " + wh.ClientConfig.Service.Namespace + " get pods -l app.kubernetes.io/name=restart-injector"
+	}
+	return "kubectl get pods -A -l app.kubernetes.io/name=restart-injector"
+}
+
 func ptrString[T ~string](p *T) string {
 	if p == nil {
 		return "unset"
@@ -282,7 +305,7 @@ func (c *checker) checkCABundle(wh *admissionregistrationv1.MutatingWebhook) {
 		case errors.As(err, &invalid), errors.As(err, &hostErr):
 			c.report(checkResult{"fail", "ca-bundle", fmt.Sprintf("the certificate served at %s: %v", host, err), "renew the webhook's serving certificate"})
 		case err != nil:
-			c.report(checkResult{"fail", "ca-bundle", fmt.Sprintf("no TLS connection to the webhook at %s: %v", host, err), "is the webhook running and listening there? (kubectl -n restart-supervisor get pods)"})
+			c.report(checkResult{"fail", "ca-bundle", fmt.Sprintf("no TLS connection to the webhook at %s: %v", host, err), "is the webhook running and listening there? (" + webhookPods(nil) + ")"})
 		default:
 			leaf := conn.(*tls.Conn).ConnectionState().PeerCertificates[0]
 			conn.Close()
@@ -353,7 +376,7 @@ func (c *checker) checkAdmission(wh *admissionregistrationv1.MutatingWebhook, po
 		case strings.Contains(msg, "x509"), strings.Contains(msg, "certificate"):
 			fix = "the caBundle does not verify the webhook's certificate: let cert-manager's cainjector or the self-managed webhook rewrite it"
 		case strings.Contains(msg, "failed calling webhook"):
-			fix = "the webhook is down or unreachable (failurePolicy Fail refuses pods with rules meanwhile): kubectl -n restart-supervisor get pods"
+			fix = "the webhook is down or unreachable (failurePolicy Fail refuses pods with rules meanwhile): " + webhookPods(wh)
 		case strings.Contains(msg, "denied the request"):
 			fix = "the webhook refused the pod: fix what the message names (restart-injector explain -f FILE shows the same checks offline)"
 		case apierrors.IsForbidden(err):
@@ -457,10 +480,40 @@ func (c *checker) checkInjected(pod *corev1.Pod) {
 		"if the path below is supervised, delete the pod so that its controller creates it again through the webhook"})
 }
 
-// checkNodeAgent reports whether the node agent runs on the pod's node.
-func (c *checker) checkNodeAgent(pod *corev1.Pod, agentNamespace string) {
+// findWebhookConfig returns the name of the MutatingWebhookConfiguration
+// that holds the pod webhook, whatever the install named it; the first of
+// several, with a warning; "restart-injector" (deploy/'s) when none is
+// found or the list is refused, which checkWebhook then reports.
+func (c *checker) findWebhookConfig() string {
 	ctx, cancel := context.WithTimeout(c.ctx, c.timeout)
 	defer cancel()
+	const fallback = "restart-injector"
+	found, err := agentstatus.FindWebhookConfigs(ctx, c.client)
+	switch {
+	case err != nil:
+		c.report(checkResult{"warn", "webhook-config", fmt.Sprintf("%v; looking for %s", err, fallback), "the check needs list on mutatingwebhookconfigurations, or --webhook-config"})
+		return fallback
+	case len(found) == 0:
+		return fallback
+	case len(found) > 1:
+		var names []string
+		for _, f := range found {
+			names = append(names, f.Name)
+		}
+		c.report(checkResult{"warn", "webhook-config", fmt.Sprintf("%d MutatingWebhookConfigurations hold webhook %s (%s): two installs inject every pod twice; checking %s", len(found), podWebhookName, strings.Join(names, ", "), found[0].Name),
+			"remove all but one install, or name one with --webhook-config"})
+	}
+	return found[0].Name
+}
+
+// checkNodeAgent reports how the agents' namespace was found (note; nil
+// when given) and whether the node agent runs on the pod's node.
+func (c *checker) checkNodeAgent(pod *corev1.Pod, agentNamespace string, note *checkResult) {
+	ctx, cancel := context.WithTimeout(c.ctx, c.timeout)
+	defer cancel()
+	if note != nil {
+		c.report(*note)
+	}
 	agents, err := agentstatus.AgentNodes(ctx, c.client, agentNamespace)
 	switch {
 	case err != nil:

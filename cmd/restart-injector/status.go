@@ -135,7 +135,18 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return boundedResponses{rt} })
 		client, err = kubernetes.NewForConfig(cfg)
 	}
-	q := &agentstatus.StatusQuery{Client: client, AgentNamespace: get("agent-namespace"), Namespace: namespace, Pod: pod, Selector: selector}
+	agentNamespace := get("agent-namespace")
+	if agentNamespace == "" && client != nil {
+		// Said only when there is a choice to doubt: several installs.
+		// A user who may not list ClusterRoleBindings gets the default
+		// without a word, as before.
+		ns, note, found := agentstatus.AgentNamespaceFor(ctx, client)
+		if found > 1 {
+			fmt.Fprintln(stderr, "restart-injector status: node agent: "+note)
+		}
+		agentNamespace = ns
+	}
+	q := &agentstatus.StatusQuery{Client: client, AgentNamespace: agentNamespace, Namespace: namespace, Pod: pod, Selector: selector}
 	var rows []agentstatus.StatusRow
 	var rv string
 	if err == nil {
@@ -194,7 +205,7 @@ func statusFlags() *pflag.FlagSet {
 	fs.String("kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, as kubectl)")
 	fs.String("context", "", "kubeconfig context to use")
 	fs.String("request-timeout", "30s", "how long each request to the API server may take before status gives up, as kubectl's flag (0: no limit); not for -w's watch")
-	fs.String("agent-namespace", agentapi.AgentNamespace, "namespace of the node agent's pods: only Events from a node that runs one are shown")
+	fs.String("agent-namespace", "", "namespace of the node agent's pods: only Events from a node that runs one are shown (default: the one its ClusterRoleBinding names, else "+agentapi.AgentNamespace+")")
 	return fs
 }
 

@@ -192,6 +192,10 @@ func TestHelmInstall(t *testing.T) {
 		t.Fatalf("a ruled pod with the installed webhook down: %v, want refused by inject.restart-supervisor.dev", err)
 	}
 
+	// The CLI finds what the chart installed under its release name and
+	// namespace, without --webhook-config or --agent-namespace.
+	checkFindsTheInstall(t, dir, admin, name, agentNS)
+
 	stdout, stderr, err = h.run2("uninstall", release, "--kubeconfig", admin, "--namespace", ns)
 	t.Logf("helm uninstall:\n%s%s", stdout, stderr)
 	if err != nil {
@@ -332,4 +336,49 @@ func TestHelmInstallHostNetwork(t *testing.T) {
 		t.Errorf("Service %v: %+v", err, svc.Spec.Ports)
 	}
 	serveAsInstalled(t, env, client, dir, ns, name, nil)
+}
+
+// checkFindsTheInstall runs `restart-injector check -f` on a ruled pod and
+// `status -A` with no flag naming the install: check must report the
+// webhook configuration config and the agents' namespace agentNS it found
+// (before, it looked for deploy/'s names and found neither), and status no
+// doubt about the namespace.
+func checkFindsTheInstall(t *testing.T, dir, kubeconfig, config, agentNS string) {
+	t.Helper()
+	bin := buildInjector(t, dir)
+	pod := filepath.Join(dir, "check-pod.yaml")
+	if err := os.WriteFile(pod, []byte(`apiVersion: v1
+kind: Pod
+metadata: {name: trainer, namespace: apps}
+spec:
+  restartPolicy: Never
+  containers:
+  - name: trainer
+    image: busybox
+    command: [sh, -c, exit 42]
+    restartPolicy: Never
+    restartPolicyRules:
+    - action: Restart
+      exitCodes: {operator: In, values: [42]}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := exec.Command(bin, "check", "--kubeconfig", kubeconfig, "-f", pod).CombinedOutput()
+	for _, want := range []string{
+		"MutatingWebhookConfiguration " + config + " has webhook inject.restart-supervisor.dev",
+		"agent-namespace     namespace " + agentNS + " (found by its ClusterRoleBinding)",
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("check lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(string(out), "MutatingWebhookConfiguration restart-injector not found") {
+		t.Errorf("check looked for deploy/'s name, not the install's:\n%s", out)
+	}
+	cmd := exec.Command(bin, "status", "--kubeconfig", kubeconfig, "-A")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if _, err := cmd.Output(); err != nil || strings.Contains(stderr.String(), "node agent:") {
+		t.Errorf("status -A: %v; stderr %q, want no doubt about the agents' namespace", err, stderr.String())
+	}
 }
