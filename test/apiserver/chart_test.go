@@ -287,6 +287,14 @@ webhook:
   podDisruptionBudget: {minAvailable: null, maxUnavailable: 1}
   nodeSelector: {kubernetes.io/os: linux}
   tolerations: [{key: dedicated, operator: Exists}]
+  podLabels: {team: ml}
+  strategy: {type: RollingUpdate, rollingUpdate: {maxUnavailable: 0}}
+  podSecurityContext: {runAsUser: null, runAsGroup: null}
+  securityContext: {privileged: false}
+  topologySpreadConstraints: [{maxSkew: 1, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app.kubernetes.io/name: restart-injector}}}]
+  extraVolumes: [{name: extra, configMap: {name: extra}}]
+  extraVolumeMounts: [{name: extra, mountPath: /etc/extra}]
+commonLabels: {cost-center: "42"}
 prometheusRule: {enabled: true, labels: {release: kps}}
 certificates: {source: self}
 namespaceSelector:
@@ -296,7 +304,8 @@ namespaceSelector:
 customWorkloads:
   enabled: true
   rules: [{operations: [CREATE], apiGroups: [example.com], apiVersions: [v1], resources: [trainings]}]
-nodeAgent: {enabled: true, namespace: rs-agent, interval: 5s, image: {tag: v9.9.7}, kubeletPodsDir: /var/snap/microk8s/common/var/lib/kubelet/pods}
+nodeAgent: {enabled: true, namespace: rs-agent, interval: 5s, image: {tag: v9.9.7}, kubeletPodsDir: /var/snap/microk8s/common/var/lib/kubelet/pods,
+  nodeSelector: {gpu: "true"}, tolerations: [{key: nvidia.com/gpu, operator: Exists}]}
 `), 0o644))
 	out, err := h.run("template", "restart-injector", chartDir(t), "-f", values)
 	if err != nil {
@@ -381,6 +390,19 @@ nodeAgent: {enabled: true, namespace: rs-agent, interval: 5s, image: {tag: v9.9.
 	check("node agent priorityClassName", at(ds, append(pod, "priorityClassName")...), `"system-node-critical"`)
 	check("node agent binding", at("rbac.authorization.k8s.io/v1 ClusterRoleBinding /restart-supervisor-node-agent", "subjects", 0, "namespace"), `"rs-agent"`)
 	check("node agent's kubelet pods directory", at(ds, append(pod, "volumes", 0, "hostPath", "path")...), `"/var/snap/microk8s/common/var/lib/kubelet/pods"`)
+	check("node agent nodeSelector", at(ds, append(pod, "nodeSelector")...), `{"gpu":"true"}`)
+	check("node agent tolerations", at(ds, append(pod, "tolerations")...), `[{"key":"nvidia.com/gpu","operator":"Exists"}]`)
+	check("podLabels", at(deploy, "spec", "template", "metadata", "labels", "team"), `"ml"`)
+	check("commonLabels on the Deployment", at(deploy, "metadata", "labels", "cost-center"), `"42"`)
+	check("commonLabels on the node agent", at(ds, "metadata", "labels", "cost-center"), `"42"`)
+	check("strategy", at(deploy, "spec", "strategy"), `{"rollingUpdate":{"maxUnavailable":0},"type":"RollingUpdate"}`)
+	// The platform's UID (OpenShift's restricted-v2): no fixed UID or GID
+	// left, the rest of the pod's securityContext kept.
+	check("podSecurityContext", at(deploy, append(pod, "securityContext")...), `{"runAsNonRoot":true,"seccompProfile":{"type":"RuntimeDefault"}}`)
+	check("securityContext", at(deploy, append(ctr, "securityContext")...), `{"allowPrivilegeEscalation":false,"capabilities":{"drop":["ALL"]},"privileged":false,"readOnlyRootFilesystem":true}`)
+	check("topologySpreadConstraints", at(deploy, append(pod, "topologySpreadConstraints", 0, "topologyKey")...), `"topology.kubernetes.io/zone"`)
+	check("extraVolumes", at(deploy, append(pod, "volumes", 2)...), `{"configMap":{"name":"extra"},"name":"extra"}`)
+	check("extraVolumeMounts", at(deploy, append(ctr, "volumeMounts", 2)...), `{"mountPath":"/etc/extra","name":"extra"}`)
 
 	// No PodDisruptionBudget with one replica (minAvailable 1 would block
 	// every drain of its node), nor when it is turned off.
