@@ -1,24 +1,30 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -33,11 +39,13 @@ import (
 
 const checkUsage = `usage: restart-injector check [-n NAMESPACE] [POD | -f FILE] [flags]
 
-Check the webhook and, given a pod (a live one, or a Pod manifest in FILE),
+Check the webhook and, given a pod (a live one, or a manifest in FILE: a
+Pod, or any workload the injector knows, each of its pod templates checked),
 whether it would be injected and why, whether the node agent runs on its
 node and which path (native or supervised) it takes. One line per check:
-ok, warn or fail, and for each warn and fail what to do. Exit status: 0 no
-check failed, 1 a check failed, 2 usage error.
+ok, warn or fail, and for each warn and fail what to do (-o json: one JSON
+array of them). Exit status: 0 no check failed, 1 a check failed, 2 usage
+error.
 
 flags:
 `
@@ -54,17 +62,85 @@ type checkResult struct {
 	status, name, msg, fix string
 }
 
+// checkedPod is one pod check looks at: a live pod, a Pod manifest, or a
+// pod template of a workload (what names it: "Job trainer /spec/template").
+type checkedPod struct {
+	what string
+	pod  *corev1.Pod
+}
+
 type checker struct {
 	ctx     context.Context
 	client  kubernetes.Interface
 	out     io.Writer
 	failed  bool
 	timeout time.Duration
+	// json collects the results (-o json) instead of printing lines;
+	// object names the pod or template the next results are about.
+	json    bool
+	results []jsonResult
+	object  string
+	// warnings are the API server's, each once, reported at the end
+	// rather than logged among the results.
+	mu       sync.Mutex
+	warnings []string
+}
+
+// jsonResult is one check in -o json.
+type jsonResult struct {
+	Status  string `json:"status"`
+	Check   string `json:"check"`
+	Message string `json:"message"`
+	Fix     string `json:"fix,omitempty"`
+	Object  string `json:"object,omitempty"`
+}
+
+// HandleWarningHeader keeps the API server's warnings (rest.WarningHandler)
+// for the end of the report, where client-go would log them among it.
+func (c *checker) HandleWarningHeader(code int, _ string, text string) {
+	if code != 299 || text == "" {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !slices.Contains(c.warnings, text) && len(c.warnings) < 20 {
+		c.warnings = append(c.warnings, text)
+	}
+}
+
+// finish reports the API server's warnings and, with -o json, writes the
+// results.
+func (c *checker) finish() {
+	c.object = ""
+	c.mu.Lock()
+	warnings := slices.Clone(c.warnings)
+	c.mu.Unlock()
+	for _, w := range warnings {
+		c.report(checkResult{"warn", "api-warning", clipWarning(w), ""})
+	}
+	if c.json {
+		if c.results == nil {
+			c.results = []jsonResult{}
+		}
+		b, _ := json.MarshalIndent(c.results, "", "  ")
+		fmt.Fprintln(c.out, string(b))
+	}
+}
+
+func clipWarning(s string) string {
+	if len(s) > 400 {
+		return s[:400] + "..."
+	}
+	return s
 }
 
 func (c *checker) report(r checkResult) {
 	if r.status == "fail" {
 		c.failed = true
+	}
+	if c.json {
+		c.results = append(c.results, jsonResult{Status: r.status, Check: r.name, Message: r.msg, Fix: r.fix, Object: c.object})
+		return
 	}
 	line := fmt.Sprintf("%-4s  %-18s  %s", r.status, r.name, r.msg)
 	if r.fix != "" {
@@ -85,6 +161,8 @@ func runCheck(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	agentNamespace := fs.String("agent-namespace", "", "`NAMESPACE` of the node agent's pods (default: the one its ClusterRoleBinding names, else "+agentapi.AgentNamespace+")")
 	timeout := fs.Duration("timeout", 10*time.Second, "bound of each check's calls")
 	webhookNamespace := fs.String("webhook-namespace", "restart-supervisor", "`NAMESPACE` the webhook runs in, which its namespaceSelector leaves out: the --native=auto checks dry-run their probe pods there, as the webhook does (default: the webhook Service's namespace, else this)")
+	output := fs.String("o", "", "`FORMAT` of the report: json, or the lines (default)")
+	fs.StringVar(output, "output", "", "same as -o")
 	fs.Usage = func() { fmt.Fprint(stderr, checkUsage); fs.PrintDefaults() }
 	var rest []string
 	var hasRest bool
@@ -99,12 +177,20 @@ func runCheck(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		fmt.Fprintln(stderr, "restart-injector check: give one POD or -f FILE, not both or more")
 		return exitUsage
 	}
-	var pod *corev1.Pod
+	if *output != "" && *output != "json" {
+		fmt.Fprintf(stderr, "restart-injector check: -o %q: want json, or no -o for the lines\n", *output)
+		return exitUsage
+	}
+	var checked []checkedPod
 	if *file != "" {
-		if pod, err = readPodFile(*file, stdin); err != nil {
+		if checked, err = readPodsFile(*file, stdin); err != nil {
 			fmt.Fprintf(stderr, "restart-injector check: -f %s: %v\n", *file, err)
 			return exitUsage
 		}
+	}
+	var pod *corev1.Pod
+	if len(checked) > 0 {
+		pod = checked[0].pod
 	}
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = *kubeconfig
@@ -118,16 +204,18 @@ func runCheck(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 			return exitFailure
 		}
 	}
+	c := &checker{ctx: ctx, out: stdout, json: *output == "json"}
 	cfg, err := cc.ClientConfig()
 	var client kubernetes.Interface
 	if err == nil {
+		cfg.WarningHandler = c
 		client, err = kubernetes.NewForConfig(cfg)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "restart-injector check: kubeconfig: %v\n", err)
 		return exitFailure
 	}
-	c := &checker{ctx: ctx, client: client, out: stdout, timeout: *timeout}
+	c.client, c.timeout = client, *timeout
 	live := false
 	if len(pods) == 1 {
 		cctx, cancel := context.WithTimeout(ctx, c.timeout)
@@ -138,9 +226,10 @@ func runCheck(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 			return exitFailure
 		}
 		live = true
+		checked = []checkedPod{{pod: pod}}
 	}
-	if pod != nil {
-		pod.Namespace = *namespace
+	for _, cp := range checked {
+		cp.pod.Namespace = *namespace
 	}
 	if *webhookConfig == "" {
 		*webhookConfig = c.findWebhookConfig()
@@ -160,35 +249,49 @@ func runCheck(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	if wh != nil {
 		c.checkCABundle(wh)
 	}
-	// An injected live pod would be wrapped again by its own copy: the
-	// dry run then takes the probe pod, and "injected" reports the pod.
-	admitted := pod
-	if _, ok := podAnnotation(pod, contract.AnnotationStatus); live && ok {
-		admitted = nil
+	probeNamespace := *webhookNamespace
+	if wh != nil && wh.ClientConfig.Service != nil {
+		probeNamespace = wh.ClientConfig.Service.Namespace
 	}
-	c.checkAdmission(wh, admitted, *namespace)
-	if pod != nil {
-		hasRules := c.checkSelection(wh, pod)
+	if len(checked) == 0 {
+		c.checkAdmission(wh, nil, *namespace)
+	}
+	for i, cp := range checked {
+		c.object = cp.what
+		if cp.what != "" && !c.json {
+			fmt.Fprintf(c.out, "--    %s\n", cp.what)
+		}
+		// An injected live pod would be wrapped again by its own copy:
+		// the dry run then takes the probe pod, and "injected" reports
+		// the pod.
+		admitted := cp.pod
+		if _, ok := podAnnotation(cp.pod, contract.AnnotationStatus); live && ok {
+			admitted = nil
+		}
+		c.checkAdmission(wh, admitted, *namespace)
+		hasRules := c.checkSelection(wh, cp.pod)
 		if live {
-			c.checkInjected(pod)
+			c.checkInjected(cp.pod)
 		}
-		c.checkNodeAgent(pod, *agentNamespace, agentNote)
-		ns := *webhookNamespace
-		if wh != nil && wh.ClientConfig.Service != nil {
-			ns = wh.ClientConfig.Service.Namespace
+		if i > 0 {
+			agentNote = nil // said once
 		}
+		c.checkNodeAgent(cp.pod, *agentNamespace, agentNote)
 		if hasRules {
-			c.checkPath(pod, ns)
+			c.checkPath(cp.pod, probeNamespace)
 		}
 	}
+	c.finish()
 	if c.failed {
 		return exitFailure
 	}
 	return exitOK
 }
 
-// readPodFile reads one Pod manifest, at most maxCheckFile bytes.
-func readPodFile(name string, stdin io.Reader) (*corev1.Pod, error) {
+// readPodsFile reads one manifest, at most maxCheckFile bytes: a v1 Pod,
+// or an object of a kind the injector knows, whose pod templates are
+// checked each as a pod of the object's namespace (injector.Templates).
+func readPodsFile(name string, stdin io.Reader) ([]checkedPod, error) {
 	r := stdin
 	if name != "-" {
 		f, err := os.Open(name)
@@ -208,14 +311,44 @@ func readPodFile(name string, stdin io.Reader) (*corev1.Pod, error) {
 	if len(b) > maxCheckFile {
 		return nil, fmt.Errorf("larger than %d bytes", maxCheckFile)
 	}
-	var pod corev1.Pod
-	if err := yaml.Unmarshal(b, &pod); err != nil {
+	var obj map[string]any
+	if err := yaml.Unmarshal(b, &obj); err != nil {
 		return nil, err
 	}
-	if pod.Kind != "Pod" || pod.APIVersion != "v1" {
-		return nil, fmt.Errorf("want one v1 Pod, got %s %s", pod.APIVersion, pod.Kind)
+	u := &unstructured.Unstructured{Object: obj}
+	if u.GetKind() == "Pod" && u.GetAPIVersion() == "v1" {
+		var pod corev1.Pod
+		if err := yaml.Unmarshal(b, &pod); err != nil {
+			return nil, err
+		}
+		return []checkedPod{{pod: &pod}}, nil
 	}
-	return &pod, nil
+	if u.GetKind() == "" || u.GetAPIVersion() == "" {
+		return nil, fmt.Errorf("want one object with apiVersion and kind")
+	}
+	templates, err := injector.Templates(obj)
+	if err != nil {
+		return nil, err
+	}
+	if len(templates) == 0 {
+		return nil, fmt.Errorf("%s %s %q has no pod template the injector knows", u.GetAPIVersion(), u.GetKind(), u.GetName())
+	}
+	out := make([]checkedPod, 0, len(templates))
+	for _, t := range templates {
+		raw, err := json.Marshal(t.Object)
+		if err != nil {
+			return nil, err
+		}
+		var tmpl corev1.PodTemplateSpec
+		if err := json.Unmarshal(raw, &tmpl); err != nil {
+			return nil, fmt.Errorf("%s: %w", t.Pointer, err)
+		}
+		pod := &corev1.Pod{ObjectMeta: tmpl.ObjectMeta, Spec: tmpl.Spec}
+		pod.Name = cmp.Or(pod.Name, u.GetName())
+		pod.Namespace = u.GetNamespace()
+		out = append(out, checkedPod{what: fmt.Sprintf("%s %s %s", u.GetKind(), u.GetName(), t.Pointer), pod: pod})
+	}
+	return out, nil
 }
 
 // checkWebhook finds the configuration and its pod webhook.
@@ -555,7 +688,8 @@ func (c *checker) checkPath(pod *corev1.Pod, probeNamespace string) {
 	// The probe pods go where the webhook sends its own: a namespace it
 	// leaves out, so that they reach the API server's own handling of
 	// the fields and not the webhook's rewrite.
-	d := &webhook.NativeDetector{Client: c.client, Namespace: probeNamespace}
+	// Its log is the webhook's; check reports what it found, in its own lines.
+	d := &webhook.NativeDetector{Client: c.client, Namespace: probeNamespace, Log: slog.New(slog.DiscardHandler)}
 	rulesOK, allOK, why, err := d.CheckAll(c.ctx)
 	if err != nil {
 		c.report(checkResult{"warn", "path", fmt.Sprintf("cannot tell (the --native=auto checks failed: %v)", err), "the check needs create on pods (dry run) and list on nodes"})

@@ -15,6 +15,10 @@ func TestCheckUsageErrors(t *testing.T) {
 	if err := os.WriteFile(deploy, []byte("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	notk8s := filepath.Join(dir, "notk8s.yaml")
+	if err := os.WriteFile(notk8s, []byte("name: web\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	big := filepath.Join(dir, "big.yaml")
 	if err := os.WriteFile(big, []byte("apiVersion: v1\nkind: Pod\n"+strings.Repeat("#", maxCheckFile)), 0o644); err != nil {
 		t.Fatal(err)
@@ -25,7 +29,9 @@ func TestCheckUsageErrors(t *testing.T) {
 	}{
 		{[]string{"a", "b"}, "give one POD or -f FILE, not both or more"},
 		{[]string{"a", "-f", deploy}, "give one POD or -f FILE, not both or more"},
-		{[]string{"-f", deploy}, "want one v1 Pod, got apps/v1 Deployment"},
+		{[]string{"-f", deploy}, `apps/v1 Deployment "web" has no pod template the injector knows`},
+		{[]string{"-f", notk8s}, "want one object with apiVersion and kind"},
+		{[]string{"-o", "yaml"}, `-o "yaml": want json`},
 		{[]string{"-f", big}, "larger than 1048576 bytes"},
 		{[]string{"-f", dir}, "not a regular file"},
 		{[]string{"-f", filepath.Join(dir, "none.yaml")}, "no such file or directory"},

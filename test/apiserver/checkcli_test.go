@@ -2,11 +2,13 @@ package apiserver_test
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -179,6 +181,48 @@ spec:
 	expect(out, []string{"namespace-selector", "fail", "namespace kube-system does not match"}, []string{"admission", "ok", "admitted unchanged"})
 	if code, _ := run("trainer", "-f", ruled); code != 2 {
 		t.Errorf("check POD -f FILE: exit %d, want 2", code)
+	}
+
+	// A workload as users have it: each pod template checked, under a line
+	// that names it; every other line is a check (no log line among them).
+	job := filepath.Join(dir, "job.yaml")
+	must(t, os.WriteFile(job, []byte(`apiVersion: jobset.x-k8s.io/v1alpha2
+kind: JobSet
+metadata: {name: train, namespace: apps}
+spec:
+  replicatedJobs:
+  - name: leader
+    template: {spec: {template: {spec: {restartPolicy: Never, containers: [{name: trainer, image: registry.test/trainer:1, command: [/train],
+      restartPolicy: Never, restartPolicyRules: [{action: Restart, exitCodes: {operator: In, values: [42]}}]}]}}}}
+  - name: workers
+    template: {spec: {template: {spec: {restartPolicy: Never, containers: [{name: web, image: nginx}]}}}}
+`), 0o644))
+	code, out = run("-f", job)
+	if code != 1 {
+		t.Errorf("check -f jobset.yaml: exit %d, want 1 (the workers' template carries no rules)", code)
+	}
+	sections := strings.Split(out, "--    JobSet train ")
+	if len(sections) != 3 || !strings.HasPrefix(sections[1], "/spec/replicatedJobs/0/template/spec/template") ||
+		!line(sections[1], "admission", "ok", "comes back injected") || !line(sections[2], "restart-rules", "fail", "no container carries restart rules") {
+		t.Errorf("check -f jobset.yaml: want a section per template, the leader's injected, the workers' without rules:\n%s", out)
+	}
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		if f := strings.Fields(l); len(f) == 0 || !slices.Contains([]string{"ok", "warn", "fail", "--"}, f[0]) {
+			t.Errorf("a line of check's report that is no check: %q", l)
+		}
+	}
+	// -o json: the same results, each with the object it is about.
+	code, out = run("-f", job, "-o", "json")
+	var results []struct{ Status, Check, Message, Fix, Object string }
+	if err := json.Unmarshal([]byte(out), &results); err != nil || code != 1 {
+		t.Errorf("check -o json: exit %d, %v:\n%s", code, err, out)
+	}
+	objects := map[string]bool{}
+	for _, r := range results {
+		objects[r.Object] = true
+	}
+	if !objects["JobSet train /spec/replicatedJobs/1/template/spec/template"] || len(results) < 10 {
+		t.Errorf("check -o json: %d results about %v", len(results), objects)
 	}
 
 	// A stale caBundle: another CA's certificate.
