@@ -27,7 +27,7 @@ TRAINING_RUNS ?= 5
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := bin/golangci-lint-$(GOLANGCI_LINT_VERSION)
 
-.PHONY: build images push example unit race lint fuzz check test rules-test training podstart gang controllers conformance conformance-image upstream-e2e bench sweep e2e-up e2e-down clean
+.PHONY: build images push example unit race lint fuzz check test rules-test training podstart gang groupscale controllers conformance conformance-image upstream-e2e bench sweep e2e-up e2e-down clean
 
 build:
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o bin/restart-supervisor ./cmd/restart-supervisor
@@ -135,6 +135,13 @@ rules-test:
 # docs/benchmarks.md's latest run from docs/benchmarks-run.tsv. About 4 min.
 bench:
 	bash bench/run.sh
+
+# The group-restart scale harness (test/apiserver/groupscale_test.go): N simulated
+# nodes of one group, each the real node agent and the real supervisor, against a
+# real API server; writes docs/gang.md's "At scale" table. GROUPSCALE_SIZES
+# (default 8,16,32,64), GROUPSCALE_ROUNDS (default 3). About 5 min at the default sizes.
+groupscale:
+	go test -tags groupscale -count=1 -v -timeout 60m -run '^TestGroupScale$$' ./test/apiserver/ -update-gang
 
 # The conformance table on every release of the matrix (docs/conformance-matrix.md):
 # v1.34.4 (test/e2e/setup.sh's), then each release of CONFORMANCE_VERSIONS built

@@ -1,0 +1,235 @@
+package apiserver_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/restart-supervisor/restart-supervisor/internal/testutil"
+	"github.com/restart-supervisor/restart-supervisor/nodeagent"
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
+)
+
+// The group-restart scale harness (docs/gang.md, "At scale"): N simulated
+// nodes, each one pod of one group, each node the real node-agent code
+// (nodeagent.Run, in this process, at its default intervals) over a pods
+// directory of its own, each pod's container the real restart-supervisor
+// binary with its own state volume, all against one real etcd and
+// kube-apiserver (the release of test/apiserver). Rank 0 exits 42 once a
+// round; every rank restarts once. Measured per round: the time from rank
+// 0's exit to the last rank's start, the API server's requests by verb on
+// GroupRestart objects and on the whole server, and the watch events it
+// sent for GroupRestart objects, from its own /metrics. GROUPSCALE_SIZES
+// sets the sizes (default 8,16,32,64), GROUPSCALE_ROUNDS the rounds
+// (default 3); `make groupscale` runs it, `make test` a size of 8
+// (TestGroupScaleSmall) with the bound on its writes.
+
+// groupRound is one measured round.
+type groupRound struct {
+	restart         time.Duration // rank 0's exit → the last rank's start
+	groupWrites     int           // create, update, patch of grouprestarts that succeeded
+	groupRefused    int           // those refused (a conflict of two writers)
+	allWrites       int           // every mutating request of the round
+	groupWatchEvent int           // watch events sent for grouprestarts
+}
+
+// runGroupScale runs rounds rounds of a group of n pods on n simulated
+// nodes and returns them.
+func runGroupScale(t *testing.T, n, rounds int) []groupRound {
+	env, client, dir, bin := startGroupTest(t)
+	// The agents publish their Event-signing keys there.
+	_, err := client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agentapi.AgentNamespace}}, metav1.CreateOptions{})
+	must(t, err)
+	group := fmt.Sprintf("scale-%d", n)
+	gauge := &testutil.SyncBuffer{}
+	type member struct {
+		log  string
+		exit string // rank 0: the file whose appearance makes it exit 42
+	}
+	var members []member
+	for i := 0; i < n; i++ {
+		node := fmt.Sprintf("node-%04d", i)
+		podsDir := filepath.Join(dir, node, "pods")
+		must(t, os.MkdirAll(podsDir, 0o750))
+		p := groupPod(t, client, "default", fmt.Sprintf("rank-%04d", i), node, group, "")
+		startScaleAgent(t, env.Config, node, podsDir)
+		m := member{log: filepath.Join(dir, p.Name+".log"), exit: filepath.Join(dir, "exit")}
+		// Each run logs its start; rank 0's run k exits 42 once the
+		// file exit.k exists, every other run waits to be stopped.
+		script := fmt.Sprintf(`echo "start $(date +%%s%%N)" >> %[1]s
+k=$(grep -c start %[1]s)
+trap 'exit 0' TERM
+if [ %[2]d = 0 ]; then while [ ! -e %[3]s.$k ]; do sleep 0.05; done; echo "exit $(date +%%s%%N)" >> %[1]s; exit 42; fi
+while :; do sleep 0.2; done`, m.log, i, m.exit)
+		startMember(t, bin, stateDir(t, podsDir, p.UID), script, gauge)
+		members = append(members, m)
+	}
+	runs := func(m member) (starts, exits []time.Time) {
+		f, err := os.Open(m.log)
+		if err != nil {
+			return nil, nil
+		}
+		defer f.Close()
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			what, ns, ok := strings.Cut(sc.Text(), " ")
+			v, err := strconv.ParseInt(ns, 10, 64)
+			if !ok || err != nil {
+				continue
+			}
+			if what == "start" {
+				starts = append(starts, time.Unix(0, v))
+			} else if what == "exit" {
+				exits = append(exits, time.Unix(0, v))
+			}
+		}
+		return starts, exits
+	}
+	started := func(k int) bool {
+		for _, m := range members {
+			if s, _ := runs(m); len(s) < k {
+				return false
+			}
+		}
+		return true
+	}
+	waitFor(t, "every rank's first run", 2*time.Minute, func(context.Context) (bool, error) { return started(1), nil })
+	// The agents list their nodes' pods and watch the group before the
+	// first round.
+	time.Sleep(2 * time.Second)
+	var out []groupRound
+	for r := 1; r <= rounds; r++ {
+		before := apiCounts(t, env.Config)
+		must(t, os.WriteFile(fmt.Sprintf("%s.%d", members[0].exit, r), nil, 0o644))
+		waitFor(t, fmt.Sprintf("round %d of %d ranks", r, n), 3*time.Minute, func(context.Context) (bool, error) { return started(r + 1), nil })
+		// The agents finish the round (release, status) after the starts.
+		time.Sleep(time.Second)
+		after := apiCounts(t, env.Config)
+		_, exits := runs(members[0])
+		var last time.Time
+		for _, m := range members {
+			s, _ := runs(m)
+			if s[r].After(last) {
+				last = s[r]
+			}
+		}
+		out = append(out, groupRound{restart: last.Sub(exits[r-1]),
+			groupWrites: after.groupWrites - before.groupWrites, groupRefused: after.groupRefused - before.groupRefused,
+			allWrites:       after.allWrites - before.allWrites,
+			groupWatchEvent: after.groupWatch - before.groupWatch})
+		t.Logf("%d ranks, round %d: exit → last start %s, GroupRestart writes %d (and %d refused), all writes %d, GroupRestart watch events %d",
+			n, r, out[r-1].restart.Round(time.Millisecond), out[r-1].groupWrites, out[r-1].groupRefused, out[r-1].allWrites, out[r-1].groupWatchEvent)
+	}
+	return out
+}
+
+// startScaleAgent runs the node agent for node at its default intervals,
+// with the bounds the binary sets on its client, and stops it at the end.
+func startScaleAgent(t *testing.T, cfg *rest.Config, node, podsDir string) {
+	t.Helper()
+	cfg = nodeagent.ClientConfig(cfg)
+	client, err := kubernetes.NewForConfig(cfg)
+	must(t, err)
+	dyn, err := dynamic.NewForConfig(cfg)
+	must(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	ready, done := make(chan net.Addr, 1), make(chan error, 1)
+	go func() {
+		done <- nodeagent.Run(ctx, nodeagent.Config{Client: client, Dynamic: dyn, Groups: true, NodeName: node, PodsDir: podsDir,
+			MetricsListen: "127.0.0.1:0", Ready: func(addr net.Addr) { ready <- addr }})
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("agent %s: %v", node, err)
+	case <-time.After(time.Minute):
+		cancel()
+		t.Fatalf("agent %s not ready", node)
+	}
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { cancel(); <-done }) })
+}
+
+// apiTotals are counters of the API server's /metrics.
+type apiTotals struct{ groupWrites, groupRefused, allWrites, groupWatch int }
+
+// apiCounts reads the API server's request and watch-event counters.
+func apiCounts(t *testing.T, cfg *rest.Config) apiTotals {
+	t.Helper()
+	client, err := kubernetes.NewForConfig(cfg)
+	must(t, err)
+	body, err := client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	must(t, err)
+	var c apiTotals
+	for _, l := range strings.Split(string(body), "\n") {
+		name, labels, value, ok := parseSample(l)
+		if !ok {
+			continue
+		}
+		switch name {
+		case "apiserver_request_total":
+			if !slices.Contains([]string{"CREATE", "UPDATE", "PATCH", "DELETE", "POST", "PUT"}, labels["verb"]) {
+				continue
+			}
+			c.allWrites += value
+			if labels["resource"] == "grouprestarts" {
+				if strings.HasPrefix(labels["code"], "2") {
+					c.groupWrites += value
+				} else {
+					c.groupRefused += value
+				}
+			}
+		case "apiserver_watch_events_total":
+			if strings.Contains(labels["kind"], "GroupRestart") || labels["resource"] == "grouprestarts" {
+				c.groupWatch += value
+			}
+		}
+	}
+	return c
+}
+
+// parseSample reads one line of the Prometheus text format: name, labels,
+// an integer value.
+func parseSample(l string) (string, map[string]string, int, bool) {
+	if l == "" || l[0] == '#' {
+		return "", nil, 0, false
+	}
+	i := strings.IndexAny(l, "{ ")
+	if i < 0 {
+		return "", nil, 0, false
+	}
+	name, rest := l[:i], l[i:]
+	labels := map[string]string{}
+	if strings.HasPrefix(rest, "{") {
+		j := strings.LastIndex(rest, "}")
+		if j < 0 {
+			return "", nil, 0, false
+		}
+		for _, kv := range strings.Split(rest[1:j], ",") {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				labels[k] = strings.Trim(v, `"`)
+			}
+		}
+		rest = rest[j+1:]
+	}
+	f, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+	if err != nil {
+		return "", nil, 0, false
+	}
+	return name, labels, int(f), true
+}
