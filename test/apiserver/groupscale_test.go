@@ -92,9 +92,10 @@ while :; do sleep 0.2; done`, m.log, i, m.exit)
 			if !ok || err != nil {
 				continue
 			}
-			if what == "start" {
+			switch what {
+			case "start":
 				starts = append(starts, time.Unix(0, v))
-			} else if what == "exit" {
+			case "exit":
 				exits = append(exits, time.Unix(0, v))
 			}
 		}
