@@ -248,6 +248,9 @@ func runCheck(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	wh := c.checkWebhook(*webhookConfig)
 	if wh != nil {
 		c.checkCABundle(wh)
+		if svc := wh.ClientConfig.Service; svc != nil {
+			c.checkWebhookPods(svc.Namespace, svc.Name)
+		}
 	}
 	probeNamespace := *webhookNamespace
 	if wh != nil && wh.ClientConfig.Service != nil {
@@ -473,6 +476,85 @@ func (c *checker) checkCABundle(wh *admissionregistrationv1.MutatingWebhook) {
 	default:
 		c.report(checkResult{"ok", "ca-bundle", fmt.Sprintf("caBundle holds %s; Service %s/%s has %d ready endpoints (the API server's dry run below verifies the served certificate)", strings.Join(subjects, ", "), svc.Namespace, svc.Name, ready), ""})
 	}
+}
+
+// maxWebhookPods bounds the webhook's pods check reads and names.
+const maxWebhookPods = 50
+
+// checkWebhookPods reports the webhook's own pods, the ones its Service
+// selects: how many are ready and, for each that is not, why, from its
+// containers' state (ImagePullBackOff with the image, CrashLoopBackOff
+// with the last exit, unscheduled): the first failure a new install shows.
+func (c *checker) checkWebhookPods(namespace, service string) {
+	ctx, cancel := context.WithTimeout(c.ctx, c.timeout)
+	defer cancel()
+	svc, err := c.client.CoreV1().Services(namespace).Get(ctx, service, metav1.GetOptions{})
+	if err != nil || len(svc.Spec.Selector) == 0 {
+		return // said by the endpoints' line above
+	}
+	sel := labels.SelectorFromSet(svc.Spec.Selector).String()
+	pods, err := c.client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: sel, Limit: maxWebhookPods})
+	if err != nil {
+		c.report(checkResult{"warn", "webhook-pods", fmt.Sprintf("list the webhook's pods (%s in %s): %v", sel, namespace, err), "the check needs list on pods of " + namespace})
+		return
+	}
+	if len(pods.Items) == 0 {
+		c.report(checkResult{"fail", "webhook-pods", fmt.Sprintf("no pod of the webhook runs: Service %s/%s selects none (%s)", namespace, service, sel),
+			fmt.Sprintf("kubectl -n %s describe deployment %s; its events say why it has no pods (a quota, a Pod Security level, a missing ServiceAccount)", namespace, service)})
+		return
+	}
+	ready, why := 0, []string{}
+	for _, p := range pods.Items {
+		if podReady(&p) {
+			ready++
+			continue
+		}
+		why = append(why, p.Name+": "+notReadyReason(&p))
+	}
+	msg := fmt.Sprintf("%d of %d pods of the webhook ready", ready, len(pods.Items))
+	switch {
+	case len(why) == 0:
+		c.report(checkResult{"ok", "webhook-pods", msg, ""})
+	case ready == 0:
+		c.report(checkResult{"fail", "webhook-pods", msg + "; " + strings.Join(why, "; "), "kubectl -n " + namespace + " describe pod " + pods.Items[0].Name})
+	default:
+		c.report(checkResult{"warn", "webhook-pods", msg + "; " + strings.Join(why, "; "), "kubectl -n " + namespace + " describe pods -l " + sel})
+	}
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// notReadyReason says why a pod is not ready, from its containers' state.
+func notReadyReason(p *corev1.Pod) string {
+	for _, cs := range p.Status.ContainerStatuses {
+		switch {
+		case cs.State.Waiting != nil && cs.State.Waiting.Reason != "":
+			r := cs.State.Waiting.Reason
+			if strings.Contains(r, "Image") {
+				r += " (image " + cs.Image + ")"
+			}
+			if m := cs.State.Waiting.Message; m != "" {
+				r += ": " + clipWarning(m)
+			}
+			if t := cs.LastTerminationState.Terminated; t != nil {
+				r += fmt.Sprintf(", last exit %d %s", t.ExitCode, t.Reason)
+			}
+			return r
+		case cs.State.Terminated != nil:
+			return fmt.Sprintf("exited %d %s", cs.State.Terminated.ExitCode, cs.State.Terminated.Reason)
+		}
+	}
+	if p.Spec.NodeName == "" {
+		return "not scheduled"
+	}
+	return "not ready (" + string(p.Status.Phase) + ")"
 }
 
 // checkAdmission asks the API server to create pod (or a probe pod with

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -264,4 +266,55 @@ spec:
 		t.Errorf("check without the configuration: exit %d, want 1", code)
 	}
 	expect(out, []string{"webhook-config", "fail", "not found", "kubectl apply -k deploy/"})
+}
+
+// TestCheckWebhookPods: check names the first failure a new install shows,
+// the webhook's own pods: none (the Deployment made none), or one in
+// ImagePullBackOff, named with its image, from the pod's status on a real
+// API server (no kubelet: the test writes the status a kubelet would).
+func TestCheckWebhookPods(t *testing.T) {
+	env, client := startAPIServer(t, kubeAssets(t), true)
+	ctx := context.Background()
+	dir := t.TempDir()
+	admin := kubeconfigFor(t, env, dir, "admin", envtest.User{Name: "check-admin", Groups: []string{"system:masters"}})
+	bin := buildInjector(t, dir)
+	for _, ns := range []string{"ri-system", "apps"} {
+		_, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+		must(t, err)
+	}
+	sel := map[string]string{"app.kubernetes.io/name": "ri"}
+	_, err := client.CoreV1().Services("ri-system").Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "ri"},
+		Spec: corev1.ServiceSpec{Selector: sel, Ports: []corev1.ServicePort{{Port: 443}}}}, metav1.CreateOptions{})
+	must(t, err)
+	ignore := admissionregistrationv1.Ignore
+	none := admissionregistrationv1.SideEffectClassNone
+	_, err = client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "ri-restart-injector"},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{Name: "inject.restart-supervisor.dev", FailurePolicy: &ignore, SideEffects: &none,
+			AdmissionReviewVersions: []string{"v1"},
+			ClientConfig:            admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{Namespace: "ri-system", Name: "ri"}},
+			Rules: []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+				Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}}}}}}}, metav1.CreateOptions{})
+	must(t, err)
+	check := func() string {
+		out, _ := exec.Command(bin, "check", "--kubeconfig", admin, "-n", "apps").CombinedOutput()
+		return string(out)
+	}
+	if out := check(); !strings.Contains(out, "fail  webhook-pods        no pod of the webhook runs: Service ri-system/ri selects none") {
+		t.Errorf("check with no webhook pod:\n%s", out)
+	}
+	pod, err := client.CoreV1().Pods("ri-system").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "ri-7d9f-abcde", Labels: sel},
+		Spec: corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{Name: "restart-injector", Image: "ghcr.io/restart-supervisor/restart-injector:v0.1.0"}}}},
+		metav1.CreateOptions{})
+	must(t, err)
+	pod.Status = corev1.PodStatus{Phase: corev1.PodPending,
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}},
+		ContainerStatuses: []corev1.ContainerStatus{{Name: "restart-injector", Image: "ghcr.io/restart-supervisor/restart-injector:v0.1.0",
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: "Back-off pulling image"}}}}}
+	_, err = client.CoreV1().Pods("ri-system").UpdateStatus(ctx, pod, metav1.UpdateOptions{})
+	must(t, err)
+	want := "fail  webhook-pods        0 of 1 pods of the webhook ready; ri-7d9f-abcde: ImagePullBackOff (image ghcr.io/restart-supervisor/restart-injector:v0.1.0): Back-off pulling image"
+	if out := check(); !strings.Contains(out, want) {
+		t.Errorf("check with the webhook's pod in ImagePullBackOff lacks %q:\n%s", want, out)
+	}
 }
