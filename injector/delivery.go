@@ -98,6 +98,9 @@ func (i *Injector) installContainer(pod *corev1.Pod) corev1.Container {
 		},
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
+	if i.opts.PlatformUID {
+		c.SecurityContext.RunAsUser = nil
+	}
 	if !isBestEffort(pod) {
 		c.Resources = i.installResources(pod)
 	}

@@ -47,6 +47,11 @@ type Options struct {
 	// is the binary volume (DeliveryImage); default
 	// DefaultSupervisorImage().
 	SupervisorImage string
+	// PlatformUID leaves the install container's UID to the platform,
+	// which assigns one from the namespace's range (OpenShift's
+	// restricted-v2 SCC refuses a fixed runAsUser outside it): no
+	// runAsUser is named, runAsNonRoot stays. Otherwise it runs as 65532.
+	PlatformUID bool
 	// ImagePullPolicy of the install container or of the image volume;
 	// empty leaves it to the API server's defaulting (which for an image
 	// volume follows the reference's tag as for a container's image).

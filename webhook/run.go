@@ -128,6 +128,9 @@ type Config struct {
 	// image volume's pullPolicy. If it is empty, the API server's
 	// defaulting decides.
 	ImagePullPolicy corev1.PullPolicy
+	// PlatformUID leaves the install container's UID to the platform
+	// (injector.Options.PlatformUID).
+	PlatformUID bool
 	// SupervisorPullSecrets are added to every injected pod's
 	// imagePullSecrets (injector.Options.PullSecrets).
 	SupervisorPullSecrets []string
@@ -327,6 +330,7 @@ func (c Config) injectorOptions(client kubernetes.Interface, log *slog.Logger, r
 	opts := injector.Options{
 		SupervisorImage: c.SupervisorImage,
 		ImagePullPolicy: c.ImagePullPolicy,
+		PlatformUID:     c.PlatformUID,
 		VolumeMedium:    c.VolumeMedium,
 		Backoff:         c.Backoff,
 		PullSecrets:     c.SupervisorPullSecrets,

@@ -91,6 +91,7 @@ func runInject(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	var insecure, allowed registryList
 	registryFlags(fl, &insecure, &allowed)
 	medium := fl.String("volume-medium", "", `emptyDir medium of the injected volumes: "" (node disk) or Memory`)
+	platformUID := fl.Bool("platform-uid", false, "name no runAsUser in the install init container: the platform assigns the UID (OpenShift's restricted-v2 SCC)")
 	delivery := fl.String("delivery", "copy", "`HOW` pods get the binaries: copy (an install init container, every release) or image (the supervisor image as an image volume: Kubernetes 1.35+, containerd 2.1+ or CRI-O 1.31+ on every node)")
 	var pullSecrets nameList
 	fl.Var(&pullSecrets, "supervisor-pull-secret", "`NAME` of a Secret added to every injected pod's imagePullSecrets, to pull the supervisor image; repeatable or comma-separated")
@@ -136,7 +137,7 @@ func runInject(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		fmt.Fprintf(stderr, "warning: %s\n", injector.UnpinnedWarning(img, injector.UnpinnedImage(img)))
 	}
 	opts := injector.Options{SupervisorImage: *image, VolumeMedium: corev1.StorageMedium(*medium), KubeVersion: kubeVersion, Backoff: backoff,
-		Delivery: how, PullSecrets: pullSecrets}
+		Delivery: how, PullSecrets: pullSecrets, PlatformUID: *platformUID}
 	if !*noLookup {
 		opts.Resolver = registry.New(registry.Options{Keychain: authn.DefaultKeychain, Timeout: *timeout,
 			InsecureRegistries: insecure, AllowedRegistries: allowed})

@@ -45,6 +45,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) int {
 	registryFlags(fs, &insecure, &allowed)
 	fs.StringVar(&c.ClientCAFile, "client-ca-file", "", "PEM `FILE` of CAs: /mutate then requires a client certificate signed by one of them (the API server's, see docs/webhook.md)")
 	fs.StringVar(&c.SupervisorImage, "supervisor-image", "", "`IMAGE` of the install init container (default "+injector.DefaultSupervisorImage()+")")
+	fs.BoolVar(&c.PlatformUID, "platform-uid", false, "name no runAsUser in the install init container: the platform assigns the UID (OpenShift's restricted-v2 SCC)")
 	pullPolicy := fs.String("image-pull-policy", "", "imagePullPolicy of the install init container, or pullPolicy of the image volume (default: the API server's)")
 	delivery := fs.String("delivery", "auto", "`HOW` injected pods get the binaries: copy (an install init container), image (the supervisor image as an image volume: Kubernetes 1.35+, containerd 2.1+ or CRI-O 1.31+ on every node), or auto (image once the API server, every kubelet and every runtime are seen to support it; copy until then and without API access)")
 	var pullSecrets nameList

@@ -290,6 +290,7 @@ webhook:
   podLabels: {team: ml}
   strategy: {type: RollingUpdate, rollingUpdate: {maxUnavailable: 0}}
   podSecurityContext: {runAsUser: null, runAsGroup: null}
+  platformUID: true
   securityContext: {privileged: false}
   topologySpreadConstraints: [{maxSkew: 1, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app.kubernetes.io/name: restart-injector}}}]
   extraVolumes: [{name: extra, configMap: {name: extra}}]
@@ -348,7 +349,7 @@ nodeAgent: {enabled: true, namespace: rs-agent, interval: 5s, image: {tag: v9.9.
 	check("replicas", at(deploy, "spec", "replicas"), `3`)
 	check("image", at(deploy, append(ctr, "image")...), `"registry.example.com/ri:v9.9.9"`)
 	check("imagePullPolicy", at(deploy, append(ctr, "imagePullPolicy")...), `"IfNotPresent"`)
-	check("args", at(deploy, append(ctr, "args")...), `["serve","--cert-dir=/etc/restart-injector/tls","--native=off","--delivery=image","--supervisor-pull-secret=registry-a","--supervisor-pull-secret=registry-b","--on-entrypoint-error=allow",`+
+	check("args", at(deploy, append(ctr, "args")...), `["serve","--cert-dir=/etc/restart-injector/tls","--native=off","--delivery=image","--supervisor-pull-secret=registry-a","--supervisor-pull-secret=registry-b","--on-entrypoint-error=allow","--platform-uid",`+
 		`"--supervisor-image=registry.example.com/rs@sha256:`+strings.Repeat("ab", 32)+`","--image-pull-policy=Always","--cert-mode=self",`+
 		`"--client-ca-file=/etc/restart-injector/client-ca/bundle.pem","--allowed-registries=registry.example.com"]`)
 	check("client CA mount", at(deploy, append(ctr, "volumeMounts", 1)...), `{"mountPath":"/etc/restart-injector/client-ca","name":"client-ca","readOnly":true}`)
