@@ -341,3 +341,32 @@ func TestMembersOutputBounded(t *testing.T) {
 	}
 	t.Logf("input of %d bytes: %v", b.Len(), err)
 }
+
+// TestWatchdogInRules: the whole config travels in x-restart-rules, the
+// watchdog and an escalation ladder included, validated as the supervisor
+// validates them.
+func TestWatchdogInRules(t *testing.T) {
+	in := []byte(`services:
+  trainer:
+    image: trainer:1
+    entrypoint: [python]
+    command: [train.py]
+    x-restart-rules:
+      restartPolicy: Never
+      restartPolicyRules: [{action: Restart, exitCodes: {operator: In, values: [124]}}]
+      watchdog: {outputPattern: 'step [0-9]+', stallSeconds: 60}
+      escalation: {steps: [{action: Restart, restarts: 3}]}
+`)
+	got, err := Generate(t.Context(), in, testOptions(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(got), `"watchdog":{"outputPattern":"step [0-9]+","stallSeconds":60}`) ||
+		!strings.Contains(string(got), `"escalation":{"steps":[{"action":"Restart","restarts":3}]}`) {
+		t.Errorf("the generated file lacks the watchdog or the ladder:\n%s", got)
+	}
+	bad := []byte(strings.Replace(string(in), "stallSeconds: 60", "stallSeconds: 0", 1))
+	if _, err := Generate(t.Context(), bad, testOptions(nil)); err == nil || !strings.Contains(err.Error(), "watchdog.stallSeconds") {
+		t.Errorf("stallSeconds 0: %v, want an error naming watchdog.stallSeconds", err)
+	}
+}
