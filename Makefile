@@ -216,10 +216,12 @@ upstream-e2e:
 # gives it, unfaulted and faulted (test/docker TestTrainingExample); then on
 # a real kubelet, every recovery path side by side in three scenarios: two
 # pods of one rank, two pods of two ranks under torchrun, two pods of a
-# trainer and a sidecar (test/e2e TestTrainingOnKubelet, docs/training.md).
-# TRAINING_RUNS (default 5) runs each row (a subset of rows without
-# rewriting the docs: TRAINING_PATHS=group,supervised go test -tags
-# training -run TestTrainingOnKubelet ./test/e2e); KUBE_BIN_DIR picks the
+# trainer and a sidecar; then a rank that hangs, found by the watchdog, a
+# liveness probe or the collective timeout, and the watchdog under CPU load
+# (test/e2e TestTrainingOnKubelet, docs/training.md). TRAINING_RUNS
+# (default 5) runs each row; TRAINING_PATHS (path ids, e.g.
+# TRAINING_PATHS=group,supervised) runs some paths and rewrites only their
+# rows of docs/training-<release>.md; KUBE_BIN_DIR picks the
 # release (setup.sh's by default). Root; the first run installs
 # python3-torch (about 150 MB) and builds the training image
 # (hack/training-rootfs.sh, about 3 min, 1.2 GB, cached); about 33 minutes

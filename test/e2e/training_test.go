@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"sort"
@@ -31,6 +32,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
+	"github.com/restart-supervisor/restart-supervisor/rules"
 	"github.com/restart-supervisor/restart-supervisor/test/e2e/cluster"
 )
 
@@ -86,7 +88,8 @@ var (
 type trainingPath struct {
 	id, name string
 	scenario *trainingScenario
-	// faults are the ids of the faults the path runs, every fault when nil.
+	// faults are the ids of the faults the path runs; nil: the faults
+	// that exit (trainingFaults), not the hang nor the check under load.
 	faults []string
 	// since is the oldest minor release that has the path (0: every one).
 	since int
@@ -100,8 +103,11 @@ type trainingPath struct {
 	supervised bool
 }
 
-func (p trainingPath) runs(fault string) bool {
-	return p.faults == nil || slices.Contains(p.faults, fault)
+func (p trainingPath) runs(f trainingFault) bool {
+	if p.faults == nil {
+		return !f.hang && !f.load
+	}
+	return slices.Contains(p.faults, f.id)
 }
 
 // selector selects the pods of one run of the path.
@@ -146,9 +152,6 @@ func selectedTrainingPaths(t *testing.T) []trainingPath {
 	if len(ids) > 0 {
 		t.Fatalf("TRAINING_PATHS names unknown paths %v", ids)
 	}
-	if *updateTraining {
-		t.Fatalf("TRAINING_PATHS with -update-training: docs/training-<release>.md holds every path")
-	}
 	return out
 }
 
@@ -156,6 +159,22 @@ func selectedTrainingPaths(t *testing.T) []trainingPath {
 type trainingFault struct {
 	id, name string
 	args     []string
+	// hang: the rank stops making progress without exiting; its rows are
+	// the hang section's, and only the paths that name it run it.
+	hang bool
+	// load: no fault, the watchdog's check under CPU load (watchdogLoad):
+	// an unfaulted run whose steps are slower must not be stopped.
+	load bool
+}
+
+// trainingFaults are the faults, in the report's order.
+func trainingFaults() []trainingFault {
+	return []trainingFault{
+		{id: "exit42", name: "rank 1 exits 42 at step 25", args: []string{"--fault-kind", "exit", "--fault-code", "42"}},
+		{id: "kill", name: "rank 1 is SIGKILLed at step 25", args: []string{"--fault-kind", "kill"}},
+		{id: "hang", name: "rank 1 hangs at step 25", args: []string{"--fault-kind", "hang"}, hang: true},
+		{id: "load", name: "none, under CPU load", load: true},
+	}
 }
 
 // trainingRun is what one run of a path gave.
@@ -165,6 +184,44 @@ type trainingRun struct {
 	kubeletRestart int32 // the kubelet's restartCount, summed over the Job's pods
 	state          string
 	err            error
+	steps          stepStats
+	// The watchdog's check under load (watchdogLoad): the runs it
+	// stopped, by the supervisor's log, and the slowest rank's first
+	// heartbeat after its start, seconds.
+	stalls    int
+	firstBeat float64
+}
+
+// stepStats is the pace of a run's steps: the seconds between two
+// consecutive steps of a rank within one attempt, the median and the
+// longest (a checkpoint's step and its barrier), over every rank. train.py
+// touches its heartbeat file right after each step's line, so these are
+// the gaps between two heartbeats too.
+type stepStats struct {
+	median, longest float64
+}
+
+// stepStatsOf reads the pace of the steps from the ranks' log files.
+func stepStatsOf(ranks [][]trainLine) stepStats {
+	var gaps []float64
+	for _, lines := range ranks {
+		prev := -1
+		for i, l := range lines {
+			switch {
+			case l.Event == "start":
+				prev = -1
+			case l.Event == "" && l.Step > 0:
+				if prev >= 0 && lines[prev].Step == l.Step-1 {
+					gaps = append(gaps, l.Time-lines[prev].Time)
+				}
+				prev = i
+			}
+		}
+	}
+	if len(gaps) == 0 {
+		return stepStats{}
+	}
+	return stepStats{median: medianOf(gaps), longest: slices.Max(gaps)}
 }
 
 // recoveryTime is one faulted run read from the ranks' log files.
@@ -197,10 +254,12 @@ func trainingRules() (*corev1.ContainerRestartPolicy, []corev1.ContainerRestartR
 // release in KUBE_BIN_DIR (setup.sh's otherwise) as an indexed Job of two
 // pods, one rank each, DDP over gloo on the host network's loopback, with
 // the checkpoints in a node directory that outlives the pods. Rank 1 exits
-// 42, or is SIGKILLed, at step 25; each recovery path of trainingPaths runs
-// TRAINING_RUNS (default 5) times per fault, in one run of the cluster, and
-// every run must end with an unfaulted run's final loss, bit for bit. With
-// -update-training it writes docs/training.md.
+// 42, or is SIGKILLed, or hangs, at step 25; each recovery path of
+// trainingPaths runs TRAINING_RUNS (default 5) times per fault it takes, in
+// one run of the cluster, and every run must end with an unfaulted run's
+// final loss, bit for bit; the watchdog's check under load runs the same
+// way. With -update-training it writes docs/training.md, with
+// TRAINING_PATHS only the rows of the paths it names.
 func TestTrainingOnKubelet(t *testing.T) {
 	repo, binDir := prepareNode(t)
 	runs := 5
@@ -238,8 +297,10 @@ func TestTrainingOnKubelet(t *testing.T) {
 	port := 29800
 	next := func() int { port++; return port }
 	paths := selectedTrainingPaths(t)
-	// The final loss of an unfaulted run, per world size.
+	// The final loss of an unfaulted run, and the pace of its steps, per
+	// world size.
 	want := map[int]float64{}
+	pace := map[int]stepStats{}
 	for _, sc := range trainingScenarios {
 		if sc.unfaulted == nil || !slices.ContainsFunc(paths, func(p trainingPath) bool { return p.scenario.world == sc.world }) {
 			continue
@@ -254,14 +315,12 @@ func TestTrainingOnKubelet(t *testing.T) {
 		if err != nil {
 			t.Fatalf("unfaulted run of %d ranks: %v\n%s", sc.world, err, jobLogs(ctx, e, "batch.kubernetes.io/job-name="+key))
 		}
-		want[sc.world] = unfaulted.rec.finalLoss
-		t.Logf("unfaulted final loss of %d ranks: %v", sc.world, want[sc.world])
+		want[sc.world], pace[sc.world] = unfaulted.rec.finalLoss, unfaulted.steps
+		t.Logf("unfaulted final loss of %d ranks: %v; a step every %.1f ms (median), the longest gap %.0f ms",
+			sc.world, want[sc.world], 1000*unfaulted.steps.median, 1000*unfaulted.steps.longest)
 	}
 
-	faults := []trainingFault{
-		{id: "exit42", name: "rank 1 exits 42 at step 25", args: []string{"--fault-kind", "exit", "--fault-code", "42"}},
-		{id: "kill", name: "rank 1 is SIGKILLed at step 25", args: []string{"--fault-kind", "kill"}},
-	}
+	faults := trainingFaults()
 	// One node agent for every path, with group restarts, and the
 	// restart-injector binary: what `restart-injector status` shows of
 	// each path is part of the report.
@@ -279,13 +338,16 @@ func TestTrainingOnKubelet(t *testing.T) {
 			continue
 		}
 		for _, f := range faults {
-			if !p.runs(f.id) {
+			if !p.runs(f) {
 				continue
 			}
 			for i := range runs {
 				key := fmt.Sprintf("%s-%s-%d", p.id, f.id, i)
 				ckpt := trainingCkpt(t, c, key)
-				fault := append(f.args, "--fault-rank", strconv.Itoa(trainFaultRank), "--fault-step", strconv.Itoa(trainFault))
+				fault := slices.Concat(f.args, []string{"--fault-rank", strconv.Itoa(trainFaultRank), "--fault-step", strconv.Itoa(trainFault)})
+				if f.load {
+					fault = append(fault, "--step-time", strconv.FormatFloat(loadSlowdown*loadStep, 'f', -1, 64))
+				}
 				var run trainingRun
 				var err error
 				if p.jobSet != nil {
@@ -299,7 +361,11 @@ func TestTrainingOnKubelet(t *testing.T) {
 					if job, err = p.job(e, key, ckpt, next(), fault); err != nil {
 						t.Fatalf("%s, %s: %v", p.name, f.name, err)
 					}
-					run, err = runTrainingJob(ctx, e, job, ckpt, p.scenario.world, true)
+					if f.load {
+						run, err = watchdogLoad(ctx, e, job, ckpt, p.scenario.world)
+					} else {
+						run, err = runTrainingJob(ctx, e, job, ckpt, p.scenario.world, true)
+					}
 				}
 				// A failed run fails the test but not the others: the
 				// report then says which runs failed, and why.
@@ -312,10 +378,15 @@ func TestTrainingOnKubelet(t *testing.T) {
 					results[p.id][f.name] = append(results[p.id][f.name], run)
 					continue
 				}
-				t.Logf("%s, %s, run %d: %.2f s to the first step after resume, %d steps lost, %d pods, restartCount %d, %s",
-					p.name, f.name, i, run.rec.seconds, run.rec.stepsLost, run.pods, run.kubeletRestart, run.state)
+				if f.load {
+					t.Logf("%s, %s, run %d: a step every %.1f ms (median; unfaulted %.1f ms), the longest gap %.0f ms, the first heartbeat after %.2f s, %d stalls, %s",
+						p.name, f.name, i, 1000*run.steps.median, 1000*pace[p.scenario.world].median, 1000*run.steps.longest, run.firstBeat, run.stalls, run.state)
+				} else {
+					t.Logf("%s, %s, run %d: %.2f s to the first step after resume, %d steps lost, %d pods, restartCount %d, %s",
+						p.name, f.name, i, run.rec.seconds, run.rec.stepsLost, run.pods, run.kubeletRestart, run.state)
+				}
 				results[p.id][f.name] = append(results[p.id][f.name], run)
-				if _, ok := shown[p.id]; !ok {
+				if _, ok := shown[p.id]; !ok && !f.load {
 					shown[p.id] = whatUsersSee(ctx, c, binDir, injectorBin, p, key)
 					t.Logf("%s:\n%s", p.name, shown[p.id])
 				}
@@ -323,8 +394,18 @@ func TestTrainingOnKubelet(t *testing.T) {
 		}
 	}
 	if *updateTraining {
-		doc := trainingReport(c, want, loadStart, paths, faults, results, shown)
-		if err := os.WriteFile(filepath.Join(repo, "docs", "training-"+c.KubeVersion+".md"), []byte(doc), 0o644); err != nil {
+		file := filepath.Join(repo, "docs", "training-"+c.KubeVersion+".md")
+		r := trainingResults{c: c, runs: runs, loadStart: loadStart, want: want, pace: pace, paths: paths, faults: faults, results: results, shown: shown}
+		// A run of some paths rewrites their rows and keeps the others'.
+		if os.Getenv("TRAINING_PATHS") != "" {
+			old, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatalf("TRAINING_PATHS with -update-training rewrites the rows of %s, which cannot be read: %v", file, err)
+			}
+			prior := parsePriorReport(string(old))
+			r.prior = &prior
+		}
+		if err := os.WriteFile(file, []byte(trainingReport(r)), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		if err := writeTrainingIndex(filepath.Join(repo, "docs")); err != nil {
@@ -380,7 +461,7 @@ func trainingCkpt(t *testing.T, c *cluster.Cluster, key string) string {
 // trainingPaths are the recovery paths, each the Job a user would write,
 // scenario by scenario. Ids are unique; names repeat across scenarios.
 func trainingPaths() []trainingPath {
-	exit42 := []string{"exit42"}
+	exit42, hang := []string{"exit42"}, []string{"hang"}
 	return []trainingPath{
 		{id: "supervised", name: "in place, restart-supervisor", scenario: ddpScenario, supervised: true, job: func(e *env, name, ckpt string, port int, fault []string) (*batchv1.Job, error) {
 			job, err := trainingJob(e, name, ckpt, port, fault, true)
@@ -479,7 +560,127 @@ func trainingPaths() []trainingPath {
 		// RestartAllContainers: alpha in 1.35 (the cluster turns its gates
 		// on), beta and on by default from 1.36.
 		{id: "sidecar-native", name: "every container of the pod, the kubelet (KEP-5532)", scenario: sidecarScenario, faults: exit42, since: 35, job: sidecarJob},
+
+		// A rank that hangs (the hang section): the first scenario's Job
+		// unless the path says otherwise. The first path also runs the
+		// watchdog's check under load.
+		{id: "hang-group", name: "watchdog (heartbeat file), restart-supervisor RestartGroup", scenario: ddpScenario, faults: []string{"hang", "load"}, supervised: true, job: func(e *env, name, ckpt string, port int, fault []string) (*batchv1.Job, error) {
+			return annotatedTrainingJob(e, name, ckpt, port, withHeartbeat(fault), hangRules("RestartGroup", []int32{1, 42, 124}, fileWatchdog()))
+		}},
+		{id: "hang-torchrun-group", name: "torchrun, two pods of two ranks: watchdog (the ranks' output), restart-supervisor RestartGroup", scenario: torchrunScenario, faults: hang, supervised: true, job: func(e *env, name, ckpt string, port int, fault []string) (*batchv1.Job, error) {
+			job := torchrunPodsJob(e, name, ckpt, port, fault, 0)
+			job.Spec.Template.Annotations = map[string]string{contract.AnnotationRules: hangRules("RestartGroup", []int32{1, 124}, outputWatchdog())}
+			return e.mutateJob(context.Background(), job)
+		}},
+		{id: "hang-supervised", name: "watchdog (heartbeat file), restart-supervisor Restart", scenario: ddpScenario, faults: hang, supervised: true, job: func(e *env, name, ckpt string, port int, fault []string) (*batchv1.Job, error) {
+			return annotatedTrainingJob(e, name, ckpt, port, withHeartbeat(fault), hangRules("Restart", []int32{1, 42, 124}, fileWatchdog()))
+		}},
+		{id: "hang-liveness", name: "the kubelet's liveness probe (heartbeat file), pod restartPolicy OnFailure", scenario: ddpScenario, faults: hang, job: livenessJob},
+		{id: "hang-timeout", name: "no detection: the collective timeout, restart-supervisor RestartGroup on 1", scenario: ddpScenario, faults: hang, supervised: true, job: func(e *env, name, ckpt string, port int, fault []string) (*batchv1.Job, error) {
+			return annotatedTrainingJob(e, name, ckpt, port, fault, hangRules("RestartGroup", []int32{1}, nil))
+		}},
 	}
+}
+
+// The hang rows' detection, the watchdog's and the liveness probe's alike:
+// no heartbeat for hangStall seconds is a hang. A step of train.py here
+// takes milliseconds, the longest gap between two heartbeats (a
+// checkpoint's step) a fraction of a second, under CPU load too (the check
+// under load measures both), so a stall of hangStall seconds is no slow
+// step; the first heartbeat, after torch's import and the rendezvous, may
+// take hangFirstBeat. The grace period is short: under the supervisor the
+// stop signal ends train.py at once, and as a container's PID 1 it ignores
+// the signal, so that the grace period is spent in full.
+const (
+	hangStall     = 10
+	hangFirstBeat = 60
+	hangGrace     = 2
+	// hangHeartbeat is in the container's own file system: each pod's,
+	// and a new container of the kubelet's starts without it.
+	hangHeartbeat = "/tmp/heartbeat"
+	// hangPattern is in train.py's line of each step.
+	hangPattern = `"step": [0-9]+`
+)
+
+// fileWatchdog watches the heartbeat file train.py touches after each step
+// (withHeartbeat).
+func fileWatchdog() *rules.Watchdog {
+	return &rules.Watchdog{HeartbeatFile: hangHeartbeat, FirstHeartbeatSeconds: hangFirstBeat, StallSeconds: hangStall, GracePeriodSeconds: ptr(int32(hangGrace))}
+}
+
+// outputWatchdog watches the lines of the steps on the workload's output,
+// which torchrun passes through from its workers.
+func outputWatchdog() *rules.Watchdog {
+	return &rules.Watchdog{OutputPattern: hangPattern, FirstHeartbeatSeconds: hangFirstBeat, StallSeconds: hangStall, GracePeriodSeconds: ptr(int32(hangGrace))}
+}
+
+// withHeartbeat adds train.py's heartbeat file to its arguments.
+func withHeartbeat(args []string) []string {
+	return slices.Concat(args, []string{"--heartbeat-file", hangHeartbeat})
+}
+
+// hangRules is the trainer's entry of the rules annotation: action on the
+// exit codes, under the watchdog w when it is not nil.
+func hangRules(action string, codes []int32, w *rules.Watchdog) string {
+	entry := map[string]any{"restartPolicy": "Never", "restartPolicyRules": []any{
+		map[string]any{"action": action, "exitCodes": map[string]any{"operator": "In", "values": codes}}}}
+	if w != nil {
+		entry["watchdog"] = w
+	}
+	b, err := json.Marshal(map[string]any{"trainer": entry})
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+// annotatedTrainingJob is trainingJob with the rules annotation ann,
+// through the injector.
+func annotatedTrainingJob(e *env, name, ckpt string, port int, fault []string, ann string) (*batchv1.Job, error) {
+	job, err := trainingJob(e, name, ckpt, port, fault, false)
+	if err != nil {
+		return nil, err
+	}
+	job.Spec.Template.Annotations = map[string]string{contract.AnnotationRules: ann}
+	return e.mutateJob(context.Background(), job)
+}
+
+// livenessJob is trainingJob as a user without the supervisor detects a
+// hang: the kubelet's exec probes on the heartbeat file's age every
+// second, with the watchdog's bounds: a startup probe that waits up to
+// hangFirstBeat for a fresh heartbeat, then a liveness probe whose
+// default failureThreshold, 3, fails when no heartbeat came for
+// hangStall seconds (the file older than livenessAge three times in a
+// row), and kills the container after hangGrace; under the pod's
+// restartPolicy OnFailure, since a probe's kill follows the restart
+// policy, not a rule. One failure is not enough: the kubelet of 1.37.2
+// runs the liveness probe once in the new container before its startup
+// probe has passed (kubernetes/kubernetes#141155), and with
+// failureThreshold 1 that kills the new container too.
+func livenessJob(e *env, name, ckpt string, port int, fault []string) (*batchv1.Job, error) {
+	job, err := trainingJob(e, name, ckpt, port, withHeartbeat(fault), false)
+	if err != nil {
+		return nil, err
+	}
+	spec := &job.Spec.Template.Spec
+	spec.RestartPolicy = corev1.RestartPolicyOnFailure
+	fresh := corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: livenessCommand()}}
+	grace := int64(hangGrace)
+	spec.Containers[0].StartupProbe = &corev1.Probe{ProbeHandler: fresh, PeriodSeconds: 1, FailureThreshold: hangFirstBeat}
+	spec.Containers[0].LivenessProbe = &corev1.Probe{ProbeHandler: fresh, PeriodSeconds: 1, FailureThreshold: livenessFailures, TerminationGracePeriodSeconds: &grace}
+	return job, nil
+}
+
+// The liveness probe fails livenessFailures times a second apart once the
+// heartbeat file is livenessAge seconds old: no heartbeat for hangStall.
+const (
+	livenessFailures = 3
+	livenessAge      = hangStall - (livenessFailures - 1)
+)
+
+// livenessCommand is the probe: the heartbeat file younger than livenessAge.
+func livenessCommand() []string {
+	return []string{"/bin/sh", "-c", fmt.Sprintf(`test $(( $(date +%%s) - $(stat -c %%Y %s) )) -lt %d`, hangHeartbeat, livenessAge)}
 }
 
 // superviseTrainingJob moves the Job's rules into the annotation carrier,
@@ -700,6 +901,7 @@ func runTrainingJob(ctx context.Context, e *env, job *batchv1.Job, ckpt string, 
 	}
 	deadline := time.Now().Add(10 * time.Minute)
 	killed := map[int64]bool{}
+	why := ""
 	for run.state == "" {
 		if err := killAsked(ckpt, world, killed); err != nil {
 			return run, err
@@ -710,7 +912,7 @@ func runTrainingJob(ctx context.Context, e *env, job *batchv1.Job, ckpt string, 
 		}
 		for _, c := range j.Status.Conditions {
 			if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
-				run.state = string(c.Type)
+				run.state, why = string(c.Type), c.Reason+": "+c.Message
 			}
 		}
 		if run.state == "" && time.Now().After(deadline) {
@@ -727,14 +929,110 @@ func runTrainingJob(ctx context.Context, e *env, job *batchv1.Job, ckpt string, 
 		return run, err
 	}
 	if run.state != string(batchv1.JobComplete) {
-		return run, fmt.Errorf("Job %s %s (%d pods)", job.Name, run.state, run.pods)
+		return run, fmt.Errorf("Job %s %s (%s; %d pods)", job.Name, run.state, why, run.pods)
 	}
 	ranks, err := readRankLogs(ckpt, world)
 	if err != nil {
 		return run, err
 	}
+	run.steps = stepStatsOf(ranks)
 	run.rec, err = measureRecovery(ranks, faulted)
 	return run, err
+}
+
+// The watchdog's check under load. This job's own steps take
+// milliseconds, so that a whole run would pass between two polls of the
+// heartbeat file and prove nothing; a step of loadStep seconds (train.py's
+// --step-time) stands for a model's, and under load it is loadSlowdown
+// times slower (--step-time loadSlowdown×loadStep) while loadHogs busy
+// loops per CPU run on the node: a run then lasts several stall timeouts,
+// each of which only the heartbeats keep from firing.
+const (
+	loadHogs     = 2
+	loadStep     = 0.5
+	loadSlowdown = 3
+)
+
+// watchdogLoad is the watchdog's check under load: the unfaulted job
+// under the path's watchdog while the node's CPUs run loadHogs busy loops
+// each, from before the pods start (torch's import is slower too) to the
+// end. Its steps are slower; the watchdog must stop no run: the
+// supervisor's log of each trainer says no stall, and each rank started
+// once.
+func watchdogLoad(ctx context.Context, e *env, job *batchv1.Job, ckpt string, world int) (trainingRun, error) {
+	stop, err := startCPUHogs(loadHogs * runtime.NumCPU())
+	if err != nil {
+		return trainingRun{}, err
+	}
+	run, err := runTrainingJob(ctx, e, job, ckpt, world, false)
+	stop()
+	if err != nil {
+		return run, err
+	}
+	pods, err := e.c.Client.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{LabelSelector: "batch.kubernetes.io/job-name=" + job.Name})
+	if err != nil {
+		return run, err
+	}
+	beats := 0
+	for _, p := range pods.Items {
+		out, err := e.c.Client.CoreV1().Pods(e.ns).GetLogs(p.Name, &corev1.PodLogOptions{Container: "trainer"}).DoRaw(ctx)
+		if err != nil {
+			return run, fmt.Errorf("logs of %s: %w", p.Name, err)
+		}
+		for line := range strings.Lines(string(out)) {
+			switch {
+			case strings.Contains(line, "reason=Stalled"):
+				run.stalls++
+			case strings.Contains(line, `msg="first heartbeat"`):
+				_, after, _ := strings.Cut(line, " after=")
+				d, err := time.ParseDuration(strings.TrimSpace(after))
+				if err != nil {
+					return run, fmt.Errorf("%s: first heartbeat after %q: %v", p.Name, after, err)
+				}
+				beats++
+				run.firstBeat = max(run.firstBeat, d.Seconds())
+			}
+		}
+	}
+	ranks, err := readRankLogs(ckpt, world)
+	if err != nil {
+		return run, err
+	}
+	starts := 0
+	for _, lines := range ranks {
+		for _, l := range lines {
+			if l.Event == "start" {
+				starts++
+			}
+		}
+	}
+	switch {
+	case run.stalls > 0 || starts != world:
+		return run, fmt.Errorf("the watchdog stopped an unfaulted run: %d stalls in the supervisor's log, %d starts of %d ranks", run.stalls, starts, world)
+	case beats != len(pods.Items):
+		return run, fmt.Errorf("%d first heartbeats in the supervisor's log of %d pods", beats, len(pods.Items))
+	}
+	return run, nil
+}
+
+// startCPUHogs starts n busy loops on the node; stop ends them.
+func startCPUHogs(n int) (stop func(), err error) {
+	var hogs []*exec.Cmd
+	stop = func() {
+		for _, h := range hogs {
+			_ = h.Process.Kill()
+			_ = h.Wait()
+		}
+	}
+	for range n {
+		h := exec.Command("/bin/sh", "-c", "while :; do :; done")
+		if err := h.Start(); err != nil {
+			stop()
+			return nil, fmt.Errorf("CPU hog: %w", err)
+		}
+		hogs = append(hogs, h)
+	}
+	return stop, nil
 }
 
 // addRestartCounts adds the kubelet's restartCount of every container of
@@ -928,14 +1226,210 @@ func loadAverage() string {
 	return strings.Fields(string(b))[0]
 }
 
-// trainingReport renders docs/training-<release>.md from the run.
-func trainingReport(c *cluster.Cluster, want map[int]float64, loadStart string, paths []trainingPath,
-	faults []trainingFault, results map[string]map[string][]trainingRun, shown map[string]string) string {
+// trainingResults is what a run gave, for its report.
+type trainingResults struct {
+	c         *cluster.Cluster
+	runs      int // runs per row
+	loadStart string
+	want      map[int]float64   // the unfaulted final loss per world
+	pace      map[int]stepStats // the unfaulted steps' pace per world
+	paths     []trainingPath    // the paths run
+	faults    []trainingFault
+	results   map[string]map[string][]trainingRun
+	shown     map[string]string
+	// prior, for a run of some paths (TRAINING_PATHS): the report as it
+	// was, whose rows of the other paths are kept.
+	prior *priorReport
+}
+
+// priorReport is what docs/training-<release>.md held before a run of some
+// of its paths rewrote their rows.
+type priorReport struct {
+	rows   map[string]string // section heading + "\x00" + "| path | fault" → the row
+	shown  map[string]string // "scenario title, path name:" → what the block shows
+	when   string            // the line of the run that wrote the whole file
+	notes  []string          // the lines of later runs of some paths
+	losses map[int]string    // the unfaulted final loss per world
+}
+
+// rowKey keys a row by its table's section and its first two cells.
+func rowKey(heading, row string) string {
+	cells := strings.SplitN(row, " | ", 3)
+	if len(cells) < 3 {
+		return ""
+	}
+	return heading + "\x00" + cells[0] + " | " + cells[1]
+}
+
+// priorNote begins the line of a run of some paths.
+const priorNote = "Rows of "
+
+var (
+	whenLine  = regexp.MustCompile(`^\d{4}-\d\d-\d\d \d\d:\d\d UTC, Kubernetes `)
+	lossesRe  = regexp.MustCompile(`\(2 ranks: ([^;]+); 4 ranks: ([^)]+)\)`)
+	noteIDsRe = regexp.MustCompile("`([a-z0-9-]+)`")
+)
+
+// parsePriorReport reads a report trainingReport wrote.
+func parsePriorReport(doc string) priorReport {
+	r := priorReport{rows: map[string]string{}, shown: map[string]string{}, losses: map[int]string{}}
+	if m := lossesRe.FindStringSubmatch(doc); m != nil {
+		r.losses[2], r.losses[4] = m[1], m[2]
+	}
+	lines := strings.Split(doc, "\n")
+	heading := ""
+	for i := 0; i < len(lines); i++ {
+		l := lines[i]
+		switch {
+		case strings.HasPrefix(l, "### "):
+			heading = l
+		case heading == "" && whenLine.MatchString(l):
+			r.when = l
+		case heading == "" && strings.HasPrefix(l, priorNote):
+			r.notes = append(r.notes, l)
+		case strings.HasPrefix(l, "| "):
+			if k := rowKey(heading, l); k != "" {
+				r.rows[k] = l + "\n"
+			}
+		case strings.HasSuffix(l, ":") && i+2 < len(lines) && lines[i+1] == "" && lines[i+2] == "```":
+			j := i + 3
+			for j < len(lines) && lines[j] != "```" {
+				j++
+			}
+			r.shown[l] = strings.Join(lines[i+3:j], "\n") + "\n"
+			i = j
+		}
+	}
+	return r
+}
+
+// withoutPaths is a note of a run of some paths without the paths in
+// ran, "" when no path of it is left.
+func withoutPaths(note string, ran map[string]bool) string {
+	ids, rest, ok := strings.Cut(strings.TrimPrefix(note, priorNote), " (`TRAINING_PATHS`")
+	if !ok {
+		return note
+	}
+	var kept []string
+	for _, m := range noteIDsRe.FindAllStringSubmatch(ids, -1) {
+		if !ran[m[1]] {
+			kept = append(kept, m[0])
+		}
+	}
+	if len(kept) == 0 {
+		return ""
+	}
+	return priorNote + strings.Join(kept, ", ") + " (`TRAINING_PATHS`" + rest
+}
+
+// The hang section's texts.
+const (
+	hangHeading = "### A rank that hangs: the watchdog, the liveness probe, the collective timeout"
+	hangText    = "Rank 1 stops making progress at step %[1]d without exiting (`--fault-kind hang`: it sleeps), and its peers block in " +
+		"their next collective: no process exits, so no exit rule can act until something ends a run. The first scenario's Job " +
+		"(two pods, one rank each) unless the row says torchrun (the second scenario's two pods of two ranks). The time is " +
+		"measured from the fault line rank 1 prints before it sleeps.\n\n" +
+		"The watchdog (docs/supervisor.md, Hangs), where a row has it, in the rules annotation: `watchdog: {heartbeatFile: %[2]s, " +
+		"firstHeartbeatSeconds: %[3]d, stallSeconds: %[4]d, gracePeriodSeconds: %[5]d}`, train.py touching the file after every step " +
+		"(`--heartbeat-file %[2]s`, each pod's own file). The torchrun row's watches the ranks' output instead, " +
+		"`outputPattern: '%[6]s'` (the JSON line train.py prints each step, which torchrun passes through from its workers), with " +
+		"the same bounds. A step here takes milliseconds%[9]s: %[4]d s without a heartbeat is a hang, not a slow step (a step " +
+		"%[10]g× as slow as one of %[11]g s keeps the watchdog quiet under CPU load: the check below), and the first " +
+		"heartbeat, after torch's import and the rendezvous, may take %[3]d s. A stall is judged as exit code 124, which the " +
+		"rows' rules match: `RestartGroup` on 1, 42 and 124 (torchrun's on 1 and 124), or `Restart` on 1, 42 and 124 for the " +
+		"row without a group.\n\n" +
+		"The liveness row has no supervisor: the kubelet's exec probes on the same file every second, " +
+		"`test $(( $(date +%%s) - $(stat -c %%Y %[2]s) )) -lt %[8]d`, a startup probe (up to %[3]d failures: the watchdog's " +
+		"first heartbeat) and a liveness probe with the default `failureThreshold: 3` (no heartbeat for %[4]d s, the watchdog's " +
+		"stall) and `terminationGracePeriodSeconds: %[5]d`, under the pod's `restartPolicy: OnFailure`: a probe's kill follows " +
+		"the restart policy, no rule. Not `failureThreshold: 1`: the kubelet of 1.37.2 runs the liveness probe once in the " +
+		"new container before its startup probe has passed (kubernetes/kubernetes#141155; fixed upstream by #141342, not in 1.37.2), which then kills " +
+		"it: in a trial run with it, rank 0's new container was killed a second after its start, finished the run with " +
+		"rank 1 within the kill's grace period, and was restarted all the same (the kill decided the restart), so that its " +
+		"third container waited for a peer that had finished, killed by its startup probe each minute, until the Job failed " +
+		"(BackoffLimitExceeded). The last row detects nothing: rank 0's collective times out after train.py's `--timeout %[7]d` (this " +
+		"harness's; the process group's default is 10 min for NCCL and 30 min for gloo, which that row's time then grows " +
+		"by), rank 0 exits 1 and `RestartGroup` on 1 restarts both ranks."
+	hangDiffers = "What differs. Every row loses the same steps (back to the checkpoint of step 20) and ends with the unfaulted " +
+		"loss; the rows differ in when the hang is noticed and in what restarts. Both ranks' heartbeats stop at the hang " +
+		"(rank 0 waits in the collective), so the watchdogs of both ranks fire within a poll of each other, " +
+		"the stall plus at most a second: under `RestartGroup` each asks for its group's restart and the node agent restarts " +
+		"the group once (`restart-injector status` below: both ranks' last exit `124 (Stalled)`, one group restart); under " +
+		"`Restart` each rank restarts in place on its own 124. Neither moves the kubelet's restartCount, and no back-off " +
+		"applies to a first restart. torchrun's row adds torchrun's own start (the agents' rendezvous, then the workers' " +
+		"imports). The liveness row notices at the same time, but the kill is the kubelet's: the stop signal, which train.py " +
+		"as the container's PID 1 ignores, the whole grace period, SIGKILL, and a new container; restartCount moves once per " +
+		"rank, and a container killed again would wait CrashLoopBackOff's 10 s, 20 s, … first. Both ranks restart only " +
+		"because both probes watch a heartbeat the hang stops: a probe restarts its own container and no other, and a peer " +
+		"whose probe does not fail (a heartbeat written by another thread, or no probe) waits in its collective until its " +
+		"timeout, as the last row's rank 0 does: it notices nothing for the 60 s of its collective timeout, and only its exit " +
+		"1 then asks for the group restart that stops the hung rank too (its last exit `143 (SIGTERM)`, the group's stop)."
+	loadText = "**The watchdog under CPU load.** The first row's job and watchdog, unfaulted, with steps %[4]g× as slow as a " +
+		"step of %[5]g s while %[1]d busy loops per CPU run on the node, from before the pods start to the end. This job's own " +
+		"steps take milliseconds (the table's unfaulted step) and a whole run would pass between two polls of the heartbeat " +
+		"file, so a step of %[5]g s stands for a model's, and `--step-time %[6]g` (train.py's extra time per step) makes it " +
+		"%[4]g× as slow; a run then lasts several stall timeouts, each of which only the heartbeats keep from firing. torch's " +
+		"import is slower under the busy loops too, and the watchdog must " +
+		"stop no run (no `reason=Stalled` in either trainer's supervisor log, each rank started once). The first heartbeat is " +
+		"the supervisor's own measure (its log's `first heartbeat … after`), from the start of train.py to the poll that saw " +
+		"its first step's touch (the file is looked at every second), against `firstHeartbeatSeconds: %[2]d`; the longest gap between two heartbeats is against `stallSeconds: %[3]d`."
+)
+
+// trainingReport renders docs/training-<release>.md from the run; for a
+// run of some paths, with the rows of the others as they were.
+func trainingReport(r trainingResults) string {
+	c, prior := r.c, r.prior
+	ran := map[string]bool{}
+	for _, p := range r.paths {
+		ran[p.id] = true
+	}
+	paths := r.paths
+	if prior != nil {
+		paths = trainingPaths()
+	}
+	loss := func(world int) string {
+		if w, ok := r.want[world]; ok {
+			return strconv.FormatFloat(w, 'g', -1, 64)
+		}
+		if prior != nil && prior.losses[world] != "" {
+			return prior.losses[world]
+		}
+		return "not run"
+	}
+	// row is the row of a path and fault: this run's, or the prior one.
+	row := func(heading string, p trainingPath, f trainingFault, render func() string) string {
+		if ran[p.id] {
+			return render()
+		}
+		if prior != nil {
+			return prior.rows[rowKey(heading, "| "+p.name+" | "+f.name+" | ")]
+		}
+		return ""
+	}
+	notIn := func(p trainingPath) bool { return p.since > 0 && cluster.Minor(c.KubeVersion) < p.since }
+
 	var b strings.Builder
+	now := time.Now().UTC().Format("2006-01-02 15:04 MST")
 	fmt.Fprintf(&b, "## Kubernetes %s\n\n", c.KubeVersion)
-	fmt.Fprintf(&b, "Written by `make training` (`go test -tags training ./test/e2e -run TestTrainingOnKubelet -update-training`), not by hand.\n"+
-		"%s, Kubernetes %s (kubelet, API server, Job controller; containerd), %d CPUs, %s/%s, load average %s at the start and %s at the end.\n\n",
-		time.Now().UTC().Format("2006-01-02 15:04 MST"), c.KubeVersion, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, loadStart, loadAverage())
+	b.WriteString("Written by `make training` (`go test -tags training ./test/e2e -run TestTrainingOnKubelet -update-training`), not by hand.\n")
+	if prior == nil {
+		fmt.Fprintf(&b, "%s, Kubernetes %s (kubelet, API server, Job controller; containerd), %d CPUs, %s/%s, load average %s at the start and %s at the end.\n\n",
+			now, c.KubeVersion, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, r.loadStart, loadAverage())
+	} else {
+		var ids []string
+		for _, p := range r.paths {
+			ids = append(ids, "`"+p.id+"`")
+		}
+		b.WriteString(prior.when + "\n")
+		// A later run of a path takes it out of an earlier run's note.
+		for _, n := range prior.notes {
+			if n = withoutPaths(n, ran); n != "" {
+				b.WriteString(n + "\n")
+			}
+		}
+		fmt.Fprintf(&b, "%s%s (`TRAINING_PATHS`, `TRAINING_RUNS=%d`): %s, %d CPUs, load average %s at the start and %s at the end.\n\n",
+			priorNote, strings.Join(ids, ", "), r.runs, now, runtime.NumCPU(), r.loadStart, loadAverage())
+	}
 	fmt.Fprintf(&b, "The job: [examples/training/train.py](../examples/training/train.py), DDP over gloo, %d steps, a checkpoint every %d,\n"+
 		"seeded synthetic data, in the image `hack/training-rootfs.sh` builds (Debian bookworm, `python3-torch` 1.13.1, no registry).\n"+
 		"Every pod is on the host network (the rendezvous on 127.0.0.1), the checkpoints in a node directory (hostPath) so that a\n"+
@@ -949,48 +1443,114 @@ func trainingReport(c *cluster.Cluster, want map[int]float64, loadStart string, 
 		"supervisor and of the kubelet, the Job controller's pod-failure back-off). The node runs no scheduler (pods name\n"+
 		"their node) and holds every image: a replaced pod costs no scheduling and no image pull here, so the rows that recreate\n"+
 		"pods are a floor of what they cost on a cluster.\n\n",
-		trainSteps, trainEvery, lossOrNone(want, 2), lossOrNone(want, 4))
+		trainSteps, trainEvery, loss(2), loss(4))
+	const tableHead = "| Path | Fault | Runs | Fault → first step after resume, median | worst | Steps lost | Final loss = unfaulted | Pods created | restartCount | Job |\n|---|---|---|---|---|---|---|---|---|---|\n"
 	for _, sc := range trainingScenarios {
-		var rows []trainingPath
+		heading := "### " + sc.title
+		var rows strings.Builder
 		for _, p := range paths {
-			if p.scenario == sc {
-				rows = append(rows, p)
-			}
-		}
-		if len(rows) == 0 {
-			continue
-		}
-		fmt.Fprintf(&b, "### %s\n\n%s\n\n", sc.title, fmt.Sprintf(sc.text, trainFault))
-		fmt.Fprintf(&b, "| Path | Fault | Runs | Fault → first step after resume, median | worst | Steps lost | Final loss = unfaulted | Pods created | restartCount | Job |\n|---|---|---|---|---|---|---|---|---|---|\n")
-		for _, p := range rows {
-			if p.since > 0 && cluster.Minor(c.KubeVersion) < p.since {
-				fmt.Fprintf(&b, "| %s | – | 0 | not in %s (from 1.%d) | – | – | – | – | – | – |\n", p.name, c.KubeVersion, p.since)
+			if p.scenario != sc || !slices.ContainsFunc(r.faults, func(f trainingFault) bool { return !f.hang && !f.load && p.runs(f) }) {
 				continue
 			}
-			for _, f := range faults {
-				if p.runs(f.id) {
-					b.WriteString(trainingRow(p, f, results[p.id][f.name]))
+			if notIn(p) {
+				fmt.Fprintf(&rows, "| %s | – | 0 | not in %s (from 1.%d) | – | – | – | – | – | – |\n", p.name, c.KubeVersion, p.since)
+				continue
+			}
+			for _, f := range r.faults {
+				if !f.hang && !f.load && p.runs(f) {
+					rows.WriteString(row(heading, p, f, func() string { return trainingRow(p, f, r.results[p.id][f.name]) }))
 				}
 			}
 		}
-		b.WriteString("\n")
+		if rows.Len() > 0 {
+			fmt.Fprintf(&b, "%s\n\n%s\n\n%s%s\n", heading, fmt.Sprintf(sc.text, trainFault), tableHead, rows.String())
+		}
 	}
+
+	var hangRows, loadRows strings.Builder
+	for _, p := range paths {
+		if notIn(p) {
+			continue
+		}
+		for _, f := range r.faults {
+			switch {
+			case f.hang && p.runs(f):
+				hangRows.WriteString(row(hangHeading, p, f, func() string { return trainingRow(p, f, r.results[p.id][f.name]) }))
+			case f.load && p.runs(f):
+				loadRows.WriteString(row(hangHeading, p, f, func() string { return loadRow(p, f, r.results[p.id][f.name], r.pace[p.scenario.world]) }))
+			}
+		}
+	}
+	if hangRows.Len() > 0 || loadRows.Len() > 0 {
+		fmt.Fprintf(&b, "%s\n\n%s\n\n", hangHeading, fmt.Sprintf(hangText, trainFault, hangHeartbeat, hangFirstBeat, hangStall, hangGrace, hangPattern, 60, livenessAge,
+			paceNote(r.pace[2]), float64(loadSlowdown), loadStep))
+		if hangRows.Len() > 0 {
+			fmt.Fprintf(&b, "%s%s\n", tableHead, hangRows.String())
+			if hangDiffers != "" {
+				b.WriteString(hangDiffers + "\n\n")
+			}
+		}
+		if loadRows.Len() > 0 {
+			fmt.Fprintf(&b, loadText+"\n\n", loadHogs, hangFirstBeat, hangStall, float64(loadSlowdown), loadStep, loadSlowdown*loadStep)
+			b.WriteString("| Path | Check | Runs | Step, median: unfaulted → under load | Longest gap between heartbeats, worst | First heartbeat, worst | Stalls | Final loss = unfaulted | Job |\n" +
+				"|---|---|---|---|---|---|---|---|---|\n")
+			b.WriteString(loadRows.String() + "\n")
+		}
+	}
+
 	b.WriteString("### What `kubectl get pods` and `restart-injector status` show\n\n" +
 		"After the first successful run of each path, as a user would type them (`restart-injector status` for the supervised\n" +
 		"paths: the node agent's Events; the node runs one agent for every path).\n\n")
 	for _, p := range paths {
-		if out, ok := shown[p.id]; ok {
-			fmt.Fprintf(&b, "%s, %s:\n\n```\n%s```\n\n", p.scenario.title, p.name, out)
+		head := p.scenario.title + ", " + p.name + ":"
+		out, ok := r.shown[p.id]
+		if !ran[p.id] && prior != nil {
+			out, ok = prior.shown[head]
+		}
+		if ok {
+			fmt.Fprintf(&b, "%s\n\n```\n%s```\n\n", head, out)
 		}
 	}
 	return b.String()
 }
 
-func lossOrNone(want map[int]float64, world int) string {
-	if w, ok := want[world]; ok {
-		return strconv.FormatFloat(w, 'g', -1, 64)
+// paceNote is the unfaulted run's pace of two ranks, "" when not run.
+func paceNote(pace stepStats) string {
+	if pace.median == 0 {
+		return ""
 	}
-	return "not run"
+	return fmt.Sprintf(" (the unfaulted run's: %.1f ms, median, and %.0f ms between two heartbeats at the longest, "+
+		"a checkpoint's step)", 1000*pace.median, 1000*pace.longest)
+}
+
+// loadRow is the row of the watchdog's check under load.
+func loadRow(p trainingPath, f trainingFault, rs []trainingRun, unfaulted stepStats) string {
+	var steps []float64
+	longest, first := 0.0, 0.0
+	stalls, failed, ok := 0, 0, 0
+	states := map[string]bool{}
+	for _, r := range rs {
+		stalls += r.stalls
+		if r.err != nil {
+			failed++
+			continue
+		}
+		ok++
+		steps = append(steps, r.steps.median)
+		longest, first = max(longest, r.steps.longest), max(first, r.firstBeat)
+		states[r.state] = true
+	}
+	runsCell := strconv.Itoa(len(rs))
+	if failed > 0 {
+		runsCell += fmt.Sprintf(" (%d failed)", failed)
+	}
+	if len(steps) == 0 {
+		return fmt.Sprintf("| %s | %s | %s | – | – | – | %d | – | – |\n", p.name, f.name, runsCell, stalls)
+	}
+	// The step it stands for: loadStep and the unfaulted run's own.
+	m, normal := medianOf(steps), loadStep+unfaulted.median
+	return fmt.Sprintf("| %s | %s | %s | %.3f s (%g s + %.1f ms) → %.3f s (%.2f×) | %.2f s | %.2f s | %d | %d of %d | %s |\n", p.name, f.name, runsCell,
+		normal, loadStep, 1000*unfaulted.median, m, m/normal, longest, first, stalls, ok, len(rs), joinKeys(states))
 }
 
 // trainingRow is one row of a scenario's table.
@@ -1026,9 +1586,18 @@ func trainingRow(p trainingPath, f trainingFault, rs []trainingRun) string {
 // writeTrainingIndex writes docs/training.md: every release's table
 // (docs/training-v*.md, newest first) and the recipe.
 func writeTrainingIndex(docs string) error {
-	files, err := filepath.Glob(filepath.Join(docs, "training-v*.md"))
+	index, err := trainingIndex(docs)
 	if err != nil {
 		return err
+	}
+	return os.WriteFile(filepath.Join(docs, "training.md"), []byte(index), 0o644)
+}
+
+// trainingIndex is docs/training.md as writeTrainingIndex writes it.
+func trainingIndex(docs string) (string, error) {
+	files, err := filepath.Glob(filepath.Join(docs, "training-v*.md"))
+	if err != nil {
+		return "", err
 	}
 	sort.Slice(files, func(i, j int) bool { return cluster.Minor(versionOf(files[i])) > cluster.Minor(versionOf(files[j])) })
 	var b strings.Builder
@@ -1039,13 +1608,13 @@ func writeTrainingIndex(docs string) error {
 	for _, f := range files {
 		body, err := os.ReadFile(f)
 		if err != nil {
-			return err
+			return "", err
 		}
 		b.Write(body)
 		b.WriteString("\n")
 	}
 	b.WriteString(trainingRecipe)
-	return os.WriteFile(filepath.Join(docs, "training.md"), []byte(b.String()), 0o644)
+	return b.String(), nil
 }
 
 // versionOf is the release of docs/training-v1.37.2.md.
@@ -1094,7 +1663,38 @@ const trainingRecipe = `## Reading the table
   replacement pods. ` + "`podFailurePolicy`" + `'s ` + "`Ignore`" + ` keeps a failure from counting against ` + "`backoffLimit`" + `; the
   replacement pods of its rows still come seconds later, as the table shows.
 
-## A recipe
+## Recipes: manifests to copy
+
+Four complete manifests, each checked in ` + "`make test`" + ` through the real binary by ` + "`inject`" + ` and ` + "`explain`" + `
+(` + "`cmd/restart-injector/recipes_test.go`" + `): apply them with the webhook installed (README, "Install"), or pipe them
+through ` + "`restart-injector inject -f FILE | kubectl apply -f -`" + ` without it. Each restarts a rank in place on the
+retriable exit codes, and ends a rank that hangs with the watchdog ([supervisor.md](supervisor.md#hangs-the-watchdog)),
+whose stall is judged as exit 124 and restarted by the same rule.
+
+| file | kind | on a fault | hang detection | where RANK, WORLD_SIZE, MASTER_ADDR come from |
+|---|---|---|---|---|
+| [job.yaml](../examples/training/recipes/job.yaml) | indexed Job + headless Service | ` + "`Restart`" + ` the rank (its peers fail their next collective with exit 1 and restart too) | a heartbeat file the loop touches each step (one line of code: ` + "`--heartbeat-file`" + `, ` + "`HEARTBEAT_FILE`" + ` in train.py) | ` + "`RANK`" + ` from ` + "`JOB_COMPLETION_INDEX`" + `, ` + "`WORLD_SIZE`" + ` set, ` + "`MASTER_ADDR`" + ` the pod of index 0 by the Service's DNS name (` + "`trainer-0.trainer`" + `: ` + "`subdomain`" + ` on the pod) |
+| [jobset.yaml](../examples/training/recipes/jobset.yaml) | JobSet | ` + "`RestartGroup`" + `: every pod of the JobSet in place | the loop's own output (` + "`\"step\": N`" + ` lines): no code change | as the Job; ` + "`MASTER_ADDR`" + ` JobSet's DNS name (` + "`trainer-workers-0-0.trainer`" + `, ` + "`network.enableDNSHostnames`" + `) |
+| [pytorchjob.yaml](../examples/training/recipes/pytorchjob.yaml) | Kubeflow PyTorchJob (kubeflow.org/v1) | ` + "`RestartGroup`" + `: the PyTorchJob's pods (` + "`training.kubeflow.org/job-name`" + `) | the output | the operator sets all four (` + "`MASTER_ADDR`" + ` is the master's Service) |
+| [trainjob.yaml](../examples/training/recipes/trainjob.yaml) | Kubeflow Trainer v2 TrainingRuntime + TrainJob | ` + "`RestartGroup`" + ` on torchrun's 1 | the output, as torchrun passes the ranks' on | Trainer sets torchrun's ` + "`PET_NNODES`" + `, ` + "`PET_NODE_RANK`" + `, ` + "`PET_MASTER_ADDR`" + `; the rules go on the runtime's pod template, since a TrainJob's pods come from it |
+
+What each needs that is easy to miss:
+
+- **RANK and WORLD_SIZE.** A plain DDP script reads ` + "`RANK`" + ` and ` + "`WORLD_SIZE`" + ` (` + "`init_process_group`" + ` fails with
+  "environment variable RANK expected, but not set" otherwise). A Job gives only ` + "`JOB_COMPLETION_INDEX`" + `: export it
+  as ` + "`RANK`" + ` in the command, as job.yaml does; the training operator and Trainer set their own.
+- **MASTER_ADDR on a real cluster** is a name every rank can resolve, not 127.0.0.1 (every run of the tables above
+  uses the host network of one machine): a headless Service and the pod's ` + "`subdomain`" + ` for a Job, JobSet's DNS names,
+  the operator's variables.
+- **A PyTorchJob replica without ` + "`restartPolicy`" + ` gets ` + "`OnFailure`" + `** (the operator's default, injector/podpolicy.go):
+  the pod's policy then restarts an exit outside the rules, and the pod never fails. Set ` + "`restartPolicy: Never`" + ` on
+  every replica spec, as the recipe does; ` + "`explain`" + ` prints the policy the controller will set.
+- **The watchdog's timeouts**: ` + "`firstHeartbeatSeconds`" + ` for loading the model and the data, ` + "`stallSeconds`" + ` above the
+  slowest step you expect, under load too (a step three times slower than usual must not look like a hang), and well
+  under the collective's own timeout (NCCL 10 min, gloo 30 min by default), or the peers fail first with exit 1.
+- **Unused, the watchdog costs nothing**: without a ` + "`watchdog`" + ` in the config, no timer, no poll and no pipe exist.
+
+## A recipe, step by step
 
 - Put the exit codes your job fails with retriably in the rules, and the peers' code too: when one gloo or NCCL rank dies,
   the others fail their next collective with a Python error (exit 1 here) long before the collective timeout, so a rule on
@@ -1115,11 +1715,17 @@ const trainingRecipe = `## Reading the table
 - To restart every rank together rather than the one that failed (its peers then never see a broken collective):
   ` + "`RestartGroup`" + ` in the annotation carrier, with the node agent's group restarts on (docs/gang.md). The Job's pods
   form one group by their ` + "`batch.kubernetes.io/job-name`" + ` label; the rows above ran it with one node agent.
+- A rank that hangs exits nothing, and its peers wait in their collective until its timeout (10 min for NCCL, 30 min
+  for gloo by default). The watchdog (the manifests above) turns the stall into exit code 124 for the same rules, about
+  ` + "`stallSeconds`" + ` after the last heartbeat (the hang rows above). A liveness probe on the same heartbeat notices as soon,
+  but its kill is the kubelet's (restartCount, CrashLoopBackOff, the whole grace period of a PID 1 that ignores
+  SIGTERM), it restarts its own container only, and on 1.37.2 it wants ` + "`failureThreshold`" + ` above 1.
 - To restart a pod's sidecars with the trainer (a data loader whose state belongs to the attempt):
   ` + "`RestartAllContainers`" + ` on the trainer's rule: natively from 1.36 (1.35 with its alpha gates; KEP-5532), under the
   supervisor on any release.
 - ` + "`make training`" + ` runs this on the release in KUBE_BIN_DIR; TRAINING_RUNS sets the runs per row, TRAINING_PATHS
-  (path ids, without -update-training) a subset of the rows.
+  (path ids) a subset of the paths: with -update-training it rewrites their rows (and their ` + "`kubectl get pods`" + ` blocks)
+  and keeps the others', with a line saying when which rows were run.
 `
 
 // startTrainingAgent installs the GroupRestart CRD and runs a node agent
