@@ -225,7 +225,9 @@ upstream-e2e:
 # release (setup.sh's by default). Root; the first run installs
 # python3-torch (about 150 MB) and builds the training image
 # (hack/training-rootfs.sh, about 3 min, 1.2 GB, cached); about 33 minutes
-# a release here.
+# a release here, and about 20 more for the hang rows (TRAINING_PATHS of
+# their five paths: about 20 minutes with the cluster's start, 5 of them
+# the check under load).
 training:
 	dpkg -s python3-torch >/dev/null 2>&1 || hack/apt-install.sh python3-torch
 	RUNS=$(TRAINING_RUNS) go test -tags training -count=1 -v -timeout 30m ./test/training -update
