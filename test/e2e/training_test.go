@@ -1692,7 +1692,11 @@ What each needs that is easy to miss:
 - **The watchdog's timeouts**: ` + "`firstHeartbeatSeconds`" + ` for loading the model and the data, ` + "`stallSeconds`" + ` above the
   slowest step you expect, under load too (a step three times slower than usual must not look like a hang), and well
   under the collective's own timeout (NCCL 10 min, gloo 30 min by default), or the peers fail first with exit 1.
-- **Unused, the watchdog costs nothing**: without a ` + "`watchdog`" + ` in the config, no timer, no poll and no pipe exist.
+- **Unused, the watchdog costs nothing measurable**: without a ` + "`watchdog`" + ` in the config no timer, no poll and no pipe
+  exist. Before it (194e7b1) and with it (main of 2026-12-06), three interleaved rounds: ` + "`restart-supervisor -- true`" + `
+  5.11, 4.96, 5.20 ms against 5.09, 5.12, 4.92 ms per run (300 runs a round); ` + "`BenchmarkRestartCycle`" + ` 1.054, 1.082,
+  0.961 ms against 1.032, 1.080, 1.036 ms per in-place restart; the stripped binary 45,056 bytes larger (3,649,698 →
+  3,694,754 B).
 
 ## A recipe, step by step
 
