@@ -381,7 +381,7 @@ func sharedSubdir(dir, name string) (string, error) {
 	if err := chmodDir(tmp, sharedDirMode); err != nil {
 		return "", fmt.Errorf("state directory: %w", err)
 	}
-	err = unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, p, unix.RENAME_NOREPLACE)
+	err = renameNoReplace(tmp, p)
 	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
 		// A filesystem without RENAME_NOREPLACE: mkdir, then set the
 		// mode. Only the creator may chmod; if another container wins
@@ -449,6 +449,6 @@ func Seal(path string, ours bool) {
 		_ = unix.Fchown(fd, 0, -1)
 	}
 	if st.Mode&unix.S_ISVTX == 0 {
-		_ = unix.Fchmod(fd, st.Mode&0o7777|unix.S_ISVTX)
+		_ = unix.Fchmod(fd, uint32(st.Mode&0o7777)|unix.S_ISVTX)
 	}
 }
