@@ -445,6 +445,20 @@ nodeAgent: {enabled: true, namespace: rs-agent, interval: 5s, image: {tag: v9.9.
 	check("webhook image by digest", at("apps/v1 Deployment restart-supervisor/restart-injector", append(ctr, "image")...), `"ghcr.io/restart-supervisor/restart-injector@`+digest+`"`)
 	check("node agent image by digest", at("apps/v1 DaemonSet restart-supervisor-node-agent/restart-supervisor-node-agent", append(ctr, "image")...), `"ghcr.io/restart-supervisor/restart-injector@`+digest+`"`)
 
+	// global.imageRegistry: a mirror for every image, the registry part
+	// replaced, or put in front of a repository without one.
+	out, err = h.run("template", "restart-injector", chartDir(t), "-n", "restart-supervisor", "--set", "global.imageRegistry=mirror.example.com:5000/",
+		"--set", "nodeAgent.enabled=true", "--set", "supervisorImage.repository=restart-supervisor", "--set", "image.tag=v1.2.3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs = parseObjects(t, "helm template", out)
+	check("webhook image from the mirror", at("apps/v1 Deployment restart-supervisor/restart-injector", append(ctr, "image")...), `"mirror.example.com:5000/restart-supervisor/restart-injector:v1.2.3"`)
+	check("node agent image from the mirror", at("apps/v1 DaemonSet restart-supervisor-node-agent/restart-supervisor-node-agent", append(ctr, "image")...), `"mirror.example.com:5000/restart-supervisor/restart-injector:v1.2.3"`)
+	if args := fmt.Sprint(at("apps/v1 Deployment restart-supervisor/restart-injector", append(ctr, "args")...)); !strings.Contains(args, "--supervisor-image=mirror.example.com:5000/restart-supervisor:") {
+		t.Errorf("the supervisor image is not the mirror's: %s", args)
+	}
+
 	for _, bad := range []struct{ set, want string }{
 		{"certificates.source=vault", "certificates/source"},
 		{"webhook.native=maybe", "webhook/native"},
@@ -461,6 +475,7 @@ nodeAgent: {enabled: true, namespace: rs-agent, interval: 5s, image: {tag: v9.9.
 		{"imagePullSecrets[0].nam=x", "imagePullSecrets"},
 		{"webhook.podDisruptionBudget.minAvaiable=1", "podDisruptionBudget"},
 		{"nodeAgent.kubeletPodsDir=var/lib/kubelet/pods", "kubeletPodsDir"},
+		{"global.imageRegistry=/mirror", "imageRegistry"},
 	} {
 		out, err := h.run("template", "restart-injector", chartDir(t), "--set", bad.set)
 		if err == nil || !strings.Contains(err.Error(), bad.want) {

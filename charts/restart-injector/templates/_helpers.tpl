@@ -55,14 +55,26 @@ app.kubernetes.io/name: {{ include "restart-injector.name" . }}
 
 {{/*
 An image reference: repository@digest when a digest is set, else
-repository:tag, the tag defaulting to the chart's appVersion. Call with
-(dict "image" .Values.image "chart" .Chart).
+repository:tag, the tag defaulting to the chart's appVersion. With
+global.imageRegistry, the repository's registry (its first part, when that
+names a host: a dot, a port or localhost) is replaced by it, or put in
+front when it names none, as charts that take a mirror do. Call with
+(dict "image" .Values.image "chart" .Chart "global" .Values.global).
 */}}
 {{- define "restart-injector.imageRef" -}}
+{{- $repo := .image.repository -}}
+{{- with (.global | default dict).imageRegistry -}}
+{{- $parts := splitList "/" $repo -}}
+{{- $first := first $parts -}}
+{{- if and (gt (len $parts) 1) (or (contains "." $first) (contains ":" $first) (eq $first "localhost")) -}}
+{{- $repo = join "/" (rest $parts) -}}
+{{- end -}}
+{{- $repo = printf "%s/%s" (trimSuffix "/" .) $repo -}}
+{{- end -}}
 {{- if .image.digest -}}
-{{- printf "%s@%s" .image.repository .image.digest -}}
+{{- printf "%s@%s" $repo .image.digest -}}
 {{- else -}}
-{{- printf "%s:%s" .image.repository (.image.tag | default .chart.AppVersion) -}}
+{{- printf "%s:%s" $repo (.image.tag | default .chart.AppVersion) -}}
 {{- end -}}
 {{- end -}}
 
