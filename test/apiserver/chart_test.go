@@ -445,6 +445,27 @@ nodeAgent: {enabled: true, namespace: rs-agent, interval: 5s, image: {tag: v9.9.
 	check("webhook image by digest", at("apps/v1 Deployment restart-supervisor/restart-injector", append(ctr, "image")...), `"ghcr.io/restart-supervisor/restart-injector@`+digest+`"`)
 	check("node agent image by digest", at("apps/v1 DaemonSet restart-supervisor-node-agent/restart-supervisor-node-agent", append(ctr, "image")...), `"ghcr.io/restart-supervisor/restart-injector@`+digest+`"`)
 
+	// serviceAccount.create false: no ServiceAccount of the chart's, every
+	// binding and the Deployment on the one named.
+	out, err = h.run("template", "restart-injector", chartDir(t), "-n", "restart-supervisor", "--set", "serviceAccount.create=false",
+		"--set", "serviceAccount.name=platform-sa", "--set", "certificates.source=self")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs = parseObjects(t, "helm template", out)
+	check("serviceAccountName", at("apps/v1 Deployment restart-supervisor/restart-injector", append(pod, "serviceAccountName")...), `"platform-sa"`)
+	for key, o := range objs {
+		if strings.Contains(key, " ServiceAccount ") {
+			t.Errorf("serviceAccount.create=false renders %s", key)
+		}
+		subjects, _ := o["subjects"].([]any)
+		for _, sub := range subjects {
+			if m, _ := sub.(map[string]any); m["kind"] == "ServiceAccount" && m["name"] != "platform-sa" {
+				t.Errorf("%s binds ServiceAccount %v, want platform-sa", key, m["name"])
+			}
+		}
+	}
+
 	// global.imageRegistry: a mirror for every image, the registry part
 	// replaced, or put in front of a repository without one.
 	out, err = h.run("template", "restart-injector", chartDir(t), "-n", "restart-supervisor", "--set", "global.imageRegistry=mirror.example.com:5000/",

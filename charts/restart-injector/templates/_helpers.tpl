@@ -164,3 +164,11 @@ restart-supervisor-node-agent
 {{- define "restart-injector.nodeAgentLabels" -}}
 {{- include "restart-injector.labels" (dict "name" "restart-supervisor-node-agent" "ctx" .) -}}
 {{- end -}}
+
+{{/*
+The webhook's ServiceAccount: serviceAccount.name, else the full name.
+With serviceAccount.create false the chart makes none and binds this name.
+*/}}
+{{- define "restart-injector.serviceAccountName" -}}
+{{- .Values.serviceAccount.name | default (include "restart-injector.fullname" .) -}}
+{{- end -}}
