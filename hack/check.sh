@@ -43,6 +43,7 @@ go vet -tags podstart ./test/e2e
 go vet -tags gang ./test/e2e
 go vet -tags upstream ./test/e2e
 go vet -tags controllers ./test/apiserver
+go vet -tags groupscale ./test/apiserver
 # The CLI on a laptop: restart-injector (and kubectl-restarts, the same
 # binary) builds for macOS (arm64 here; amd64 differs in no file of the
 # project); the supervisor and the node agent are Linux's.
