@@ -9,6 +9,13 @@ container restart); every rank resumes from the newest one. The data of a
 step depends only on (seed, step, rank), so a run that resumes reaches the
 same final loss as one that never failed.
 
+--save-dir moves the checkpoint elsewhere (the fault marker and the log
+files stay in --ckpt-dir): an emptyDir of medium Memory, say, which an
+in-place restart keeps and a recreated pod does not. With --save-per-rank
+every rank writes and reads its own checkpoint there (a directory each pod
+has to itself), and the ranks resume from the step they all have, or from
+step 0 when one has none.
+
 A fault fires once (a marker in --ckpt-dir remembers it across restarts):
 --fault-kind exit (exit with --fault-code), kill (SIGKILL itself; as a
 container's PID 1 it cannot, and asks the node to, see below) or hang (sleep
@@ -41,6 +48,9 @@ def parse():
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--ckpt-every", type=int, default=10)
     p.add_argument("--ckpt-dir", default=os.environ.get("CKPT_DIR", "/ckpt"))
+    p.add_argument("--save-dir", default="", help="where the checkpoint is written and read (default: --ckpt-dir)")
+    p.add_argument("--save-per-rank", action="store_true",
+                   help="every rank writes and reads its own checkpoint in --save-dir, a directory of its own")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--timeout", type=float, default=60, help="collective timeout, seconds")
     p.add_argument("--step-time", type=float, default=0.0, help="extra seconds per step, to make steps measurable")
@@ -105,10 +115,21 @@ def main():
     model = DDP(torch.nn.Linear(16, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     os.makedirs(a.ckpt_dir, exist_ok=True)
-    ckpt = os.path.join(a.ckpt_dir, "checkpoint.pt")
+    save_dir = a.save_dir or a.ckpt_dir
+    os.makedirs(save_dir, exist_ok=True)
+    ckpt = os.path.join(save_dir, "checkpoint-rank%d.pt" % rank if a.save_per_rank else "checkpoint.pt")
     start = 0
-    if os.path.exists(ckpt):
-        state = torch.load(ckpt)
+    state = torch.load(ckpt) if os.path.exists(ckpt) else None
+    if a.save_per_rank:
+        # Each rank has only its own checkpoint (a pod that was recreated
+        # has none): resume from the oldest step of any rank.
+        agreed = torch.tensor([state["step"] if state is not None else 0])
+        dist.all_reduce(agreed, op=dist.ReduceOp.MIN)
+        if state is not None and state["step"] != agreed.item():
+            if agreed.item() != 0:
+                sys.exit("rank %d: a checkpoint of step %d, the ranks' oldest is of step %d" % (rank, state["step"], agreed.item()))
+            state = None
+    if state is not None:
         model.module.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         start = state["step"]
@@ -148,7 +169,7 @@ def main():
             with open(a.heartbeat_file, "a"):
                 os.utime(a.heartbeat_file)
         if step % a.ckpt_every == 0:
-            if rank == 0:
+            if rank == 0 or a.save_per_rank:
                 save(ckpt, step, model.module, opt)
             dist.barrier()
     # The final loss every rank agrees on: the mean over ranks of the last step's loss.

@@ -81,7 +81,21 @@ var (
 		text: "The first scenario's Job with a native sidecar in each pod (an init container with `restartPolicy: Always` " +
 			"that follows its rank's log file) and the trainer's rule `RestartAllContainers` on 1, 42 and 137: the sidecar is " +
 			"restarted with the trainer (KEP-5532). Rank 1 exits 42 at step %d."}
-	trainingScenarios = []*trainingScenario{ddpScenario, torchrunScenario, sidecarScenario}
+	// memoryScenario is the first scenario's Job with the checkpoint in
+	// each pod's memory (inMemory); its unfaulted run is the first's.
+	memoryScenario = &trainingScenario{id: "memory", world: 2,
+		title: "The checkpoint in memory: what only an in-place restart keeps",
+		text: "The first scenario's Job (two pods, one rank each; rank 1 exits 42 at step %d) with the checkpoint kept only in " +
+			"memory: each pod has an emptyDir of `medium: Memory` (a tmpfs, as `/dev/shm` is) at `" + memoryCkpt + "`, where each " +
+			"rank writes its own checkpoint (`--save-dir " + memoryCkpt + " --save-per-rank`: the ranks resume from the step they " +
+			"all have, step 0 when one has none); the fault marker and the log files stay in the node directory. An emptyDir " +
+			"lives as long as its pod: a restart in place keeps the pod and so the memory, and the supervised row resumes from the " +
+			"checkpoint of step 20 as the node directory's rows do, while a recreated pod starts with an empty one, and the Job's " +
+			"row starts over from step 0 (it still reaches the unfaulted loss because train.py's steps depend only on the step). " +
+			"This is what checkpoint-free recovery relies on, in-memory checkpoints that a job keeps in its hosts' memory instead " +
+			"of writing them to storage: only a restart in place keeps them. A JobSet's restart (`failurePolicy`) recreates every " +
+			"pod, so it loses the memory as the Job's row does."}
+	trainingScenarios = []*trainingScenario{ddpScenario, memoryScenario, torchrunScenario, sidecarScenario}
 )
 
 // trainingPath is one way a job can recover from a rank's fault.
@@ -525,6 +539,21 @@ func trainingPaths() []trainingPath {
 		}},
 		{id: "torchrun", name: "in process, torchrun --max-restarts 3 (one pod of both ranks)", scenario: ddpScenario, job: torchrunJob},
 
+		{id: "memory-supervised", name: "in place, restart-supervisor", scenario: memoryScenario, faults: exit42, supervised: true, job: func(e *env, name, ckpt string, port int, fault []string) (*batchv1.Job, error) {
+			job, err := trainingJob(e, name, ckpt, port, fault, true)
+			if err != nil {
+				return nil, err
+			}
+			return superviseTrainingJob(e, inMemory(job))
+		}},
+		{id: "memory-recreated", name: "pods recreated, Job backoffLimit", scenario: memoryScenario, faults: exit42, job: func(e *env, name, ckpt string, port int, fault []string) (*batchv1.Job, error) {
+			job, err := trainingJob(e, name, ckpt, port, fault, false)
+			if err != nil {
+				return nil, err
+			}
+			return inMemory(job), nil
+		}},
+
 		{id: "torchrun-supervised", name: "in place, restart-supervisor", scenario: torchrunScenario, faults: exit42, supervised: true, job: func(e *env, name, ckpt string, port int, fault []string) (*batchv1.Job, error) {
 			return superviseTrainingJob(e, torchrunPodsJob(e, name, ckpt, port, fault, 0, restartIn(1)))
 		}},
@@ -868,6 +897,23 @@ func torchrunJob(e *env, name, ckpt string, port int, fault []string) (*batchv1.
 func trainArgs(fault []string) []string {
 	return append([]string{"--steps", strconv.Itoa(trainSteps), "--ckpt-every", strconv.Itoa(trainEvery),
 		"--ckpt-dir", "/ckpt", "--timeout", "60", "--log-file", "/ckpt/rank{rank}.jsonl"}, fault...)
+}
+
+// memoryCkpt is where the memory rows' trainer mounts its pod's emptyDir
+// of medium Memory.
+const memoryCkpt = "/mem"
+
+// inMemory keeps the checkpoint of job's trainer in an emptyDir of medium
+// Memory, each rank its own; the fault marker and the log files stay in
+// the node directory, so that a recreated pod still finds them.
+func inMemory(job *batchv1.Job) *batchv1.Job {
+	spec := &job.Spec.Template.Spec
+	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "mem", VolumeSource: corev1.VolumeSource{
+		EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}})
+	c := &spec.Containers[0]
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "mem", MountPath: memoryCkpt})
+	c.Args = append(c.Args, "--save-dir", memoryCkpt, "--save-per-rank")
+	return job
 }
 
 func trainerContainer(args []string, env []corev1.EnvVar) corev1.Container {
