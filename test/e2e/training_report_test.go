@@ -69,6 +69,17 @@ func TestTrainingReportKeepsOtherRows(t *testing.T) {
 	if strings.Count(second, hang.scenario.title+", "+hang.name+":") != 1 {
 		t.Errorf("want one block of the path:\n%s", second)
 	}
+	// A run of no hang path keeps the pace the hang rows were judged
+	// against.
+	prior := parsePriorReport(whole)
+	other := trainingReport(trainingResults{c: c, runs: 1, loadStart: "0.5", want: map[int]float64{2: 0.1},
+		pace: map[int]stepStats{2: {median: 0.004, longest: 0.009}}, paths: []trainingPath{exit}, faults: trainingFaults(), prior: &prior,
+		results: map[string]map[string][]trainingRun{exit.id: {"rank 1 exits 42 at step 25": run(1.7), "rank 1 is SIGKILLed at step 25": run(1.7)}},
+		shown:   map[string]string{exit.id: "$ kubectl get pods -l a\n"},
+	})
+	if want := paceNote(stepStats{median: 0.002, longest: 0.008}); prior.pace != want || !strings.Contains(other, want) {
+		t.Errorf("a run of no hang path changed the hang section's pace %q:\n%s", want, other)
+	}
 	// A later run of one path of an earlier run's two takes it out of
 	// that run's note.
 	note := priorNote + "`hang-group`, `hang-supervised` (`TRAINING_PATHS`, `TRAINING_RUNS=5`): then."

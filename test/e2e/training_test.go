@@ -1296,6 +1296,7 @@ type priorReport struct {
 	when   string            // the line of the run that wrote the whole file
 	notes  []string          // the lines of later runs of some paths
 	losses map[int]string    // the unfaulted final loss per world
+	pace   string            // the hang section's paceNote
 }
 
 // rowKey keys a row by its table's section and its first two cells.
@@ -1313,6 +1314,7 @@ const priorNote = "Rows of "
 var (
 	whenLine  = regexp.MustCompile(`^\d{4}-\d\d-\d\d \d\d:\d\d UTC, Kubernetes `)
 	lossesRe  = regexp.MustCompile(`\(2 ranks: ([^;]+); 4 ranks: ([^)]+)\)`)
+	paceRe    = regexp.MustCompile(` \(the unfaulted run's: [^)]*\)`)
 	noteIDsRe = regexp.MustCompile("`([a-z0-9-]+)`")
 )
 
@@ -1322,6 +1324,7 @@ func parsePriorReport(doc string) priorReport {
 	if m := lossesRe.FindStringSubmatch(doc); m != nil {
 		r.losses[2], r.losses[4] = m[1], m[2]
 	}
+	r.pace = paceRe.FindString(doc)
 	lines := strings.Split(doc, "\n")
 	heading := ""
 	for i := 0; i < len(lines); i++ {
@@ -1528,8 +1531,16 @@ func trainingReport(r trainingResults) string {
 		}
 	}
 	if hangRows.Len() > 0 || loadRows.Len() > 0 {
+		// The pace the hang rows were judged against: a run without them
+		// keeps the one of the run that had them.
+		pace := paceNote(r.pace[2])
+		if prior != nil && !slices.ContainsFunc(r.paths, func(p trainingPath) bool {
+			return slices.ContainsFunc(r.faults, func(f trainingFault) bool { return (f.hang || f.load) && p.runs(f) })
+		}) {
+			pace = prior.pace
+		}
 		fmt.Fprintf(&b, "%s\n\n%s\n\n", hangHeading, fmt.Sprintf(hangText, trainFault, hangHeartbeat, hangFirstBeat, hangStall, hangGrace, hangPattern, 60, livenessAge,
-			paceNote(r.pace[2]), float64(loadSlowdown), loadStep))
+			pace, float64(loadSlowdown), loadStep))
 		if hangRows.Len() > 0 {
 			fmt.Fprintf(&b, "%s%s\n", tableHead, hangRows.String())
 			if hangDiffers != "" {
