@@ -18,6 +18,8 @@ func FuzzRulesAnnotation(f *testing.F) {
 		"a: &a {}\nb: *a", "app: {restartPolicy: [x]}", "app: {restartPolicyRules: [{exitCodes: {values: [x]}}]}",
 		"{[a]: {}}", "app: {<<: {restartPolicy: Never}}", "---\napp: {}\n---\nb: {}",
 		"app: {restartBudget: {maxRestarts: 3, window: 10m}, handOverExitCodes: [93], preRestartCheck: {command: [c, -x], timeoutSeconds: 5}, progress: {file: /p, maxStalledRestarts: 2}}",
+		"app: {watchdog: {heartbeatFile: /hb, outputPattern: 'step [0-9]+', stallSeconds: 10}, escalation: {window: 1h, steps: [{action: Restart, restarts: 2}, {action: RestartGroup, restarts: 1}]}}",
+		"app: {escalation: {steps: [{action: 1, restarts: x}]}, watchdog: {stallSeconds: [1]}}",
 		"app: {backoff: {initial: 1s, max: 60s}}", "app: {backoff: {max: x}}", "app: {backoff: {initial: -5ns}}",
 		"app: {restartBudget: {window: soon}}", "app: {preRestartCheck: {command: x}}", "app: {restartBudget: {maxRestarts: [1]}}",
 	} {

@@ -19,6 +19,10 @@ func FuzzParse(f *testing.F) {
 		"restartPolicy: Always\nrestartBudget: {maxRestarts: 3, window: 10m}\nhandOverExitCodes: [93]\npreRestartCheck: {command: [/bin/check, -x], timeoutSeconds: 5}\nprogress: {file: /ckpt/iteration, maxStalledRestarts: 2}\n",
 		`{"restartBudget":{"maxRestarts":0},"handOverExitCodes":[],"preRestartCheck":{"command":["true"]},"progress":{"file":"/p","maxStalledRestarts":1}}`,
 		`restartBudget: {window: 0s}`, `progress: {file: rel}`, `preRestartCheck: {command: [""], timeoutSeconds: -1}`,
+		"watchdog: {heartbeatFile: /hb, outputPattern: 'step [0-9]+', firstHeartbeatSeconds: 60, stallSeconds: 10, exitCode: 124, gracePeriodSeconds: 2}\n",
+		`watchdog: {outputPattern: '(a|b', stallSeconds: 0}`, `watchdog: {}`,
+		"escalation: {window: 1h, steps: [{action: Restart, restarts: 3}, {action: RestartGroup, restarts: 2}]}\n",
+		`escalation: {steps: [{action: Restart, restarts: 0}]}`, `{"escalation":{"steps":[]}}`,
 	} {
 		f.Add([]byte(seed))
 	}
