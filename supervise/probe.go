@@ -60,6 +60,8 @@ type runProbes struct {
 	beats   chan struct{}
 	pattern patternHolder
 	taps    outputTaps
+	// unwatched: the log said that the watchdog sees no heartbeat.
+	unwatched bool
 }
 
 type prober struct {

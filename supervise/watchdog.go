@@ -73,6 +73,17 @@ func (s *supervisor) armWatchdog() {
 	if spec == nil {
 		return
 	}
+	// A watchdog that can see no heartbeat would stop every run: an output
+	// pattern with no tap (the output is a terminal, or the pattern came
+	// with a reload after the start) and no heartbeat file. It is not
+	// armed, and the log says so once.
+	if spec.HeartbeatFile == "" && !s.probes.taps.tapped() {
+		if !s.probes.unwatched {
+			s.probes.unwatched = true
+			s.log.Warn("the watchdog sees no heartbeat (its outputPattern is not watched: the output is a terminal, or the pattern came after the start, and it has no heartbeatFile); runs are not watched")
+		}
+		return
+	}
 	d := &watchdog{spec: spec, last: s.hist.lastStart, deadline: time.NewTimer(spec.FirstHeartbeat())}
 	if spec.HeartbeatFile != "" {
 		// The file as the run found it: what an earlier run left is no

@@ -93,7 +93,9 @@ func TestNoPatternNoTap(t *testing.T) {
 
 // TestPatternLeavesATerminalAlone: under a terminal (util-linux script) the
 // workload's output stays the terminal even with an output pattern, and
-// the log says that the pattern is not watched.
+// the log says that the pattern is not watched; with no heartbeat file the
+// watchdog then sees nothing, and a run that lasts 2.5 stall timeouts is
+// not stopped for it (it exits 0, not 124).
 func TestPatternLeavesATerminalAlone(t *testing.T) {
 	if _, err := exec.LookPath("script"); err != nil {
 		if os.Getenv("CI") == "true" {
@@ -103,10 +105,13 @@ func TestPatternLeavesATerminalAlone(t *testing.T) {
 	}
 	dir := t.TempDir()
 	cfg := writeFile(t, dir, "cfg.yaml", stepWatchdog, 0o644)
-	w := writeFile(t, dir, "w.sh", "#!/bin/sh\n[ -t 1 ] && [ -t 2 ] && echo tty > "+dir+"/tty\n", 0o755)
+	w := writeFile(t, dir, "w.sh", "#!/bin/sh\n[ -t 1 ] && [ -t 2 ] && echo tty > "+dir+"/tty\nsleep 2.5\n", 0o755)
 	out, err := exec.Command("script", "-qec", bin+" --config "+cfg+" -- "+w, "/dev/null").CombinedOutput()
 	if err != nil {
 		t.Fatalf("%v: %s", err, out)
+	}
+	if strings.Contains(string(out), "Stalled") || !strings.Contains(string(out), "the watchdog sees no heartbeat") {
+		t.Errorf("a watchdog that sees nothing stopped the run, or did not say it sees nothing:\n%s", out)
 	}
 	if b, _ := os.ReadFile(filepath.Join(dir, "tty")); strings.TrimSpace(string(b)) != "tty" {
 		t.Errorf("the workload's stdout or stderr is no terminal under a pattern; output:\n%s", out)
