@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -124,10 +126,12 @@ func TestPatternLeavesATerminalAlone(t *testing.T) {
 // TestStalledMembersRestartThePodOnce: three members of a pod, each with a
 // watchdog on its own heartbeat file and RestartAllContainers on 124,
 // stop beating at the same moment, as the ranks of a hung collective do,
-// and ignore SIGTERM, so that each stop takes its 1 s grace. Their
-// watchdogs fire within a poll of each other, each stalled exit asks for a
-// pod restart, and the pod restarts once (one generation): every member
-// runs a second time, and none starts a round of its own.
+// and ignore SIGTERM, so that each stall's stop waits out a long grace.
+// Once every member's watchdog has fired (the test waits for the three log
+// lines, whatever the machine's load), the test kills the three runs: each
+// stalled exit asks for a pod restart, and the pod restarts once (one
+// generation): every member runs a second time, and none starts a round of
+// its own.
 func TestStalledMembersRestartThePodOnce(t *testing.T) {
 	dir := t.TempDir()
 	state := filepath.Join(dir, "state")
@@ -138,7 +142,7 @@ func TestStalledMembersRestartThePodOnce(t *testing.T) {
 		hb := filepath.Join(dir, name+".hb")
 		cfg := fmt.Sprintf(`{"restartPolicy":"Never","podRestartPolicy":"Never",%s,`+
 			`"restartPolicyRules":[{"action":"RestartAllContainers","exitCodes":{"operator":"In","values":[124]}}],`+
-			`"watchdog":{"heartbeatFile":%q,"stallSeconds":1,"gracePeriodSeconds":1}}`, podRoundBackoff, hb)
+			`"watchdog":{"heartbeatFile":%q,"firstHeartbeatSeconds":60,"stallSeconds":1,"gracePeriodSeconds":120}}`, podRoundBackoff, hb)
 		w := writeFile(t, dir, name+".sh", fmt.Sprintf(`#!/bin/sh
 n=$(cat %[1]s/%[2]s.n 2>/dev/null || echo 0); n=$((n+1)); echo $n > %[1]s/%[2]s.n
 while [ $n -ge 2 ] || [ ! -e %[1]s/hang ]; do touch %[3]s; sleep 0.1; done
@@ -157,8 +161,22 @@ trap '' TERM; sleep 600 & wait; sleep 600
 		}
 	}
 	waitFor(t, "the first runs", 15*time.Second, all(1))
-	time.Sleep(500 * time.Millisecond) // every member has beaten
+	waitFor(t, "every member's first heartbeat", 30*time.Second, func() bool {
+		for _, s := range sups {
+			if !strings.Contains(s.stderr.String(), "first heartbeat") {
+				return false
+			}
+		}
+		return true
+	})
 	os.WriteFile(filepath.Join(dir, "hang"), nil, 0o644)
+	killStalledRuns(t, func() []string {
+		var logs []string
+		for _, s := range sups {
+			logs = append(logs, s.stderr.String())
+		}
+		return logs
+	})
 	waitFor(t, "the pod restart after the stall", 30*time.Second, all(2))
 	time.Sleep(3 * time.Second) // three stall timeouts: room for a second round
 	if !all(2)() {
@@ -187,5 +205,32 @@ trap '' TERM; sleep 600 & wait; sleep 600
 	}
 	if stalls != 3 {
 		t.Errorf("%d members stopped for their own stall, want all 3 (the case where each asks)", stalls)
+	}
+}
+
+// stalledPID finds the pid of the run a watchdog is stopping in a
+// supervisor's log.
+var stalledPID = regexp.MustCompile(`stopping the stalled workload.* pid=([0-9]+)`)
+
+// killStalledRuns waits until every log has a stall's stop, then SIGKILLs
+// each stopped run's process group: the stalls all happen before any of
+// their exits, in that order, however slow the machine.
+func killStalledRuns(t *testing.T, logs func() []string) {
+	t.Helper()
+	var pids []int
+	waitFor(t, "every member's stall", time.Minute, func() bool {
+		pids = pids[:0]
+		for _, l := range logs() {
+			m := stalledPID.FindStringSubmatch(l)
+			if m == nil {
+				return false
+			}
+			pid, _ := strconv.Atoi(m[1])
+			pids = append(pids, pid)
+		}
+		return true
+	})
+	for _, pid := range pids {
+		syscall.Kill(-pid, syscall.SIGKILL)
 	}
 }

@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,8 +25,9 @@ import (
 // file and RestartGroup on the watchdog's 124, and a node agent per node
 // against a real API server. The ranks stop beating at the same moment,
 // as a hung collective makes them, and ignore SIGTERM, so each stall's
-// stop takes its 1 s grace and every rank's watchdog fires: four requests
-// for the same step. The group restarts once (generation 1), every rank
+// stop waits out a long grace; once every rank's watchdog has fired (the
+// test waits for the four log lines, whatever the load), the test kills
+// the four runs: four requests for the same step. The group restarts once (generation 1), every rank
 // runs twice, no second run before every first run ended, and no rank
 // starts a round of its own.
 func TestStalledGroupRestartsOnce(t *testing.T) {
@@ -49,7 +53,7 @@ func TestStalledGroupRestartsOnce(t *testing.T) {
 		hb := filepath.Join(dir, p.Name+".hb")
 		cfg := fmt.Sprintf(`{"restartPolicy":"Never","podRestartPolicy":"Never",`+
 			`"restartPolicyRules":[{"action":"RestartGroup","exitCodes":{"operator":"In","values":[124]}}],`+
-			`"watchdog":{"heartbeatFile":%q,"stallSeconds":1,"gracePeriodSeconds":1}}`, hb)
+			`"watchdog":{"heartbeatFile":%q,"firstHeartbeatSeconds":60,"stallSeconds":1,"gracePeriodSeconds":120}}`, hb)
 		// Each run logs its start and end; the first beats until the
 		// hang, then ignores SIGTERM; the second beats for ever.
 		script := fmt.Sprintf(`echo "start $(date +%%s%%N)" >> %[1]s
@@ -80,8 +84,32 @@ sleep 600 & wait; sleep 600`, log, hang, hb)
 		}
 		return true, nil
 	})
-	time.Sleep(500 * time.Millisecond)
+	waitFor(t, "every rank's first heartbeat", time.Minute, func(context.Context) (bool, error) {
+		for _, o := range outs {
+			if !strings.Contains(o.String(), "first heartbeat") {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
 	must(t, os.WriteFile(hang, nil, 0o644))
+	// Every rank's stall before any of their exits: then the runs end.
+	var pids []int
+	waitFor(t, "every rank's stall", 2*time.Minute, func(context.Context) (bool, error) {
+		pids = pids[:0]
+		for _, o := range outs {
+			m := stalledPID.FindStringSubmatch(o.String())
+			if m == nil {
+				return false, nil
+			}
+			pid, _ := strconv.Atoi(m[1])
+			pids = append(pids, pid)
+		}
+		return true, nil
+	})
+	for _, pid := range pids {
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+	}
 	waitFor(t, "every rank's second run", time.Minute, func(context.Context) (bool, error) {
 		for i := range logs {
 			if runsOf(i) < 2 {
@@ -126,3 +154,7 @@ sleep 600 & wait; sleep 600`, log, hang, hb)
 		t.Errorf("a rank started again (%s) before every rank's first run had ended (%s)", firstRestart.Format(time.StampMicro), lastEnd.Format(time.StampMicro))
 	}
 }
+
+// stalledPID finds the pid of the run a watchdog is stopping in a
+// supervisor's log.
+var stalledPID = regexp.MustCompile(`stopping the stalled workload.* pid=([0-9]+)`)
