@@ -33,7 +33,7 @@ trap '' TERM
 for i in 1 2 3; do echo $i > %s; sleep 0.3; done
 sleep 600 & wait; sleep 600`, dir, hb)
 	began := time.Now()
-	r, log := runProbed(t, script, watchdogConfig(fmt.Sprintf(`"heartbeatFile":%q,"stallSeconds":1,"gracePeriodSeconds":1`, hb)))
+	r, log := runProbed(t, script, watchdogConfig(fmt.Sprintf(`"heartbeatFile":%q,"firstHeartbeatSeconds":60,"stallSeconds":1,"gracePeriodSeconds":1`, hb)))
 	took := time.Since(began)
 	if r.Status != 0 || r.Restarts != 1 {
 		t.Fatalf("result %+v, want status 0 after 1 restart; log:\n%s", r, log)
@@ -67,12 +67,13 @@ func TestFirstHeartbeatTimeout(t *testing.T) {
 }
 
 // TestHeartbeatsKeepTheRun: a run that touches its file every 0.2 s for
-// 3 s, three times the stall timeout, is not stopped; the last run's
-// exit 0 ends supervision.
+// 8 s, four times the stall timeout, is not stopped; the last run's exit 0
+// ends supervision. (A touch 2 s late, fifteen times its pace, would be a
+// stall: the bound leaves a loaded machine that much room.)
 func TestHeartbeatsKeepTheRun(t *testing.T) {
 	hb := filepath.Join(t.TempDir(), "heartbeat")
-	script := fmt.Sprintf(`for i in $(seq 15); do touch %s; sleep 0.2; done; exit 0`, hb)
-	r, log := runProbed(t, script, watchdogConfig(fmt.Sprintf(`"heartbeatFile":%q,"stallSeconds":1`, hb)))
+	script := fmt.Sprintf(`for i in $(seq 40); do touch %s; sleep 0.2; done; exit 0`, hb)
+	r, log := runProbed(t, script, watchdogConfig(fmt.Sprintf(`"heartbeatFile":%q,"firstHeartbeatSeconds":60,"stallSeconds":2`, hb)))
 	if r.Status != 0 || r.Restarts != 0 || strings.Contains(log, "Stalled") {
 		t.Fatalf("result %+v, want status 0 and no stall; log:\n%s", r, log)
 	}
@@ -108,8 +109,9 @@ func TestStopDuringAStall(t *testing.T) {
 // is never opened (lstat only: the loop does not block on it), a link to
 // a file the workload touches is not followed, and a file that grows by
 // gigabytes a second is never read: its change is a heartbeat like any
-// other. The first two runs stall (exit 124, rule Restart), the third
-// grows its file and exits 0 after 3 s.
+// other. The first two runs stall at their first heartbeat's timeout
+// (exit 124, rule Restart), the third grows its file and exits 0 after 3 s
+// (its first growth has 5 s to come, each next one 2 s).
 func TestHostileHeartbeatFiles(t *testing.T) {
 	dir := t.TempDir()
 	hb := filepath.Join(dir, "heartbeat")
@@ -120,7 +122,7 @@ case $n in
 2) rm -f %[2]s; ln -s %[3]s %[2]s; while :; do touch %[3]s; sleep 0.1; done;;
 *) rm -f %[2]s; for i in $(seq 30); do truncate -s ${i}G %[2]s; sleep 0.1; done; exit 0;;
 esac`, dir, hb, target)
-	r, log := runProbed(t, script, watchdogConfig(fmt.Sprintf(`"heartbeatFile":%q,"stallSeconds":1,"gracePeriodSeconds":1`, hb)))
+	r, log := runProbed(t, script, watchdogConfig(fmt.Sprintf(`"heartbeatFile":%q,"firstHeartbeatSeconds":5,"stallSeconds":2,"gracePeriodSeconds":1`, hb)))
 	if r.Status != 0 || r.Restarts != 2 {
 		t.Fatalf("result %+v, want 2 stalls restarted, then status 0; log:\n%s", r, log)
 	}

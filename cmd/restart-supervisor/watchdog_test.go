@@ -14,14 +14,15 @@ import (
 	"time"
 )
 
-// stepWatchdog watches the output for "step N" lines, 1 s apart at most.
+// stepWatchdog watches the output for "step N" lines, 3 s apart at most:
+// fifteen times the test's pace, room for a loaded machine.
 const stepWatchdog = `restartPolicy: Never
 podRestartPolicy: Never
-watchdog: {outputPattern: 'step [0-9]+', stallSeconds: 1, gracePeriodSeconds: 1}
+watchdog: {outputPattern: 'step [0-9]+', stallSeconds: 3, gracePeriodSeconds: 1}
 `
 
 // TestOutputPatternIsAHeartbeat: a workload that prints "step N" lines for
-// 2 s (twice the stall timeout) is not stopped while it does; once it
+// 8 s (more than twice the stall timeout) is not stopped while it does; once it
 // stops printing them (a last line without its newline, then a hang) it is
 // stopped, and with no rule for 124 the supervisor exits 124. Its output
 // reaches the supervisor's standard output and error byte for byte, the
@@ -31,7 +32,7 @@ func TestOutputPatternIsAHeartbeat(t *testing.T) {
 	cfg := writeFile(t, dir, "cfg.yaml", stepWatchdog, 0o644)
 	w := writeFile(t, dir, "w.sh", `#!/bin/sh
 fd1=$(readlink /proc/$$/fd/1); echo "$fd1" > `+dir+`/fd1
-for i in $(seq 10); do echo "step $i loss 0.$i"; echo "warn $i" >&2; sleep 0.2; done
+for i in $(seq 40); do echo "step $i loss 0.$i"; echo "warn $i" >&2; sleep 0.2; done
 printf 'loss 0.01'
 exec sleep 600
 `, 0o755)
@@ -48,14 +49,14 @@ exec sleep 600
 		t.Fatalf("exit %v, want 124 (the watchdog's code, no rule for it); stderr:\n%s", err, stderr.String())
 	}
 	var want strings.Builder
-	for i := 1; i <= 10; i++ {
+	for i := 1; i <= 40; i++ {
 		fmt.Fprintf(&want, "step %d loss 0.%d\n", i, i)
 	}
 	want.WriteString("loss 0.01")
 	if stdout.String() != want.String() {
 		t.Errorf("stdout %q, want the workload's %q", stdout.String(), want.String())
 	}
-	for i := 1; i <= 10; i++ {
+	for i := 1; i <= 40; i++ {
 		if !strings.Contains(stderr.String(), fmt.Sprintf("warn %d\n", i)) {
 			t.Errorf("stderr lacks the workload's line %d:\n%s", i, stderr.String())
 		}
@@ -66,7 +67,7 @@ exec sleep 600
 	if fd1, _ := os.ReadFile(filepath.Join(dir, "fd1")); !strings.HasPrefix(string(fd1), "pipe:") {
 		t.Errorf("the workload's stdout is %q, want the tap's pipe", fd1)
 	}
-	t.Logf("2 s of steps, 1 s of stall, 1 s of grace: %s", took.Round(10*time.Millisecond))
+	t.Logf("8 s of steps, 3 s of stall: %s", took.Round(10*time.Millisecond))
 }
 
 // TestNoPatternNoTap: without an output pattern the workload's standard
@@ -106,7 +107,7 @@ func TestPatternLeavesATerminalAlone(t *testing.T) {
 		t.Skip("no util-linux script here")
 	}
 	dir := t.TempDir()
-	cfg := writeFile(t, dir, "cfg.yaml", stepWatchdog, 0o644)
+	cfg := writeFile(t, dir, "cfg.yaml", strings.Replace(stepWatchdog, "stallSeconds: 3", "stallSeconds: 1", 1), 0o644)
 	w := writeFile(t, dir, "w.sh", "#!/bin/sh\n[ -t 1 ] && [ -t 2 ] && echo tty > "+dir+"/tty\nsleep 2.5\n", 0o755)
 	out, err := exec.Command("script", "-qec", bin+" --config "+cfg+" -- "+w, "/dev/null").CombinedOutput()
 	if err != nil {
