@@ -50,6 +50,13 @@ func startGroupAgent(t *testing.T, cfg *rest.Config, node, podsDir string) (metr
 // function, which waits until the agent has ended.
 func startStoppableGroupAgent(t *testing.T, cfg *rest.Config, node, podsDir string) (metrics string, stop func()) {
 	t.Helper()
+	return startGroupAgentEvery(t, cfg, node, podsDir, 500*time.Millisecond, 50*time.Millisecond)
+}
+
+// startGroupAgentEvery is startStoppableGroupAgent at the given scan and
+// group intervals (0: the agent's defaults, as the binary runs it).
+func startGroupAgentEvery(t *testing.T, cfg *rest.Config, node, podsDir string, interval, groupInterval time.Duration) (metrics string, stop func()) {
+	t.Helper()
 	// The agent's own bounds on its calls, as the binary sets them, not
 	// the test server's generous ones: a loop that calls too much shows.
 	cfg = nodeagent.ClientConfig(cfg)
@@ -61,7 +68,7 @@ func startStoppableGroupAgent(t *testing.T, cfg *rest.Config, node, podsDir stri
 	ready, done := make(chan net.Addr, 1), make(chan error, 1)
 	go func() {
 		done <- nodeagent.Run(ctx, nodeagent.Config{Client: client, Dynamic: dyn, Groups: true, NodeName: node, PodsDir: podsDir,
-			Interval: 500 * time.Millisecond, GroupInterval: 50 * time.Millisecond, MetricsListen: "127.0.0.1:0",
+			Interval: interval, GroupInterval: groupInterval, MetricsListen: "127.0.0.1:0",
 			Ready: func(addr net.Addr) { ready <- addr }})
 	}()
 	select {

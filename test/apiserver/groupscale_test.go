@@ -4,24 +4,20 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/restart-supervisor/restart-supervisor/internal/testutil"
-	"github.com/restart-supervisor/restart-supervisor/nodeagent"
 	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
 )
 
@@ -67,7 +63,7 @@ func runGroupScale(t *testing.T, n, rounds int) []groupRound {
 		podsDir := filepath.Join(dir, node, "pods")
 		must(t, os.MkdirAll(podsDir, 0o750))
 		p := groupPod(t, client, "default", fmt.Sprintf("rank-%04d", i), node, group, "")
-		startScaleAgent(t, env.Config, node, podsDir)
+		startGroupAgentEvery(t, env.Config, node, podsDir, 0, 0) // the agent's defaults
 		m := member{log: filepath.Join(dir, p.Name+".log"), exit: filepath.Join(dir, "exit")}
 		// Each run logs its start; rank 0's run k exits 42 once the
 		// file exit.k exists, every other run waits to be stopped.
@@ -137,33 +133,6 @@ while :; do sleep 0.2; done`, m.log, i, m.exit)
 			n, r, out[r-1].restart.Round(time.Millisecond), out[r-1].groupWrites, out[r-1].groupRefused, out[r-1].allWrites, out[r-1].groupWatchEvent)
 	}
 	return out
-}
-
-// startScaleAgent runs the node agent for node at its default intervals,
-// with the bounds the binary sets on its client, and stops it at the end.
-func startScaleAgent(t *testing.T, cfg *rest.Config, node, podsDir string) {
-	t.Helper()
-	cfg = nodeagent.ClientConfig(cfg)
-	client, err := kubernetes.NewForConfig(cfg)
-	must(t, err)
-	dyn, err := dynamic.NewForConfig(cfg)
-	must(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	ready, done := make(chan net.Addr, 1), make(chan error, 1)
-	go func() {
-		done <- nodeagent.Run(ctx, nodeagent.Config{Client: client, Dynamic: dyn, Groups: true, NodeName: node, PodsDir: podsDir,
-			MetricsListen: "127.0.0.1:0", Ready: func(addr net.Addr) { ready <- addr }})
-	}()
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("agent %s: %v", node, err)
-	case <-time.After(time.Minute):
-		cancel()
-		t.Fatalf("agent %s not ready", node)
-	}
-	var once sync.Once
-	t.Cleanup(func() { once.Do(func() { cancel(); <-done }) })
 }
 
 // apiTotals are counters of the API server's /metrics.
