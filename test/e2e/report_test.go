@@ -152,6 +152,9 @@ func (r *report) write(path string, list []scenario) error {
 		if s.limitation != "" {
 			fmt.Fprintf(&b, "- **%s** (%s): %s\n", s.name, s.desc, s.limitation)
 		}
+		if s.runtimeRace != "" {
+			fmt.Fprintf(&b, "- **%s**, the reference itself: natively also \"%s\" in some runs. %s\n", s.name, s.runtimeRace, s.raceWhy)
+		}
 	}
 	if !rulesNative {
 		fmt.Fprintf(&b, "- **Every row**: Kubernetes %s has neither KEP-5307 nor KEP-5532; no native outcome exists to compare with, "+
