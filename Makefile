@@ -139,9 +139,19 @@ bench:
 # The group-restart scale harness (test/apiserver/groupscale_test.go): N simulated
 # nodes of one group, each the real node agent and the real supervisor, against a
 # real API server; writes docs/gang.md's "At scale" table. GROUPSCALE_SIZES
-# (default 8,16,32,64), GROUPSCALE_ROUNDS (default 3). About 5 min at the default sizes.
+# (default 8,16,32,64), GROUPSCALE_ROUNDS (default 3). The design before the
+# per-node reports runs first, from a work tree of GROUPSCALE_BEFORE_REF, at
+# GROUPSCALE_BEFORE_SIZES (empty: not run), and its table follows the new one.
+GROUPSCALE_BEFORE_REF ?= b71c437
+GROUPSCALE_BEFORE_SIZES ?= 8,16,32,64
 groupscale:
-	go test -tags groupscale -count=1 -v -timeout 60m -run '^TestGroupScale$$' ./test/apiserver/ -update-gang
+	@if [ -n "$(GROUPSCALE_BEFORE_SIZES)" ]; then \
+	  before=$$(mktemp -d)/before && git worktree add --detach $$before $(GROUPSCALE_BEFORE_REF) && \
+	  (cd $$before && GROUPSCALE_SIZES=$(GROUPSCALE_BEFORE_SIZES) go test -tags groupscale -count=1 -v -timeout 60m -run '^TestGroupScale$$' ./test/apiserver/ -update-gang) && \
+	  cp $$before/docs/gang.md bin/gang-before.md && git worktree remove --force $$before; \
+	fi
+	GROUPSCALE_BEFORE=$(if $(GROUPSCALE_BEFORE_SIZES),$(CURDIR)/bin/gang-before.md) GROUPSCALE_BEFORE_REF=$(GROUPSCALE_BEFORE_REF) \
+	  go test -tags groupscale -count=1 -v -timeout 120m -run '^TestGroupScale$$' ./test/apiserver/ -update-gang
 
 # The conformance table on every release of the matrix (docs/conformance-matrix.md):
 # v1.34.4 (test/e2e/setup.sh's), then each release of CONFORMANCE_VERSIONS built

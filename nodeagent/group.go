@@ -26,25 +26,31 @@ import (
 // Group restarts (the RestartGroup action; docs/gang.md). A group is the
 // pods of one namespace that share the labels of the first groupLabels
 // entry a pod has all of. Its state is one GroupRestart object in that
-// namespace (agentapi.GroupResource), named from the group: the generation, the
-// budget, the last cause, and each node agent's report of its node's
-// members for the current generation. Every agent
+// namespace (agentapi.GroupResource), named from the group: the generation,
+// the budget, the last cause, the coordinator and how far the round has
+// come; and one GroupRestartReport per node with members
+// (agentapi.ReportResource), which only that node's agent writes. Every
+// agent
 //
 //   - takes in the requests its node's members write into their state
 //     volumes and turns each into the next generation of the object, by
 //     an update conditioned on the resourceVersion, so that of several
-//     ranks failing at once exactly one generation results;
+//     ranks failing at once exactly one generation results; the agent
+//     that makes it is the round's coordinator;
 //   - delivers each new generation to its node's members as a pod
 //     restart (statevol.DeliverGroup);
-//   - reports how many of its node's members have stopped for it, in its
-//     own key of spec.nodes (a merge patch: agents never overwrite each
-//     other);
-//   - releases its members once every node with members of the group has
-//     reported all of them stopped, or after GroupStopWait.
+//   - reports its node's members in its own report object, once when all
+//     of them have stopped and once when all have started again: writers
+//     never conflict, and a round costs each node two writes;
+//   - releases its members once the coordinator has marked the round
+//     released, or after GroupStopWait.
 //
-// The supervisor stays free of network code: everything in the API is
-// done here. The group's object and a pod's group: groupobject.go; the
-// requests: grouprequest.go; the watches of the objects: groupwatch.go.
+// The coordinator (groupcoord.go) alone watches the group's reports, and
+// marks the round released once every node with members has reported
+// them stopped, then done once every one reported them started: one
+// write each, one change for every agent to see. The supervisor stays
+// free of network code: everything in the API is done here. The requests:
+// grouprequest.go; the watches: groupwatch.go.
 
 // groupRound is one group generation as this agent carries it out on its
 // node.
@@ -58,10 +64,11 @@ type groupRound struct {
 	// deliveryFailed: per local pod UID, the delivery failed and was
 	// logged in this round.
 	deliveryFailed map[string]bool
-	reported       agentapi.NodeReport
-	// expected is the group's members per node, listed once when the
-	// round began.
-	expected map[string]int
+	// reported is the last report written for this generation.
+	reported agentapi.NodeReport
+	// sentStopped, sentStarted: the node's two reports of the round are
+	// written.
+	sentStopped, sentStarted bool
 }
 
 // groupHost is what the group loop needs of the agent around it: its
@@ -93,6 +100,11 @@ type groups struct {
 	rounds map[string]*groupRound
 	// handled is the last request ID taken in, by pod UID/container.
 	handled map[string]string
+	// coord is the rounds this agent coordinates (groupcoord.go).
+	coord *coordination
+	// reportMade: this node's report object of the group (namespace/name
+	// of the GroupRestart) exists, so that a report is one patch.
+	reportMade map[string]bool
 }
 
 // groupSample is one group with members on this node, for the metrics.
@@ -149,9 +161,15 @@ func (a *Agent) setGroupSamples(samples []groupSample) {
 }
 
 func (a *Agent) groupLoop(ctx context.Context) {
-	w := newGroupWatches(a.cfg.Dynamic)
+	// A change of a watched object wakes the loop at once, so that a
+	// generation, a release or a report costs no wait for the next tick;
+	// the tick reads the members' files.
+	kick := make(chan struct{}, 1)
+	w := newGroupWatches(a.cfg.Dynamic, agentapi.GroupResource, byName, kick)
 	defer w.stopAll()
-	g := &groups{host: a, log: a.log, client: a.cfg.Dynamic, objects: w, watches: w, rounds: map[string]*groupRound{}, handled: map[string]string{}}
+	rw := newGroupWatches(a.cfg.Dynamic, agentapi.ReportResource, reportsOf, kick)
+	defer rw.stopAll()
+	g := newGroups(a, a.log, a.cfg.Dynamic, w, &coordination{reports: rw, rounds: map[string]*coordRound{}})
 	t := time.NewTicker(a.cfg.GroupInterval)
 	defer t.Stop()
 	for {
@@ -160,8 +178,15 @@ func (a *Agent) groupLoop(ctx context.Context) {
 			return
 		case <-t.C:
 			g.step(ctx)
+		case <-kick:
+			g.step(ctx)
 		}
 	}
+}
+
+func newGroups(host groupHost, log *slog.Logger, client dynamic.Interface, w *groupWatches, c *coordination) *groups {
+	return &groups{host: host, log: log, client: client, objects: w, watches: w, rounds: map[string]*groupRound{},
+		handled: map[string]string{}, coord: c, reportMade: map[string]bool{}}
 }
 
 // localMember is one of this node's group members.
@@ -209,26 +234,24 @@ func (g *groups) step(ctx context.Context) {
 		}
 		// Every member of the group on this node has left the round
 		// (its pod is being deleted or has finished): say so, or the
-		// other nodes' agents would wait for this node's stop until
+		// coordinator would wait for this node's stop until
 		// GroupStopWait.
-		if r.reported.Members > 0 {
-			ns, name, _ := strings.Cut(id, "/")
-			rep := agentapi.NodeReport{Generation: r.generation}
-			patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"nodes": map[string]any{g.host.node(): rep}}})
-			if _, err := g.client.Resource(agentapi.GroupResource).Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
-				g.log.Warn("report group members gone", "group", id, "err", err)
-				continue // again at the next step
+		if r.reported.Members > 0 || !r.sentStopped {
+			if st, ok := g.objectState(id); ok && st.Generation == r.generation {
+				if err := g.writeReport(ctx, st, agentapi.NodeReport{Generation: r.generation}); err != nil && !apierrors.IsNotFound(err) {
+					g.log.Warn("report group members gone", "group", id, "err", err)
+					continue // again at the next step
+				}
 			}
 		}
 		delete(g.rounds, id)
+		delete(g.reportMade, id)
 	}
+	g.coordinate(ctx, watched)
 	var samples []groupSample
 	for id, ms := range byGroup {
-		if obj, ok, _ := g.objects.GetByKey(id); ok {
-			if u, ok := obj.(*unstructured.Unstructured); ok {
-				st := agentapi.GroupFromObject(u)
-				samples = append(samples, groupSample{namespace: ms[0].pod.Namespace, group: ms[0].key, generation: st.Generation})
-			}
+		if st, ok := g.objectState(id); ok {
+			samples = append(samples, groupSample{namespace: ms[0].pod.Namespace, group: ms[0].key, generation: st.Generation})
 		}
 	}
 	g.host.setGroupSamples(samples)
@@ -289,23 +312,23 @@ const (
 )
 
 // carryOut delivers the group's current generation to ms (this node's
-// members of one group), reports their stop and releases them: the
-// decisions are planRelease's and nodeReportOf's, pure; what is read and
-// written here is their input and their outcome.
+// members of one group), reports their stop and start and releases them:
+// the decisions are planRelease's, reportDue's and nodeReportOf's, pure;
+// what is read and written here is their input and their outcome.
 func (g *groups) carryOut(ctx context.Context, ms []localMember) {
-	st, r, ok := g.currentRound(ctx, ms)
+	st, r, ok := g.currentRound(ms)
 	if !ok {
 		return
 	}
 	states := g.deliverAndRead(st, r, ms)
 	rep := nodeReportOf(st.Generation, len(ms), states, r.released)
-	if rep != r.reported {
-		patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"nodes": map[string]any{g.host.node(): rep}}})
-		if _, err := g.client.Resource(agentapi.GroupResource).Namespace(st.Namespace).Patch(ctx, st.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-			g.log.Warn("report group stop", "group", st.Namespace+"/"+st.Name, "err", err)
+	if reportDue(rep, r) {
+		if err := g.writeReport(ctx, st, rep); err != nil {
+			g.log.Warn("report group members", "group", st.Namespace+"/"+st.Name, "err", err)
 		} else {
 			r.reported = rep
-			st.Nodes[g.host.node()] = rep
+			r.sentStopped = r.sentStopped || rep.Stopped >= rep.Members
+			r.sentStarted = r.sentStarted || rep.Started >= rep.Members
 		}
 	}
 	release, all := planRelease(st, r, states, time.Now(), GroupStopWait)
@@ -320,32 +343,81 @@ func (g *groups) carryOut(ctx context.Context, ms []localMember) {
 		}
 		r.released[uid] = true
 		if !all {
-			g.log.Warn("group restart: not every pod of the group stopped within the bound; releasing this node's", "group", st.Key, "generation", st.Generation, "waited", GroupStopWait)
+			g.log.Warn("group restart: the round was not released within the bound; releasing this node's members", "group", st.Key, "generation", st.Generation, "waited", GroupStopWait)
 		}
 	}
 }
 
-// currentRound is the group's current generation, from the watched copy
-// of its object, and this node's round of it (begun here when new: its
-// delivery time, the members expected per node).
-func (g *groups) currentRound(ctx context.Context, ms []localMember) (agentapi.GroupState, *groupRound, bool) {
-	id := ms[0].pod.Namespace + "/" + agentapi.GroupObjectName(ms[0].key)
+// reportDue says whether this node's report of the round is to be
+// written now: once when every member has stopped, once when every one
+// has started again; two writes a round whatever the members do between.
+func reportDue(rep agentapi.NodeReport, r *groupRound) bool {
+	return !r.sentStopped && rep.Stopped >= rep.Members || !r.sentStarted && rep.Started >= rep.Members && rep.Members > 0
+}
+
+// writeReport writes this node's report of the group st: its own object,
+// which no other agent writes, made on the first report and patched after
+// (a merge patch: no read, no conflict).
+func (g *groups) writeReport(ctx context.Context, st agentapi.GroupState, rep agentapi.NodeReport) error {
+	id := st.Namespace + "/" + st.Name
+	res := g.client.Resource(agentapi.ReportResource).Namespace(st.Namespace)
+	name := agentapi.ReportName(st.Name, g.host.node())
+	spec := map[string]any{"node": g.host.node(), "generation": int64(rep.Generation), "members": int64(rep.Members),
+		"stopped": int64(rep.Stopped), "started": int64(rep.Started)}
+	if !g.reportMade[id] {
+		u := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": agentapi.ReportResource.GroupVersion().String(), "kind": agentapi.ReportKind,
+			"metadata": map[string]any{"name": name, "namespace": st.Namespace, "labels": map[string]any{agentapi.LabelReportOf: st.Name}},
+			"spec":     spec,
+		}}
+		if st.UID != "" {
+			// Deleted with the group's object, by the garbage collector.
+			u.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: agentapi.GroupResource.GroupVersion().String(), Kind: agentapi.GroupKind, Name: st.Name, UID: st.UID}})
+		}
+		_, err := res.Create(ctx, u, metav1.CreateOptions{})
+		if err == nil {
+			g.reportMade[id] = true
+			return nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+	}
+	patch, _ := json.Marshal(map[string]any{"spec": spec})
+	if _, err := res.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		if apierrors.IsNotFound(err) {
+			delete(g.reportMade, id) // made again at the next step
+		}
+		return err
+	}
+	g.reportMade[id] = true
+	return nil
+}
+
+// objectState is the watched copy of the group object id (namespace/name).
+func (g *groups) objectState(id string) (agentapi.GroupState, bool) {
 	obj, exists, err := g.objects.GetByKey(id)
 	if err != nil || !exists {
-		return agentapi.GroupState{}, nil, false
+		return agentapi.GroupState{}, false
 	}
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
-		return agentapi.GroupState{}, nil, false
+		return agentapi.GroupState{}, false
 	}
-	st := agentapi.GroupFromObject(u)
-	if st.Generation == 0 || st.Key != ms[0].key {
+	return agentapi.GroupFromObject(u), true
+}
+
+// currentRound is the group's current generation, from the watched copy
+// of its object, and this node's round of it (begun here when new).
+func (g *groups) currentRound(ms []localMember) (agentapi.GroupState, *groupRound, bool) {
+	id := ms[0].pod.Namespace + "/" + agentapi.GroupObjectName(ms[0].key)
+	st, ok := g.objectState(id)
+	if !ok || st.Generation == 0 || st.Key != ms[0].key {
 		return st, nil, false
 	}
 	r := g.rounds[id]
 	if r == nil || r.generation != st.Generation {
 		r = &groupRound{generation: st.Generation, delivered: time.Now(), podGen: map[string]uint64{}, released: map[string]bool{}, deliveryFailed: map[string]bool{}}
-		r.expected = g.expectedMembers(ctx, ms[0])
 		g.rounds[id] = r
 	}
 	return st, r, true
@@ -425,12 +497,13 @@ func nodeReportOf(generation uint64, members int, states []memberState, released
 }
 
 // planRelease says which of this node's members to release now, and
-// whether every node has reported its members stopped (all): none until
-// then, or until stopWait has passed since the round reached this node,
-// after which the members the round reached are released stopped or not
-// (a node agent that died, a node cut off); a member is released once.
+// whether the coordinator released the round (all): none until then, or
+// until stopWait has passed since the round reached this node, after
+// which the members the round reached are released stopped or not (a
+// node agent that died, a node cut off, a coordinator gone); a member is
+// released once, and only once it has stopped unless late.
 func planRelease(st agentapi.GroupState, r *groupRound, states []memberState, now time.Time, stopWait time.Duration) (release []string, all bool) {
-	all = allStopped(st, r.expected)
+	all = st.Released >= r.generation
 	late := now.Sub(r.delivered) > stopWait
 	if !all && !late {
 		return nil, all
@@ -442,43 +515,4 @@ func planRelease(st agentapi.GroupState, r *groupRound, states []memberState, no
 		release = append(release, s.uid)
 	}
 	return release, all
-}
-
-// allStopped reports whether every node with members of the group has
-// reported all of them stopped for the current generation. A node's
-// report counts the members it has now: fewer than expected when some
-// left the round (a pod being deleted takes no pod-wide restart,
-// KEP-4438), none when all of them did.
-func allStopped(st agentapi.GroupState, expected map[string]int) bool {
-	for node, want := range expected {
-		rep, ok := st.Nodes[node]
-		if !ok || rep.Generation != st.Generation || rep.Stopped < min(want, rep.Members) {
-			return false
-		}
-	}
-	return true
-}
-
-// expectedMembers lists the group's members in the API, per node, once per
-// round: the nodes whose agents must report them stopped.
-func (g *groups) expectedMembers(ctx context.Context, m localMember) map[string]int {
-	_, sel, _ := agentapi.GroupOf(m.pod)
-	out := map[string]int{}
-	pods, err := g.host.listPods(ctx, m.pod.Namespace, sel.AsSelector())
-	if err != nil {
-		g.log.Warn("list group members", "group", m.key, "err", err)
-		out[g.host.node()] = 1
-		return out
-	}
-	for i := range pods {
-		p := &pods[i]
-		if p.Spec.NodeName == "" || !agentapi.GroupMember(p) {
-			continue
-		}
-		if k, _, _ := agentapi.GroupOf(p); k != m.key {
-			continue
-		}
-		out[p.Spec.NodeName]++
-	}
-	return out
 }

@@ -30,24 +30,60 @@ import (
 	"github.com/restart-supervisor/restart-supervisor/statevol"
 )
 
-func TestAllStopped(t *testing.T) {
-	st := agentapi.GroupState{Generation: 2, Nodes: map[string]agentapi.NodeReport{
-		"a": {Generation: 2, Members: 2, Stopped: 2},
-		"b": {Generation: 1, Members: 2, Stopped: 2},
-	}}
-	if allStopped(st, map[string]int{"a": 2, "b": 2}) {
-		t.Error("node b's report is of the last generation")
+// TestNextStep: the coordinator releases a round once every node it
+// listed reported all its members stopped (fewer when some left, none
+// when all did), and marks it done once every one reported them started
+// again; a node it did not list does not hold the round.
+func TestNextStep(t *testing.T) {
+	expected := map[string]int{"a": 2, "b": 2}
+	rep := func(node string, members, stopped, started int) agentapi.NodeReport {
+		return agentapi.NodeReport{Node: node, Generation: 2, Members: members, Stopped: stopped, Started: started}
 	}
-	st.Nodes["b"] = agentapi.NodeReport{Generation: 2, Members: 2, Stopped: 1}
-	if allStopped(st, map[string]int{"a": 2, "b": 2}) {
-		t.Error("one of b's members still runs")
+	st := agentapi.GroupState{Generation: 2, Released: 1, Done: 1}
+	for _, tc := range []struct {
+		name    string
+		st      agentapi.GroupState
+		reports []agentapi.NodeReport
+		want    string
+	}{
+		{"b has not reported", st, []agentapi.NodeReport{rep("a", 2, 2, 0)}, ""},
+		{"one of b's members still runs", st, []agentapi.NodeReport{rep("a", 2, 2, 0), rep("b", 2, 1, 0)}, ""},
+		{"every member stopped", st, []agentapi.NodeReport{rep("a", 2, 2, 0), rep("b", 2, 2, 0)}, "released"},
+		{"one of b's left the round", st, []agentapi.NodeReport{rep("a", 2, 2, 0), rep("b", 1, 1, 0)}, "released"},
+		{"all of b's left", st, []agentapi.NodeReport{rep("a", 2, 2, 0), rep("b", 0, 0, 0)}, "released"},
+		{"a node not listed reports nothing yet", st, []agentapi.NodeReport{rep("a", 2, 2, 0), rep("b", 2, 2, 0), rep("c", 1, 0, 0)}, "released"},
+		{"released, b starting", agentapi.GroupState{Generation: 2, Released: 2, Done: 1}, []agentapi.NodeReport{rep("a", 2, 2, 2), rep("b", 2, 2, 1)}, ""},
+		{"released, all started", agentapi.GroupState{Generation: 2, Released: 2, Done: 1}, []agentapi.NodeReport{rep("a", 2, 2, 2), rep("b", 2, 2, 2)}, "done"},
+		{"done", agentapi.GroupState{Generation: 2, Released: 2, Done: 2}, []agentapi.NodeReport{rep("a", 2, 2, 2), rep("b", 2, 2, 2)}, ""},
+	} {
+		reports := map[string]agentapi.NodeReport{}
+		for _, r := range tc.reports {
+			reports[r.Node] = r
+		}
+		if got := nextStep(tc.st, expected, reports); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
 	}
-	st.Nodes["b"] = agentapi.NodeReport{Generation: 2, Members: 2, Stopped: 2}
-	if !allStopped(st, map[string]int{"a": 2, "b": 2}) {
-		t.Error("every member stopped")
+}
+
+// TestReportDue: a node writes its report twice a round, once when every
+// member stopped and once when every one started again, whatever the
+// steps between.
+func TestReportDue(t *testing.T) {
+	r := &groupRound{}
+	writes := 0
+	for _, rep := range []agentapi.NodeReport{
+		{Members: 2}, {Members: 2, Stopped: 1}, {Members: 2, Stopped: 2}, {Members: 2, Stopped: 2},
+		{Members: 2, Stopped: 2, Started: 1}, {Members: 2, Stopped: 2, Started: 2}, {Members: 2, Stopped: 2, Started: 2},
+	} {
+		if reportDue(rep, r) {
+			writes++
+			r.sentStopped = r.sentStopped || rep.Stopped >= rep.Members
+			r.sentStarted = r.sentStarted || rep.Started >= rep.Members
+		}
 	}
-	if allStopped(st, map[string]int{"a": 2, "b": 2, "c": 1}) {
-		t.Error("node c has not reported")
+	if writes != 2 || !r.sentStopped || !r.sentStarted {
+		t.Errorf("%d writes (stopped %v, started %v), want 2", writes, r.sentStopped, r.sentStarted)
 	}
 }
 
@@ -102,17 +138,15 @@ func TestNodeReportOf(t *testing.T) {
 	}
 }
 
-// TestPlanRelease: members are released once every node reported all its
-// members stopped, or, past the stop wait, every member the round reached
+// TestPlanRelease: members are released once the coordinator released the
+// round, or, past the stop wait, every member the round reached
 // whether stopped or not; never a member the round has not reached, and
 // never twice.
 func TestPlanRelease(t *testing.T) {
 	now := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
 	const wait = 30 * time.Second
-	stopped := agentapi.GroupState{Generation: 2, Nodes: map[string]agentapi.NodeReport{
-		"n1": {Generation: 2, Members: 2, Stopped: 2}, "n2": {Generation: 2, Members: 1, Stopped: 1}}}
-	running := agentapi.GroupState{Generation: 2, Nodes: map[string]agentapi.NodeReport{
-		"n1": {Generation: 2, Members: 2, Stopped: 2}, "n2": {Generation: 2, Members: 1, Stopped: 0}}}
+	stopped := agentapi.GroupState{Generation: 2, Released: 2}
+	running := agentapi.GroupState{Generation: 2, Released: 1}
 	states := []memberState{{uid: "a", podGen: 7, stopped: true}, {uid: "b", podGen: 3, stopped: true}, {uid: "c"}}
 	for _, tc := range []struct {
 		name     string
@@ -122,12 +156,12 @@ func TestPlanRelease(t *testing.T) {
 		want     []string
 		all      bool
 	}{
-		{"another node still runs", running, time.Second, nil, nil, false},
-		{"every node stopped", stopped, time.Second, nil, []string{"a", "b"}, true},
+		{"not released yet", running, time.Second, nil, nil, false},
+		{"released", stopped, time.Second, nil, []string{"a", "b"}, true},
 		{"released once", stopped, time.Second, map[string]bool{"a": true}, []string{"b"}, true},
 		{"late: the reached ones, stopped or not", running, wait + time.Second, nil, []string{"a", "b"}, false},
 	} {
-		r := &groupRound{generation: 2, delivered: now.Add(-tc.age), expected: map[string]int{"n1": 2, "n2": 1}, released: map[string]bool{}}
+		r := &groupRound{generation: 2, delivered: now.Add(-tc.age), released: map[string]bool{}}
 		for k, v := range tc.released {
 			r.released[k] = v
 		}
@@ -137,7 +171,7 @@ func TestPlanRelease(t *testing.T) {
 		}
 	}
 	late := []memberState{{uid: "a", podGen: 7}}
-	r := &groupRound{generation: 2, delivered: now.Add(-wait - time.Second), expected: map[string]int{"n1": 1}, released: map[string]bool{}}
+	r := &groupRound{generation: 2, delivered: now.Add(-wait - time.Second), released: map[string]bool{}}
 	if got, _ := planRelease(running, r, late, now, wait); !slices.Equal(got, []string{"a"}) {
 		t.Errorf("late, a member that never stopped: release %v, want [a]", got)
 	}
@@ -171,15 +205,41 @@ func (h *fakeHost) recordGroupEvent(_ *corev1.ObjectReference, msg string, _ map
 func (h *fakeHost) logRefused([]error)                    {}
 func (h *fakeHost) setGroupSamples(samples []groupSample) { h.samples = samples }
 
+// listedReports is a reportSource that lists the reports from a (fake)
+// dynamic client, as the coordinator's watch would hold them.
+type listedReports struct {
+	t   *testing.T
+	dyn *dynamicfake.FakeDynamicClient
+}
+
+func (l listedReports) keep(context.Context, map[string]bool) {}
+func (l listedReports) list(id string) []any {
+	ns, name, _ := strings.Cut(id, "/")
+	list, err := l.dyn.Resource(agentapi.ReportResource).Namespace(ns).List(context.Background(),
+		metav1.ListOptions{LabelSelector: agentapi.LabelReportOf + "=" + name})
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	var out []any
+	for i := range list.Items {
+		out = append(out, &list.Items[i])
+	}
+	return out
+}
+
 // TestRoundOnOneNode carries a round out on a node whose two members are
-// the only ones of the group, step by step as the supervisors would move:
-// delivered to both, reported, released once both stopped, and reported
-// started once both started again.
+// the only ones of the group, step by step as the supervisors would move,
+// with this node's agent as the round's coordinator: delivered to both,
+// reported once both stopped, released by the coordinator, reported once
+// both started again, and marked done: two report writes and two writes
+// of the group's object.
 func TestRoundOnOneNode(t *testing.T) {
 	key := contract.LabelGroup + "=g"
-	obj := groupObject(key, map[string]any{"generation": int64(1), "cause": map[string]any{"pod": "p0", "container": "rank", "exitCode": int64(42)}})
+	obj := groupObject(key, map[string]any{"generation": int64(1), "coordinator": "n1", "cause": map[string]any{"pod": "p0", "container": "rank", "exitCode": int64(42),
+		"time": time.Now().UTC().Format(time.RFC3339)}})
 	objects := storeOf(t, obj)
-	dyn := dynamicfake.NewSimpleDynamicClient(k8sruntime.NewScheme(), obj)
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(k8sruntime.NewScheme(),
+		map[schema.GroupVersionResource]string{agentapi.ReportResource: "GroupRestartReportList", agentapi.GroupResource: "GroupRestartList"}, obj)
 	host := &fakeHost{name: "n1"}
 	var ms []localMember
 	for _, name := range []string{"p0", "p1"} {
@@ -191,14 +251,41 @@ func TestRoundOnOneNode(t *testing.T) {
 		ms = append(ms, localMember{pod: &host.pods[len(host.pods)-1], key: key, dir: t.TempDir(), fd: -1})
 	}
 	var logs bytes.Buffer
-	g := &groups{host: host, log: slog.New(slog.NewTextHandler(&logs, nil)), client: dyn, objects: objects,
-		rounds: map[string]*groupRound{}, handled: map[string]string{}}
-	report := func() agentapi.NodeReport {
-		u, err := dyn.Resource(agentapi.GroupResource).Namespace("default").Get(context.Background(), agentapi.GroupObjectName(key), metav1.GetOptions{})
+	g := newGroups(host, slog.New(slog.NewTextHandler(&logs, nil)), dyn, nil, &coordination{reports: listedReports{t, dyn}, rounds: map[string]*coordRound{}})
+	g.objects = objects
+	id := "default/" + agentapi.GroupObjectName(key)
+	ctx := context.Background()
+	writes := func() (reports, object int) {
+		for _, a := range dyn.Actions() {
+			switch {
+			case a.GetVerb() == "list" || a.GetVerb() == "get":
+			case a.GetResource() == agentapi.ReportResource:
+				reports++
+			case a.GetResource() == agentapi.GroupResource:
+				object++
+			}
+		}
+		return reports, object
+	}
+	// step is one step of the agent on the node: its members, then its
+	// coordination, then the watch bringing the object's change back.
+	step := func() {
+		g.carryOut(ctx, ms)
+		g.coordinate(ctx, map[string]bool{id: true})
+		u, err := dyn.Resource(agentapi.GroupResource).Namespace("default").Get(ctx, agentapi.GroupObjectName(key), metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return agentapi.GroupFromObject(u).Nodes["n1"]
+		if err := objects.Update(u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	report := func() agentapi.NodeReport {
+		u, err := dyn.Resource(agentapi.ReportResource).Namespace("default").Get(ctx, agentapi.ReportName(agentapi.GroupObjectName(key), "n1"), metav1.GetOptions{})
+		if err != nil {
+			return agentapi.NodeReport{}
+		}
+		return agentapi.ReportFromObject(u)
 	}
 	mark := func(m localMember, n uint64, what string) {
 		if err := os.WriteFile(filepath.Join(m.dir, contract.PodRestartsDir, statevol.MarkerName(n, what, "rank")), nil, 0o644); err != nil {
@@ -206,7 +293,7 @@ func TestRoundOnOneNode(t *testing.T) {
 		}
 	}
 
-	g.carryOut(context.Background(), ms)
+	step()
 	var gens []uint64
 	for _, m := range ms {
 		n, ok := statevol.GroupRound(m.dir, 1)
@@ -215,32 +302,45 @@ func TestRoundOnOneNode(t *testing.T) {
 		}
 		gens = append(gens, n)
 	}
-	if got := report(); got != (agentapi.NodeReport{Generation: 1, Members: 2}) {
-		t.Errorf("after delivery: report %+v", got)
+	if got := report(); got != (agentapi.NodeReport{}) {
+		t.Errorf("after delivery: report %+v, want none yet", got)
 	}
 	mark(ms[0], gens[0], statevol.MarkGrouped)
-	g.carryOut(context.Background(), ms)
+	step()
+	step()
 	if statevol.GroupReleased(ms[0].dir, gens[0]) {
 		t.Error("p0 released while p1 still runs")
 	}
 	mark(ms[1], gens[1], statevol.MarkGrouped)
-	g.carryOut(context.Background(), ms)
+	step()
+	if got := report(); got != (agentapi.NodeReport{Node: "n1", Generation: 1, Members: 2, Stopped: 2}) {
+		t.Errorf("after both stopped: report %+v", got)
+	}
+	step() // the member's side of the release
 	for i, m := range ms {
 		if !statevol.GroupReleased(m.dir, gens[i]) {
 			t.Errorf("%s not released once both stopped", m.pod.Name)
 		}
 	}
-	if got := report(); got != (agentapi.NodeReport{Generation: 1, Members: 2, Stopped: 2}) {
-		t.Errorf("after both stopped: report %+v", got)
+	if st, _ := g.objectState(id); st.Released != 1 || st.Members != 2 {
+		t.Errorf("the object after the release: released %d members %d, want 1 and 2", st.Released, st.Members)
 	}
 	for i, m := range ms {
 		mark(m, gens[i], statevol.MarkStarted)
 	}
-	g.carryOut(context.Background(), ms)
-	if got := report(); got != (agentapi.NodeReport{Generation: 1, Members: 2, Stopped: 2, Started: 2}) {
+	step()
+	step()
+	if got := report(); got != (agentapi.NodeReport{Node: "n1", Generation: 1, Members: 2, Stopped: 2, Started: 2}) {
 		t.Errorf("after both started: report %+v", got)
 	}
-	if strings.Contains(logs.String(), "not every pod of the group stopped") {
+	st, _ := g.objectState(id)
+	if st.Done != 1 || !agentapi.RoundOver(st, time.Now(), GroupStopWait) {
+		t.Errorf("the object after both started: done %d, want 1 (the round over)", st.Done)
+	}
+	if r, o := writes(); r != 2 || o != 2 {
+		t.Errorf("the round wrote %d reports and the group's object %d times, want 2 and 2", r, o)
+	}
+	if strings.Contains(logs.String(), "not released within the bound") {
 		t.Errorf("released late:\n%s", logs.String())
 	}
 }
@@ -299,9 +399,10 @@ func TestRequestsOnOneNode(t *testing.T) {
 		t.Errorf("Events %q, want one on the pod and one on its Job", host.events)
 	}
 
-	// The round over (the watched copy says every node started again):
+	// The round over (the watched copy says its coordinator saw every
+	// node start again):
 	// the next request is past the limit of 1.
-	u.Object["spec"].(map[string]any)["nodes"] = map[string]any{"n1": map[string]any{"generation": int64(1), "members": int64(1), "stopped": int64(1), "started": int64(1)}}
+	u.Object["spec"].(map[string]any)["done"] = int64(1)
 	if err := objects.Add(u); err != nil {
 		t.Fatal(err)
 	}
@@ -333,8 +434,7 @@ func TestDecideFromStore(t *testing.T) {
 	if d, _ := g.decideFromStore(id, key, statevol.GroupRequest{Observed: 0}); d != storeAsk {
 		t.Errorf("no object: %v, want storeAsk", d)
 	}
-	put(map[string]any{"generation": int64(2), "cause": map[string]any{"time": now},
-		"nodes": map[string]any{"n1": map[string]any{"generation": int64(2), "members": int64(1), "started": int64(0)}}})
+	put(map[string]any{"generation": int64(2), "released": int64(2), "done": int64(1), "cause": map[string]any{"time": now}})
 	for _, tc := range []struct {
 		observed uint64
 		want     storeDecision
@@ -346,13 +446,11 @@ func TestDecideFromStore(t *testing.T) {
 	if d, _ := g.decideFromStore(id, "other=key", statevol.GroupRequest{Observed: 2}); d != storeAsk {
 		t.Errorf("another group's key: %v, want storeAsk (the API server's answer names the clash)", d)
 	}
-	put(map[string]any{"generation": int64(2), "maxRestarts": int64(2), "cause": map[string]any{"time": now},
-		"nodes": map[string]any{"n1": map[string]any{"generation": int64(2), "members": int64(1), "started": int64(1)}}})
+	put(map[string]any{"generation": int64(2), "maxRestarts": int64(2), "done": int64(2), "cause": map[string]any{"time": now}})
 	if d, why := g.decideFromStore(id, key, statevol.GroupRequest{Observed: 2}); d != storeRefused || why == "" {
 		t.Errorf("round over, limit 2 reached: %v %q, want storeRefused", d, why)
 	}
-	put(map[string]any{"generation": int64(2), "cause": map[string]any{"time": now},
-		"nodes": map[string]any{"n1": map[string]any{"generation": int64(2), "members": int64(1), "started": int64(1)}}})
+	put(map[string]any{"generation": int64(2), "done": int64(2), "cause": map[string]any{"time": now}})
 	if d, _ := g.decideFromStore(id, key, statevol.GroupRequest{Observed: 2}); d != storeAsk {
 		t.Errorf("round over, no limit: %v, want storeAsk", d)
 	}
@@ -419,10 +517,9 @@ func TestStepTakesARequestToItsDelivery(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(state, contract.GroupDir, contract.GroupRequestPrefix+"rank"), []byte(`{"id":"r1","exitCode":42,"observed":0}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	w := newGroupWatches(dyn)
+	w := newGroupWatches(dyn, agentapi.GroupResource, byName, nil)
 	defer w.stopAll()
-	g := &groups{host: host, log: slog.New(slog.NewTextHandler(io.Discard, nil)), client: dyn, objects: w, watches: w,
-		rounds: map[string]*groupRound{}, handled: map[string]string{}}
+	g := newGroups(host, slog.New(slog.NewTextHandler(io.Discard, nil)), dyn, w, nil)
 	ctx := context.Background()
 	deadline := time.Now().Add(10 * time.Second)
 	for {

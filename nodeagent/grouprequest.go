@@ -172,6 +172,9 @@ func (g *groups) request(ctx context.Context, m localMember, r statevol.GroupReq
 		spec["generation"] = int64(next)
 		spec["cause"] = map[string]any{"pod": m.pod.Name, "container": r.Container, "exitCode": int64(r.ExitCode),
 			"time": time.Now().UTC().Format(time.RFC3339)}
+		// This agent decides the round's release (groupcoord.go).
+		spec["coordinator"] = g.host.node()
+		delete(spec, "nodes") // the reports of the design before GroupRestartReport
 		_, err = res.Update(ctx, u, metav1.UpdateOptions{})
 		if apierrors.IsConflict(err) {
 			continue // another rank's request came first: read again

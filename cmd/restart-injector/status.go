@@ -48,7 +48,8 @@ flags:
 // Events, never execs into a pod, and needs list on events, list on pods
 // of the agent's namespace, and with -l list and get on pods; list on
 // grouprestarts for the group lines (without it, they are left out with a
-// note).
+// note), and on grouprestartreports for how far a round under way has
+// come.
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := statusFlags()
 	fs.SetOutput(stderr)
@@ -172,7 +173,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			fmt.Fprintf(stderr, "restart-injector status: group restarts: %v\n", err)
 			return exitFailure
 		case len(groups) > 0:
-			if err := p.PrintGroups(stdout, groups); err != nil {
+			if err := p.PrintGroups(stdout, groups, listReports(ctx, cfg, groups)); err != nil {
 				fmt.Fprintf(stderr, "restart-injector status: %v\n", err)
 				return exitFailure
 			}
@@ -258,6 +259,35 @@ func listGroups(ctx context.Context, cfg *rest.Config, client kubernetes.Interfa
 		}
 	}
 	return out, nil
+}
+
+// listReports reads the nodes' reports of each group whose round is under
+// way, for how far it has come: one list per such group. A group whose
+// reports cannot be read (no right to list them) is left out, and its
+// line says what the group's object says.
+func listReports(ctx context.Context, cfg *rest.Config, groups []unstructured.Unstructured) map[string][]agentapi.NodeReport {
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil
+	}
+	out := map[string][]agentapi.NodeReport{}
+	for i := range groups {
+		st := agentapi.GroupFromObject(&groups[i])
+		if st.Generation == 0 || st.Done >= st.Generation {
+			continue
+		}
+		list, err := dyn.Resource(agentapi.ReportResource).Namespace(st.Namespace).List(ctx,
+			metav1.ListOptions{LabelSelector: agentapi.LabelReportOf + "=" + st.Name})
+		if err != nil {
+			continue
+		}
+		reps := []agentapi.NodeReport{}
+		for j := range list.Items {
+			reps = append(reps, agentapi.ReportFromObject(&list.Items[j]))
+		}
+		out[st.Namespace+"/"+st.Name] = reps
+	}
+	return out
 }
 
 // maxStatusResponse bounds each response of the API server that status

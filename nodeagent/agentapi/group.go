@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
 	"github.com/restart-supervisor/restart-supervisor/statevol"
@@ -95,18 +96,50 @@ func GroupObjectName(key string) string {
 // GroupState is what the agent reads of a GroupRestart object.
 type GroupState struct {
 	Namespace, Name string
+	UID             types.UID
 	Key             string
 	Generation      uint64
 	MaxRestarts     int64 // -1: no limit
 	Cause           statevol.GroupCause
 	// CauseTime is when the current generation was made.
-	CauseTime       time.Time
-	Nodes           map[string]NodeReport
+	CauseTime time.Time
+	// Coordinator is the node whose agent made the current generation
+	// and decides its release, from the nodes' reports.
+	Coordinator string
+	// Released is the last generation whose members every node reported
+	// stopped; Done the last whose members every node reported started
+	// again. Members is the count the nodes reported at the release.
+	Released, Done  uint64
+	Members         int
 	ResourceVersion string
 }
 
-// NodeReport is one agent's report in spec.nodes.
+// ReportResource is the GroupRestartReport custom resource
+// (deploy/components/node-agent-groups/crd.yaml): one per group and node,
+// written by that node's agent only, read by the group's coordinator.
+var ReportResource = schema.GroupVersionResource{Group: "restart-supervisor.dev", Version: "v1alpha1", Resource: "grouprestartreports"}
+
+// ReportKind is its kind.
+const ReportKind = "GroupRestartReport"
+
+// LabelReportOf names the GroupRestart object a report is of, so that the
+// coordinator watches only that group's reports.
+const LabelReportOf = "restart-supervisor.dev/group-restart"
+
+// ReportName is the name of node's report of the group whose object is
+// named object: the object's name and 16 hex digits of the node name's
+// SHA-256 (a node name may be 253 bytes).
+func ReportName(object, node string) string {
+	sum := sha256.Sum256([]byte(node))
+	return object + "-" + hex.EncodeToString(sum[:8])
+}
+
+// NodeReport is one agent's report of its node's members for a generation:
+// written once when every member there stopped (Stopped = Members), once
+// when every one released started again (Started = Members), and with
+// Members 0 when the last left the round.
 type NodeReport struct {
+	Node       string `json:"node"`
 	Generation uint64 `json:"generation"`
 	Members    int    `json:"members"`
 	Stopped    int    `json:"stopped"`
@@ -115,8 +148,7 @@ type NodeReport struct {
 }
 
 func GroupFromObject(u *unstructured.Unstructured) GroupState {
-	g := GroupState{Namespace: u.GetNamespace(), Name: u.GetName(), ResourceVersion: u.GetResourceVersion(), MaxRestarts: -1,
-		Nodes: map[string]NodeReport{}}
+	g := GroupState{Namespace: u.GetNamespace(), Name: u.GetName(), UID: u.GetUID(), ResourceVersion: u.GetResourceVersion(), MaxRestarts: -1}
 	spec, _, _ := unstructured.NestedMap(u.Object, "spec")
 	g.Key, _ = spec["group"].(string)
 	g.Generation = uint64(asInt(spec["generation"]))
@@ -132,14 +164,19 @@ func GroupFromObject(u *unstructured.Unstructured) GroupState {
 		}
 	}
 	g.Cause.Generation, g.Cause.Group = g.Generation, g.Key
-	if nodes, ok := spec["nodes"].(map[string]any); ok {
-		for n, v := range nodes {
-			m, _ := v.(map[string]any)
-			g.Nodes[n] = NodeReport{Generation: uint64(asInt(m["generation"])), Members: int(asInt(m["members"])), Stopped: int(asInt(m["stopped"])),
-				Started: int(asInt(m["started"]))}
-		}
-	}
+	g.Coordinator, _ = spec["coordinator"].(string)
+	g.Released, g.Done = uint64(asInt(spec["released"])), uint64(asInt(spec["done"]))
+	g.Members = int(asInt(spec["members"]))
 	return g
+}
+
+// ReportFromObject reads a GroupRestartReport.
+func ReportFromObject(u *unstructured.Unstructured) NodeReport {
+	spec, _, _ := unstructured.NestedMap(u.Object, "spec")
+	r := NodeReport{Generation: uint64(asInt(spec["generation"])), Members: int(asInt(spec["members"])),
+		Stopped: int(asInt(spec["stopped"])), Started: int(asInt(spec["started"]))}
+	r.Node, _ = spec["node"].(string)
+	return r
 }
 
 func asInt(v any) int64 {
@@ -157,57 +194,46 @@ func asInt(v any) int64 {
 	return 0
 }
 
-// RoundOver reports whether the group's current round is over: every
-// node that reported for it reported all its members started again in
-// it, or GroupStopWait has passed since it was made, after which the
-// agents release their members anyway. A generation made earlier would
-// reach members still waiting in the round, which one start then answers
-// for both (podstate's round): two generations, one restart.
+// RoundOver reports whether the group's current round is over: its
+// coordinator saw every node report its members started again (Done), or
+// GroupStopWait has passed since it was made, after which the agents
+// release their members anyway. A generation made earlier would reach
+// members still waiting in the round, which one start then answers for
+// both (podstate's round): two generations, one restart.
 func RoundOver(st GroupState, now time.Time, stopWait time.Duration) bool {
-	if st.Generation == 0 || now.Sub(st.CauseTime) > stopWait {
-		return true
-	}
-	reported := false
-	for _, rep := range st.Nodes {
-		if rep.Generation != st.Generation {
-			continue
-		}
-		reported = true
-		if rep.Started < rep.Members {
-			return false
-		}
-	}
-	return reported
+	return st.Generation == 0 || st.Done >= st.Generation || now.Sub(st.CauseTime) > stopWait
 }
 
 // ReasonGroupRestarted is the Event a group restart records on the pod
 // whose exit asked for it.
 const ReasonGroupRestarted = "GroupRestartedInPlace"
 
-// RoundText is how far the current generation's round has come, from the
-// node agents' reports of it: "done" once every member has started again,
-// else the members stopped or started so far of those reported.
-func (g GroupState) RoundText() string {
-	if g.Generation == 0 {
-		return "-"
-	}
-	var members, stopped, started int
-	for _, r := range g.Nodes {
-		if r.Generation != g.Generation {
-			continue
+// RoundText is how far the current generation's round has come, from
+// what its coordinator wrote and, where read (nil: not), the nodes'
+// reports: "done" once every node reported its members started again;
+// "starting s/m" once released (s members started again of the m
+// released); else "stopping", with the nodes that reported all their
+// members stopped.
+func (g GroupState) RoundText(reports []NodeReport) string {
+	var nodes, started int
+	for _, r := range reports {
+		if r.Generation == g.Generation {
+			nodes++
+			started += r.Started
 		}
-		members += r.Members
-		stopped += r.Stopped
-		started += r.Started
 	}
 	switch {
-	case members == 0:
-		return "delivering"
-	case started >= members:
+	case g.Generation == 0:
+		return "-"
+	case g.Done >= g.Generation:
 		return "done"
-	case stopped < members:
-		return fmt.Sprintf("stopping %d/%d", stopped, members)
+	case g.Released >= g.Generation && reports != nil:
+		return fmt.Sprintf("starting %d/%d", started, g.Members)
+	case g.Released >= g.Generation:
+		return fmt.Sprintf("starting, %d members", g.Members)
+	case nodes > 0:
+		return fmt.Sprintf("stopping, %d nodes stopped", nodes)
 	default:
-		return fmt.Sprintf("starting %d/%d", started, members)
+		return "stopping"
 	}
 }

@@ -33,8 +33,10 @@ var groupColumns = []metav1.TableColumnDefinition{
 }
 
 // GroupTable is the GroupRestart objects as a metav1.Table, sorted by
-// namespace and group.
-func GroupTable(items []unstructured.Unstructured, now time.Time) *metav1.Table {
+// namespace and group; reports are the nodes' reports of the groups whose
+// round is under way, by namespace/name of the object (a group missing
+// there was not read).
+func GroupTable(items []unstructured.Unstructured, reports map[string][]agentapi.NodeReport, now time.Time) *metav1.Table {
 	groups := make([]agentapi.GroupState, 0, len(items))
 	for i := range items {
 		groups = append(groups, agentapi.GroupFromObject(&items[i]))
@@ -61,7 +63,7 @@ func GroupTable(items []unstructured.Unstructured, now time.Time) *metav1.Table 
 		obj := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: agentapi.GroupResource.GroupVersion().String(), Kind: "GroupRestart"},
 			ObjectMeta: metav1.ObjectMeta{Name: agentapi.Clean(g.Name), Namespace: agentapi.Clean(g.Namespace)}}
 		t.Rows = append(t.Rows, metav1.TableRow{
-			Cells:  []any{agentapi.Clean(g.Key), int64(g.Generation), limit, cause, last, g.RoundText(), agentapi.Clean(g.Name)},
+			Cells:  []any{agentapi.Clean(g.Key), int64(g.Generation), limit, cause, last, g.RoundText(reports[g.Namespace+"/"+g.Name]), agentapi.Clean(g.Name)},
 			Object: runtime.RawExtension{Object: obj},
 		})
 	}
@@ -70,7 +72,7 @@ func GroupTable(items []unstructured.Unstructured, now time.Time) *metav1.Table 
 
 // PrintGroups prints the group table after the container rows, with its
 // own header, in the table formats (the others print containers only).
-func (p *StatusPrinter) PrintGroups(w io.Writer, items []unstructured.Unstructured) error {
+func (p *StatusPrinter) PrintGroups(w io.Writer, items []unstructured.Unstructured, reports map[string][]agentapi.NodeReport) error {
 	if p.Format != FormatTable && p.Format != FormatWide {
 		return nil
 	}
@@ -83,7 +85,7 @@ func (p *StatusPrinter) PrintGroups(w io.Writer, items []unstructured.Unstructur
 	}
 	tp := printers.NewTablePrinter(printers.PrintOptions{Wide: p.Format == FormatWide, WithNamespace: p.AllNamespaces, NoHeaders: p.NoHeaders})
 	tw := printers.GetNewTabWriter(w)
-	if err := tp.PrintObj(GroupTable(items, now()), tw); err != nil {
+	if err := tp.PrintObj(GroupTable(items, reports, now()), tw); err != nil {
 		return err
 	}
 	return tw.Flush()

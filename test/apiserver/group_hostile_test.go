@@ -64,8 +64,8 @@ func TestGroupFloodInAnotherNamespaceStallsNoGroup(t *testing.T) {
 		"spec": map[string]any{"group": evilKey, "generation": int64(1),
 			// A round made now whose other node never reports its member
 			// started: under way for the whole test.
-			"cause": map[string]any{"pod": "evil-0", "container": "rank", "exitCode": int64(42), "time": time.Now().Add(time.Hour).UTC().Format(time.RFC3339)},
-			"nodes": map[string]any{"node-z": map[string]any{"generation": int64(1), "members": int64(1), "started": int64(0)}}},
+			"cause":       map[string]any{"pod": "evil-0", "container": "rank", "exitCode": int64(42), "time": time.Now().Add(time.Hour).UTC().Format(time.RFC3339)},
+			"coordinator": "node-z"},
 	}}, metav1.CreateOptions{})
 	must(t, err)
 	reqDir := filepath.Join(evilState, contract.GroupDir)
@@ -152,14 +152,8 @@ done`, m.log, m.trigger)
 		if err != nil {
 			return false, nil
 		}
-		nodes, _, _ := unstructured.NestedMap(o.Object, "spec", "nodes")
-		for _, n := range []string{"node-a", "node-b"} {
-			rep, _ := nodes[n].(map[string]any)
-			if rep == nil || fmt.Sprint(rep["generation"]) != "1" || fmt.Sprint(rep["started"]) != fmt.Sprint(rep["members"]) {
-				return false, nil
-			}
-		}
-		return true, nil
+		done, _, _ := unstructured.NestedInt64(o.Object, "spec", "done")
+		return done == 1, nil
 	})
 	vreq := filepath.Join(victims[0].state, contract.GroupDir)
 	must(t, os.MkdirAll(vreq, 0o777))
@@ -196,8 +190,8 @@ func TestAgentHoldsOnlyItsNodesGroups(t *testing.T) {
 	_, err = client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "history"}}, metav1.CreateOptions{})
 	must(t, err)
 
-	// The history: as a finished Job's group leaves it, with two nodes'
-	// reports and a cause.
+	// The history: as a finished Job's group leaves it, its last round
+	// done, with a cause.
 	const historical = 20000
 	started := time.Now()
 	var wg sync.WaitGroup
@@ -212,10 +206,8 @@ func TestAgentHoldsOnlyItsNodesGroups(t *testing.T) {
 					"apiVersion": agentapi.GroupResource.GroupVersion().String(), "kind": agentapi.GroupKind,
 					"metadata": map[string]any{"name": agentapi.GroupObjectName(key)},
 					"spec": map[string]any{"group": key, "generation": int64(3),
-						"cause": map[string]any{"pod": fmt.Sprintf("train-%05d-0-abcde", i), "container": "trainer", "exitCode": int64(42), "time": "2026-11-01T10:00:00Z"},
-						"nodes": map[string]any{
-							"gpu-node-001": map[string]any{"generation": int64(3), "members": int64(4), "stopped": int64(4), "started": int64(4)},
-							"gpu-node-002": map[string]any{"generation": int64(3), "members": int64(4), "stopped": int64(4), "started": int64(4)}}},
+						"cause":       map[string]any{"pod": fmt.Sprintf("train-%05d-0-abcde", i), "container": "trainer", "exitCode": int64(42), "time": "2026-11-01T10:00:00Z"},
+						"coordinator": "gpu-node-001", "released": int64(3), "done": int64(3), "members": int64(8)},
 				}}, metav1.CreateOptions{})
 				if err != nil {
 					errs <- err

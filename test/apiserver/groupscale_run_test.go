@@ -19,7 +19,9 @@ var updateGang = flag.Bool("update-gang", false, "write the scale table into doc
 // TestGroupScale runs the scale harness (groupscale_test.go) at each size
 // of GROUPSCALE_SIZES (default 8,16,32,64), GROUPSCALE_ROUNDS rounds each
 // (default 3), and with -update-gang writes the table into docs/gang.md
-// between its groupscale markers. `make groupscale` runs it.
+// between its groupscale markers, followed by the before table of
+// GROUPSCALE_BEFORE (the groupscale block of a docs/gang.md the design
+// before wrote in the same `make groupscale`). `make groupscale` runs it.
 func TestGroupScale(t *testing.T) {
 	sizes := []int{8, 16, 32, 64}
 	if s := os.Getenv("GROUPSCALE_SIZES"); s != "" {
@@ -40,25 +42,41 @@ func TestGroupScale(t *testing.T) {
 		}
 	}
 	var table strings.Builder
-	fmt.Fprintf(&table, "Run %s, %d rounds a size, this design, every node the real node agent and every pod the real supervisor:\n\n",
-		time.Now().UTC().Format("2006-01-02 15:04 UTC"), rounds)
-	table.WriteString("| pods (one per node) | exit → last start, median | worst | GroupRestart writes a round (median) | per node | watch events a round (median) | per node |\n|---|---|---|---|---|---|---|\n")
+	var rows strings.Builder
+	rows.WriteString("| pods (one per node) | exit → last start, median | worst | coordination writes a round (median) | per node | watch events a round (median) | per node | API server CPU a round (median) | API server memory (peak) |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, n := range sizes {
 		var rs []groupRound
 		t.Run(strconv.Itoa(n), func(t *testing.T) { rs = runGroupScale(t, n, rounds) })
 		if len(rs) == 0 {
 			continue
 		}
-		times, writes, events := []time.Duration{}, []int{}, []int{}
+		times, writes, events, cpu := []time.Duration{}, []int{}, []int{}, []float64{}
+		var rss float64
 		for _, r := range rs {
-			times, writes, events = append(times, r.restart), append(writes, r.groupWrites), append(events, r.groupWatchEvent)
+			times, writes, events, cpu = append(times, r.restart), append(writes, r.groupWrites), append(events, r.groupWatchEvent), append(cpu, r.apiCPU)
+			rss = max(rss, r.apiRSS)
 		}
 		slices.Sort(times)
 		slices.Sort(writes)
 		slices.Sort(events)
+		slices.Sort(cpu)
 		w, e := writes[len(writes)/2], events[len(events)/2]
-		fmt.Fprintf(&table, "| %d | %.2f s | %.2f s | %d | %.1f | %d | %.1f |\n", n, times[len(times)/2].Seconds(), times[len(times)-1].Seconds(),
-			w, float64(w)/float64(n), e, float64(e)/float64(n))
+		fmt.Fprintf(&rows, "| %d | %.2f s | %.2f s | %d | %.1f | %d | %.1f | %.2f s | %.0f MiB |\n", n, times[len(times)/2].Seconds(), times[len(times)-1].Seconds(),
+			w, float64(w)/float64(n), e, float64(e)/float64(n), cpu[len(cpu)/2], rss/(1<<20))
+	}
+	fmt.Fprintf(&table, "Run %s, %d rounds a size, every node the real node agent and every pod the real supervisor, API server %s:\n\n%s",
+		time.Now().UTC().Format("2006-01-02 15:04 UTC"), rounds, scaleAPIVersion, rows.String())
+	if before := os.Getenv("GROUPSCALE_BEFORE"); before != "" {
+		// The design before GroupRestartReport, run by `make groupscale`
+		// just before this one from a work tree of its commit.
+		b, err := os.ReadFile(before)
+		must(t, err)
+		block, ok := groupscaleBlock(string(b))
+		if !ok {
+			t.Fatalf("%s has no groupscale block", before)
+		}
+		fmt.Fprintf(&table, "\nThe design before it (one object, every node's report in it; commit %s), in the same `make groupscale`:\n\n%s",
+			os.Getenv("GROUPSCALE_BEFORE_REF"), strings.TrimPrefix(strings.TrimSpace(block[strings.Index(block, "\n\n"):]), "\n")+"\n")
 	}
 	t.Logf("\n%s", table.String())
 	if !*updateGang {
@@ -67,10 +85,20 @@ func TestGroupScale(t *testing.T) {
 	path := filepath.Join(repoRoot(t), "docs", "gang.md")
 	b, err := os.ReadFile(path)
 	must(t, err)
-	const start, end = "<!-- groupscale:start -->\n", "<!-- groupscale:end -->"
-	i, j := strings.Index(string(b), start), strings.Index(string(b), end)
+	i, j := strings.Index(string(b), scaleStart), strings.Index(string(b), scaleEnd)
 	if i < 0 || j < i {
 		t.Fatalf("%s has no groupscale markers", path)
 	}
-	must(t, os.WriteFile(path, []byte(string(b[:i+len(start)])+table.String()+string(b[j:])), 0o644))
+	must(t, os.WriteFile(path, []byte(string(b[:i+len(scaleStart)])+table.String()+string(b[j:])), 0o644))
+}
+
+const scaleStart, scaleEnd = "<!-- groupscale:start -->\n", "<!-- groupscale:end -->"
+
+// groupscaleBlock is the text between the groupscale markers of doc.
+func groupscaleBlock(doc string) (string, bool) {
+	i, j := strings.Index(doc, scaleStart), strings.Index(doc, scaleEnd)
+	if i < 0 || j < i {
+		return "", false
+	}
+	return doc[i+len(scaleStart) : j], true
 }

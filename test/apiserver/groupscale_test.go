@@ -28,9 +28,10 @@ import (
 // binary with its own state volume, all against one real etcd and
 // kube-apiserver (the release of test/apiserver). Rank 0 exits 42 once a
 // round; every rank restarts once. Measured per round: the time from rank
-// 0's exit to the last rank's start, the API server's requests by verb on
-// GroupRestart objects and on the whole server, and the watch events it
-// sent for GroupRestart objects, from its own /metrics. GROUPSCALE_SIZES
+// 0's exit to the last rank's start, the API server's writes of the
+// coordination's objects (GroupRestart and GroupRestartReport) and of the
+// whole server, the watch events it sent for those objects, and its CPU
+// seconds and resident memory, from its own /metrics. GROUPSCALE_SIZES
 // sets the sizes (default 8,16,32,64), GROUPSCALE_ROUNDS the rounds
 // (default 3); `make groupscale` runs it, `make test` a size of 8
 // (TestGroupScaleSmall) with the bound on its writes.
@@ -38,16 +39,21 @@ import (
 // groupRound is one measured round.
 type groupRound struct {
 	restart         time.Duration // rank 0's exit → the last rank's start
-	groupWrites     int           // create, update, patch of grouprestarts that succeeded
+	groupWrites     int           // writes of grouprestarts and grouprestartreports that succeeded
 	groupRefused    int           // those refused (a conflict of two writers)
 	allWrites       int           // every mutating request of the round
-	groupWatchEvent int           // watch events sent for grouprestarts
+	groupWatchEvent int           // watch events sent for those two resources
+	apiCPU          float64       // the API server's CPU seconds during the round
+	apiRSS          float64       // its resident memory at the round's end, bytes
 }
 
 // runGroupScale runs rounds rounds of a group of n pods on n simulated
 // nodes and returns them.
 func runGroupScale(t *testing.T, n, rounds int) []groupRound {
 	env, client, dir, bin := startGroupTest(t)
+	if v, err := client.Discovery().ServerVersion(); err == nil {
+		scaleAPIVersion = v.GitVersion
+	}
 	// The agents publish their Event-signing keys there.
 	_, err := client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agentapi.AgentNamespace}}, metav1.CreateOptions{})
 	must(t, err)
@@ -66,12 +72,13 @@ func runGroupScale(t *testing.T, n, rounds int) []groupRound {
 		startGroupAgentEvery(t, env.Config, node, podsDir, 0, 0) // the agent's defaults
 		m := member{log: filepath.Join(dir, p.Name+".log"), exit: filepath.Join(dir, "exit")}
 		// Each run logs its start; rank 0's run k exits 42 once the
-		// file exit.k exists, every other run waits to be stopped.
+		// file exit.k exists, every other run waits to be stopped (in a
+		// sleep it ends with itself: no process a second to fork).
 		script := fmt.Sprintf(`echo "start $(date +%%s%%N)" >> %[1]s
 k=$(grep -c start %[1]s)
-trap 'exit 0' TERM
+trap 'kill $s 2>/dev/null; exit 0' TERM
 if [ %[2]d = 0 ]; then while [ ! -e %[3]s.$k ]; do sleep 0.05; done; echo "exit $(date +%%s%%N)" >> %[1]s; exit 42; fi
-while :; do sleep 0.2; done`, m.log, i, m.exit)
+sleep 100000 & s=$!; wait`, m.log, i, m.exit)
 		startMember(t, bin, stateDir(t, podsDir, p.UID), script, gauge)
 		members = append(members, m)
 	}
@@ -128,15 +135,24 @@ while :; do sleep 0.2; done`, m.log, i, m.exit)
 		out = append(out, groupRound{restart: last.Sub(exits[r-1]),
 			groupWrites: after.groupWrites - before.groupWrites, groupRefused: after.groupRefused - before.groupRefused,
 			allWrites:       after.allWrites - before.allWrites,
-			groupWatchEvent: after.groupWatch - before.groupWatch})
-		t.Logf("%d ranks, round %d: exit → last start %s, GroupRestart writes %d (and %d refused), all writes %d, GroupRestart watch events %d",
-			n, r, out[r-1].restart.Round(time.Millisecond), out[r-1].groupWrites, out[r-1].groupRefused, out[r-1].allWrites, out[r-1].groupWatchEvent)
+			groupWatchEvent: after.groupWatch - before.groupWatch,
+			apiCPU:          after.cpu - before.cpu, apiRSS: after.rss})
+		t.Logf("%d ranks, round %d: exit → last start %s, coordination writes %d (and %d refused), all writes %d, coordination watch events %d, API server CPU %.2f s, RSS %.0f MiB",
+			n, r, out[r-1].restart.Round(time.Millisecond), out[r-1].groupWrites, out[r-1].groupRefused, out[r-1].allWrites, out[r-1].groupWatchEvent,
+			out[r-1].apiCPU, out[r-1].apiRSS/(1<<20))
 	}
 	return out
 }
 
+// scaleAPIVersion is the version of the API server the harness last ran
+// against.
+var scaleAPIVersion string
+
 // apiTotals are counters of the API server's /metrics.
-type apiTotals struct{ groupWrites, groupRefused, allWrites, groupWatch int }
+type apiTotals struct {
+	groupWrites, groupRefused, allWrites, groupWatch int
+	cpu, rss                                         float64
+}
 
 // apiCounts reads the API server's request and watch-event counters.
 func apiCounts(t *testing.T, cfg *rest.Config) apiTotals {
@@ -156,26 +172,30 @@ func apiCounts(t *testing.T, cfg *rest.Config) apiTotals {
 			if !slices.Contains([]string{"CREATE", "UPDATE", "PATCH", "DELETE", "POST", "PUT"}, labels["verb"]) {
 				continue
 			}
-			c.allWrites += value
-			if labels["resource"] == "grouprestarts" {
+			c.allWrites += int(value)
+			if labels["resource"] == "grouprestarts" || labels["resource"] == "grouprestartreports" {
 				if strings.HasPrefix(labels["code"], "2") {
-					c.groupWrites += value
+					c.groupWrites += int(value)
 				} else {
-					c.groupRefused += value
+					c.groupRefused += int(value)
 				}
 			}
 		case "apiserver_watch_events_total":
-			if strings.Contains(labels["kind"], "GroupRestart") || labels["resource"] == "grouprestarts" {
-				c.groupWatch += value
+			if strings.Contains(labels["kind"], "GroupRestart") || strings.HasPrefix(labels["resource"], "grouprestart") {
+				c.groupWatch += int(value)
 			}
+		case "process_cpu_seconds_total":
+			c.cpu = value
+		case "process_resident_memory_bytes":
+			c.rss = value
 		}
 	}
 	return c
 }
 
 // parseSample reads one line of the Prometheus text format: name, labels,
-// an integer value.
-func parseSample(l string) (string, map[string]string, int, bool) {
+// value.
+func parseSample(l string) (string, map[string]string, float64, bool) {
 	if l == "" || l[0] == '#' {
 		return "", nil, 0, false
 	}
@@ -201,5 +221,5 @@ func parseSample(l string) (string, map[string]string, int, bool) {
 	if err != nil {
 		return "", nil, 0, false
 	}
-	return name, labels, int(f), true
+	return name, labels, f, true
 }

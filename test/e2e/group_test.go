@@ -16,7 +16,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
@@ -163,15 +162,19 @@ func TestGroupRestartOnTwoKubelets(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec, _ := obj.Object["spec"].(map[string]any)
+	reports, err := dyn.Resource(agentapi.ReportResource).Namespace(e.ns).List(ctx, metav1.ListOptions{LabelSelector: agentapi.LabelReportOf + "=" + obj.GetName()})
+	if err != nil {
+		t.Fatal(err)
+	}
 	var nodesSeen []string
-	if ns, ok := spec["nodes"].(map[string]any); ok {
-		for n := range ns {
-			nodesSeen = append(nodesSeen, n)
+	for i := range reports.Items {
+		if rep := agentapi.ReportFromObject(&reports.Items[i]); rep.Generation == 1 && rep.Started == rep.Members {
+			nodesSeen = append(nodesSeen, rep.Node)
 		}
 	}
 	sort.Strings(nodesSeen)
-	if fmt.Sprint(spec["generation"]) != "1" || strings.Join(nodesSeen, ",") != cluster.NodeName+","+cluster.SecondNodeName {
-		t.Errorf("GroupRestart spec: generation %v, nodes %v; want 1 and both nodes", spec["generation"], nodesSeen)
+	if fmt.Sprint(spec["generation"]) != "1" || fmt.Sprint(spec["released"]) != "1" || strings.Join(nodesSeen, ",") != cluster.NodeName+","+cluster.SecondNodeName {
+		t.Errorf("GroupRestart spec: generation %v, released %v, nodes that reported generation 1 started %v; want 1, 1 and both nodes", spec["generation"], spec["released"], nodesSeen)
 	}
 
 	// The first node's agent, which holds two members at the barrier in
@@ -245,17 +248,9 @@ func groupMemberDeletedMidRound(ctx context.Context, t *testing.T, e *env, dyn d
 		t.Fatal(err)
 	}
 	name := agentapi.GroupObjectName(contract.LabelGroup + "=hold")
-	report := func() map[string]any {
-		obj, err := dyn.Resource(agentapi.GroupResource).Namespace(e.ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return nil
-		}
-		nodes, _, _ := unstructured.NestedMap(obj.Object, "spec", "nodes")
-		return nodes
-	}
 	waitUntil(t, "both members of the first node stopped for the round", time.Minute, func() bool {
-		n, _ := report()[cluster.NodeName].(map[string]any)
-		return fmt.Sprint(n["stopped"]) == "2"
+		obj, err := dyn.Resource(agentapi.ReportResource).Namespace(e.ns).Get(ctx, agentapi.ReportName(name, cluster.NodeName), metav1.GetOptions{})
+		return err == nil && agentapi.ReportFromObject(obj).Stopped == 2
 	})
 	restartAgent()
 	time.Sleep(3 * time.Second)
@@ -270,8 +265,10 @@ func groupMemberDeletedMidRound(ctx context.Context, t *testing.T, e *env, dyn d
 		return starts(0) == 2 && starts(1) == 2
 	})
 	t.Logf("two kubelets: hold-2 deleted → hold-0 and hold-1 started again within %s", time.Since(deleted).Round(10*time.Millisecond))
-	if n, _ := report()[cluster.SecondNodeName].(map[string]any); fmt.Sprint(n["members"]) != "0" {
-		t.Errorf("the second node's report %v; want members 0 once hold-2 left", n)
+	if obj, err := dyn.Resource(agentapi.ReportResource).Namespace(e.ns).Get(ctx, agentapi.ReportName(name, cluster.SecondNodeName), metav1.GetOptions{}); err != nil {
+		t.Errorf("the second node's report: %v", err)
+	} else if rep := agentapi.ReportFromObject(obj); rep.Members != 0 {
+		t.Errorf("the second node's report %+v; want members 0 once hold-2 left", rep)
 	}
 }
 
@@ -287,13 +284,14 @@ func waitUntil(t *testing.T, what string, limit time.Duration, cond func() bool)
 	}
 }
 
-// installGroupCRD applies the GroupRestart CRD of
+// installGroupCRD applies the GroupRestart and GroupRestartReport CRDs of
 // deploy/components/node-agent-groups and waits until it is served.
 func installGroupCRD(ctx context.Context, t *testing.T, c *cluster.Cluster, binDir, repo string) {
 	t.Helper()
 	kubectl := filepath.Join(binDir, "kubectl")
 	crd := filepath.Join(repo, "deploy", "components", "node-agent-groups", "crd.yaml")
-	for _, args := range [][]string{{"apply", "-f", crd}, {"wait", "--for", "condition=established", "--timeout=60s", "crd/grouprestarts.restart-supervisor.dev"}} {
+	for _, args := range [][]string{{"apply", "-f", crd}, {"wait", "--for", "condition=established", "--timeout=60s",
+		"crd/grouprestarts.restart-supervisor.dev", "crd/grouprestartreports.restart-supervisor.dev"}} {
 		if out, err := exec.CommandContext(ctx, kubectl, append([]string{"--kubeconfig", c.Kubeconfig}, args...)...).CombinedOutput(); err != nil {
 			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
