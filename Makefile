@@ -140,15 +140,17 @@ bench:
 # nodes of one group, each the real node agent and the real supervisor, against a
 # real API server; writes docs/gang.md's "At scale" table. GROUPSCALE_SIZES
 # (default 8,16,32,64), GROUPSCALE_ROUNDS (default 3). The design before the
-# per-node reports runs first, from a work tree of GROUPSCALE_BEFORE_REF, at
-# GROUPSCALE_BEFORE_SIZES (empty: not run), and its table follows the new one.
+# per-node reports runs first, from a work tree of GROUPSCALE_BEFORE_REF with its
+# harness given a connection per agent as this one's (testdata/groupscale-before.patch),
+# at GROUPSCALE_BEFORE_SIZES (empty: not run), and its table follows the new one.
 GROUPSCALE_BEFORE_REF ?= b71c437
 GROUPSCALE_BEFORE_SIZES ?= 8,16,32,64
 groupscale:
 	@if [ -n "$(GROUPSCALE_BEFORE_SIZES)" ]; then \
 	  before=$$(mktemp -d)/before && git worktree add --detach $$before $(GROUPSCALE_BEFORE_REF) && \
+	  git -C $$before apply $(CURDIR)/test/apiserver/testdata/groupscale-before.patch && \
 	  (cd $$before && GROUPSCALE_SIZES=$(GROUPSCALE_BEFORE_SIZES) go test -tags groupscale -count=1 -v -timeout 60m -run '^TestGroupScale$$' ./test/apiserver/ -update-gang) && \
-	  cp $$before/docs/gang.md bin/gang-before.md && git worktree remove --force $$before; \
+	  mkdir -p bin && cp $$before/docs/gang.md bin/gang-before.md && git worktree remove --force $$before; \
 	fi
 	GROUPSCALE_BEFORE=$(if $(GROUPSCALE_BEFORE_SIZES),$(CURDIR)/bin/gang-before.md) GROUPSCALE_BEFORE_REF=$(GROUPSCALE_BEFORE_REF) \
 	  go test -tags groupscale -count=1 -v -timeout 120m -run '^TestGroupScale$$' ./test/apiserver/ -update-gang

@@ -320,6 +320,7 @@ func (g *groups) carryOut(ctx context.Context, ms []localMember) {
 	if !ok {
 		return
 	}
+	ms = slices.DeleteFunc(slices.Clone(ms), func(m localMember) bool { return joinedAfter(m.pod, st) })
 	states := g.deliverAndRead(st, r, ms)
 	rep := nodeReportOf(st.Generation, len(ms), states, r.released)
 	if reportDue(rep, r) {
@@ -346,6 +347,18 @@ func (g *groups) carryOut(ctx context.Context, ms []localMember) {
 			g.log.Warn("group restart: the round was not released within the bound; releasing this node's members", "group", st.Key, "generation", st.Generation, "waited", GroupStopWait)
 		}
 	}
+}
+
+// joinedAfter reports whether pod was made after the group's current
+// generation (a JobSet or Job replacing a failed pod during the round):
+// it takes no part in that round, which it would hold until its first
+// container started (an image pull can take minutes), and starts fresh
+// anyway; it takes part in the next. Both times are whole seconds (the
+// cause's RFC 3339 time, the API's creation timestamp), so a pod made in a
+// later second than the cause was made after it; one made in the same
+// second takes part.
+func joinedAfter(pod *corev1.Pod, st agentapi.GroupState) bool {
+	return !st.CauseTime.IsZero() && pod.CreationTimestamp.Time.After(st.CauseTime)
 }
 
 // reportDue says whether this node's report of the round is to be

@@ -544,3 +544,28 @@ func TestStepTakesARequestToItsDelivery(t *testing.T) {
 		t.Errorf("handled %v kept for a pod no longer on the node", g.handled)
 	}
 }
+
+// TestJoinedAfter: a pod made in a later second than the generation's
+// cause takes no part in that round; one made before, or in the same
+// second (the two times are whole seconds), does; without a cause time
+// every pod does.
+func TestJoinedAfter(t *testing.T) {
+	cause := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	st := agentapi.GroupState{Generation: 2, CauseTime: cause}
+	for _, tc := range []struct {
+		made time.Time
+		want bool
+	}{
+		{cause.Add(-time.Hour), false},
+		{cause, false},
+		{cause.Add(time.Second), true},
+	} {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(tc.made)}}
+		if got := joinedAfter(pod, st); got != tc.want {
+			t.Errorf("made %s after the cause: %v, want %v", tc.made.Sub(cause), got, tc.want)
+		}
+	}
+	if joinedAfter(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(cause)}}, agentapi.GroupState{Generation: 1}) {
+		t.Error("no cause time: every pod takes part")
+	}
+}

@@ -94,10 +94,13 @@ func (g *groups) coordinate(ctx context.Context, ids map[string]bool) {
 			// watch cache: changes made meanwhile came 2 s late
 			// (v1.34.4, a fresh server); a watch cut by an outage misses
 			// them until it is back.
-			c.looked, c.relist = now, 2*c.relist
+			c.looked = now
 			list, err := g.client.Resource(agentapi.ReportResource).Namespace(st.Namespace).List(ctx,
 				metav1.ListOptions{LabelSelector: labels.Set{agentapi.LabelReportOf: st.Name}.String()})
 			if err == nil {
+				// Not doubled while the server does not answer: the
+				// first read once it is back comes within ReportRelist.
+				c.relist *= 2
 				items := make([]any, 0, len(list.Items))
 				for i := range list.Items {
 					items = append(items, &list.Items[i])
@@ -198,7 +201,7 @@ func (g *groups) expectedMembers(ctx context.Context, st agentapi.GroupState) (m
 	out := map[string]int{}
 	for i := range pods {
 		p := &pods[i]
-		if p.Spec.NodeName == "" || !agentapi.GroupMember(p) {
+		if p.Spec.NodeName == "" || !agentapi.GroupMember(p) || joinedAfter(p, st) {
 			continue
 		}
 		if k, _, _ := agentapi.GroupOf(p); k != st.Key {

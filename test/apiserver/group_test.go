@@ -59,10 +59,17 @@ func startGroupAgentEvery(t *testing.T, cfg *rest.Config, node, podsDir string, 
 	t.Helper()
 	// The agent's own bounds on its calls, as the binary sets them, not
 	// the test server's generous ones: a loop that calls too much shows.
-	cfg = nodeagent.ClientConfig(cfg)
-	client, err := kubernetes.NewForConfig(cfg)
+	cfg = rest.CopyConfig(nodeagent.ClientConfig(cfg))
+	// A connection of its own, as each node's agent has: client-go shares
+	// one transport, one HTTP/2 connection, among configs it can cache,
+	// and the scale harness's hundreds of agents in this process would
+	// queue behind each other's watches on it.
+	cfg.Dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	hc, err := rest.HTTPClientFor(cfg)
 	must(t, err)
-	dyn, err := dynamic.NewForConfig(cfg)
+	client, err := kubernetes.NewForConfigAndClient(cfg, hc)
+	must(t, err)
+	dyn, err := dynamic.NewForConfigAndClient(cfg, hc)
 	must(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	ready, done := make(chan net.Addr, 1), make(chan error, 1)

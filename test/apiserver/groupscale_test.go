@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -45,11 +46,20 @@ type groupRound struct {
 	groupWatchEvent int           // watch events sent for those two resources
 	apiCPU          float64       // the API server's CPU seconds during the round
 	apiRSS          float64       // its resident memory at the round's end, bytes
+	agentsCPU       float64       // this process's CPU seconds during the round: the n agents (and the harness's polls)
+	agentsRSS       float64       // this process's resident memory at the round's end, bytes
+	load            float64       // the machine's 1-minute load average at the round's end
 }
 
 // runGroupScale runs rounds rounds of a group of n pods on n simulated
 // nodes and returns them.
 func runGroupScale(t *testing.T, n, rounds int) []groupRound {
+	return runGroupScaleWith(t, n, rounds, false)
+}
+
+// runGroupScaleWith is runGroupScale whose members are, with standIn, the
+// stand-in of standin_test.go instead of the real supervisor.
+func runGroupScaleWith(t *testing.T, n, rounds int, standIn bool) []groupRound {
 	env, client, dir, bin := startGroupTest(t)
 	if v, err := client.Discovery().ServerVersion(); err == nil {
 		scaleAPIVersion = v.GitVersion
@@ -64,6 +74,10 @@ func runGroupScale(t *testing.T, n, rounds int) []groupRound {
 		exit string // rank 0: the file whose appearance makes it exit 42
 	}
 	var members []member
+	var sims *standIns
+	if standIn {
+		sims = startStandIns(t)
+	}
 	for i := 0; i < n; i++ {
 		node := fmt.Sprintf("node-%04d", i)
 		podsDir := filepath.Join(dir, node, "pods")
@@ -79,7 +93,11 @@ k=$(grep -c start %[1]s)
 trap 'kill $s 2>/dev/null; exit 0' TERM
 if [ %[2]d = 0 ]; then while [ ! -e %[3]s.$k ]; do sleep 0.05; done; echo "exit $(date +%%s%%N)" >> %[1]s; exit 42; fi
 sleep 100000 & s=$!; wait`, m.log, i, m.exit)
-		startMember(t, bin, stateDir(t, podsDir, p.UID), script, gauge)
+		if standIn {
+			sims.add(t, stateDir(t, podsDir, p.UID), m.log)
+		} else {
+			startMember(t, bin, stateDir(t, podsDir, p.UID), script, gauge)
+		}
 		members = append(members, m)
 	}
 	runs := func(m member) (starts, exits []time.Time) {
@@ -119,7 +137,12 @@ sleep 100000 & s=$!; wait`, m.log, i, m.exit)
 	var out []groupRound
 	for r := 1; r <= rounds; r++ {
 		before := apiCounts(t, env.Config)
-		must(t, os.WriteFile(fmt.Sprintf("%s.%d", members[0].exit, r), nil, 0o644))
+		cpuBefore := selfCPU(t)
+		if standIn {
+			sims.exit(t, 0, r)
+		} else {
+			must(t, os.WriteFile(fmt.Sprintf("%s.%d", members[0].exit, r), nil, 0o644))
+		}
 		waitFor(t, fmt.Sprintf("round %d of %d ranks", r, n), 3*time.Minute, func(context.Context) (bool, error) { return started(r + 1), nil })
 		// The agents finish the round (release, status) after the starts.
 		time.Sleep(time.Second)
@@ -136,10 +159,12 @@ sleep 100000 & s=$!; wait`, m.log, i, m.exit)
 			groupWrites: after.groupWrites - before.groupWrites, groupRefused: after.groupRefused - before.groupRefused,
 			allWrites:       after.allWrites - before.allWrites,
 			groupWatchEvent: after.groupWatch - before.groupWatch,
-			apiCPU:          after.cpu - before.cpu, apiRSS: after.rss})
-		t.Logf("%d ranks, round %d: exit → last start %s, coordination writes %d (and %d refused), all writes %d, coordination watch events %d, API server CPU %.2f s, RSS %.0f MiB",
-			n, r, out[r-1].restart.Round(time.Millisecond), out[r-1].groupWrites, out[r-1].groupRefused, out[r-1].allWrites, out[r-1].groupWatchEvent,
-			out[r-1].apiCPU, out[r-1].apiRSS/(1<<20))
+			apiCPU:          after.cpu - before.cpu, apiRSS: after.rss,
+			agentsCPU: selfCPU(t) - cpuBefore, agentsRSS: selfRSS(t), load: loadAverage(t)})
+		o := out[r-1]
+		t.Logf("%d ranks, round %d: exit → last start %s, coordination writes %d (and %d refused), all writes %d, coordination watch events %d, API server CPU %.2f s, RSS %.0f MiB; agents CPU %.2f s, RSS %.0f MiB; load %.1f",
+			n, r, o.restart.Round(time.Millisecond), o.groupWrites, o.groupRefused, o.allWrites, o.groupWatchEvent,
+			o.apiCPU, o.apiRSS/(1<<20), o.agentsCPU, o.agentsRSS/(1<<20), o.load)
 	}
 	return out
 }
@@ -222,4 +247,28 @@ func parseSample(l string) (string, map[string]string, float64, bool) {
 		return "", nil, 0, false
 	}
 	return name, labels, f, true
+}
+
+// selfCPU is this process's user and system CPU seconds.
+func selfCPU(t *testing.T) float64 {
+	var ru syscall.Rusage
+	must(t, syscall.Getrusage(syscall.RUSAGE_SELF, &ru))
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
+
+// selfRSS is this process's resident memory, from /proc/self/statm.
+func selfRSS(t *testing.T) float64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	must(t, err)
+	f := strings.Fields(string(b))
+	pages, _ := strconv.ParseFloat(f[1], 64)
+	return pages * float64(os.Getpagesize())
+}
+
+// loadAverage is the machine's 1-minute load average.
+func loadAverage(t *testing.T) float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	must(t, err)
+	v, _ := strconv.ParseFloat(strings.Fields(string(b))[0], 64)
+	return v
 }
