@@ -27,7 +27,7 @@ TRAINING_RUNS ?= 5
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := bin/golangci-lint-$(GOLANGCI_LINT_VERSION)
 
-.PHONY: build images push example unit race lint fuzz check test rules-test training podstart gang groupscale controllers conformance conformance-image upstream-e2e bench sweep e2e-up e2e-down clean
+.PHONY: build images release push example unit race lint fuzz check test rules-test training podstart gang groupscale controllers conformance conformance-image upstream-e2e bench sweep e2e-up e2e-down clean
 
 build:
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o bin/restart-supervisor ./cmd/restart-supervisor
@@ -61,6 +61,39 @@ images:
 	done
 	go run ./hack/images build --bin $(IMAGE_BIN) --ca-bundle $(CA_BUNDLE) --version $(VERSION) \
 		--revision $(REVISION) --created $(SOURCE_DATE_EPOCH) --platforms $(shell echo $(IMAGE_PLATFORMS) | tr ' ' ,) --out $(IMAGE_LAYOUT)
+
+# A release into DIST, for a tagged commit (or VERSION=vX.Y.Z): the images
+# (make images) and their OCI layout as one tar (images.tar, for
+# `ctr -n k8s.io images import` or `kind load image-archive` without a
+# registry), the CLI archives for RELEASE_PLATFORMS and the supervisor's for
+# IMAGE_PLATFORMS, an SPDX document per archive from its binaries' build
+# information, the chart (helm package, version VERSION without its v), the
+# krew manifest and SHA256SUMS. Every file is reproducible from the commit.
+# Unsigned here: .github/workflows/release.yaml runs this on a tag, signs the
+# images and SHA256SUMS with cosign (keyless) and publishes (docs/install.md).
+# Windows is not among the platforms: the CLI shares the supervisor's
+# Unix-only files code (internal/boundedfile, contract's signal names).
+RELEASE_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+RELEASE_URL ?= https://github.com/restart-supervisor/restart-supervisor/releases/download/$(VERSION)
+DIST ?= dist
+RELEASE_BIN ?= bin/release
+release: images
+	@echo '$(VERSION)' | grep -Eq '^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$$' || \
+		{ echo "make release: VERSION=$(VERSION) is not vMAJOR.MINOR.PATCH: tag the commit (git tag v0.1.0) or set VERSION" >&2; exit 2; }
+	rm -rf $(DIST) $(RELEASE_BIN) && mkdir -p $(DIST)
+	@set -e; for p in $(RELEASE_PLATFORMS); do \
+		os=$${p%/*}; arch=$${p#*/}; \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go build -trimpath -buildvcs=false -ldflags '$(LDFLAGS)' -o $(RELEASE_BIN)/$${os}_$$arch/restart-injector ./cmd/restart-injector; \
+	done
+	@set -e; for p in $(IMAGE_PLATFORMS); do \
+		d=$$(echo $$p | tr / _); mkdir -p $(RELEASE_BIN)/$$d; \
+		cp $(IMAGE_BIN)/$$d/restart-supervisor $(IMAGE_BIN)/$$d/restart-probe $(RELEASE_BIN)/$$d/; \
+	done
+	go run ./hack/release archives --bin $(RELEASE_BIN) --version $(VERSION) --created $(SOURCE_DATE_EPOCH) --out $(DIST)
+	go run ./hack/release layout --layout $(IMAGE_LAYOUT) --created $(SOURCE_DATE_EPOCH) --out $(DIST)/images.tar
+	go run ./hack/release krew --dist $(DIST) --version $(VERSION) --url $(RELEASE_URL)
+	helm=$$(hack/helm.sh | tail -1)/helm && $$helm package charts/restart-injector --version $(VERSION:v%=%) --app-version $(VERSION) -d $(DIST)
+	go run ./hack/release checksums --dist $(DIST)
 
 # Both indexes of bin/images to $(REGISTRY)/restart-supervisor:VERSION and
 # $(REGISTRY)/restart-injector:VERSION, with the credentials of
