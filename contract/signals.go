@@ -1,14 +1,35 @@
 package contract
 
-import (
-	"syscall"
-
-	"golang.org/x/sys/unix"
-)
+import "syscall"
 
 // Signal names are part of the contract: the injector and the Docker helper
 // write the names that images and pod specs give (STOPSIGNAL,
 // lifecycle.stopSignal), and the supervisor must read every one of them.
+
+// linuxSignals are the signal numbers of Linux on the architectures
+// Kubernetes nodes run (amd64, arm64, ppc64le, s390x: the generic
+// numbering; not alpha, mips or sparc), whatever system reads them: the
+// supervisor runs on Linux, and the injector's CLI on a laptop (macOS,
+// whose numbers differ) writes and checks names for Linux containers.
+// signals_linux_test.go holds the table to golang.org/x/sys's.
+var linuxSignals = map[string]syscall.Signal{
+	"SIGHUP": 1, "SIGINT": 2, "SIGQUIT": 3, "SIGILL": 4, "SIGTRAP": 5, "SIGABRT": 6, "SIGBUS": 7, "SIGFPE": 8,
+	"SIGKILL": 9, "SIGUSR1": 10, "SIGSEGV": 11, "SIGUSR2": 12, "SIGPIPE": 13, "SIGALRM": 14, "SIGTERM": 15,
+	"SIGSTKFLT": 16, "SIGCHLD": 17, "SIGCONT": 18, "SIGSTOP": 19, "SIGTSTP": 20, "SIGTTIN": 21, "SIGTTOU": 22,
+	"SIGURG": 23, "SIGXCPU": 24, "SIGXFSZ": 25, "SIGVTALRM": 26, "SIGPROF": 27, "SIGWINCH": 28, "SIGIO": 29,
+	"SIGPWR": 30, "SIGSYS": 31,
+}
+
+// The Linux signals this package names.
+const (
+	sigINT  = syscall.Signal(2)
+	sigABRT = syscall.Signal(6)
+	sigKILL = syscall.Signal(9)
+	sigTERM = syscall.Signal(15)
+	sigCHLD = syscall.Signal(17)
+	sigSTOP = syscall.Signal(19)
+	sigIO   = syscall.Signal(29)
+)
 
 // The real-time signal range as container runtimes number it (moby's
 // signal package, which containerd uses for STOPSIGNAL and the kubelet's
@@ -30,7 +51,7 @@ const SignalTerminating = syscall.Signal(sigRTMin + 10)
 // signalAliases are the names Kubernetes accepts as a stop signal
 // (supportedStopSignalsLinux in pkg/apis/core/validation, v1.33 to v1.36)
 // that golang.org/x/sys does not know.
-var signalAliases = map[string]syscall.Signal{"SIGCLD": unix.SIGCHLD, "SIGIOT": unix.SIGABRT, "SIGPOLL": unix.SIGIO}
+var signalAliases = map[string]syscall.Signal{"SIGCLD": sigCHLD, "SIGIOT": sigABRT, "SIGPOLL": sigIO}
 
 // ParseSignal accepts a signal name with or without the SIG prefix, in any
 // case, or a number, including every name Kubernetes accepts as a stop
@@ -73,8 +94,8 @@ func ParseSignal(name string) (syscall.Signal, bool) {
 	if s, ok := realtimeSignal(name); ok {
 		return s, true
 	}
-	s := unix.SignalNum(name)
-	return s, s != 0
+	s, ok := linuxSignals[name]
+	return s, ok
 }
 
 // realtimeSignal parses SIGRTMIN, SIGRTMIN+N, SIGRTMAX-N and SIGRTMAX.
@@ -121,7 +142,7 @@ func ExtraStopSignal(name string) (string, bool) {
 		return "", false
 	}
 	switch sig {
-	case unix.SIGTERM, unix.SIGINT, unix.SIGKILL, unix.SIGSTOP, unix.SIGCHLD:
+	case sigTERM, sigINT, sigKILL, sigSTOP, sigCHLD:
 		return "", false
 	}
 	return name, true
