@@ -66,9 +66,10 @@ images:
 # (make images) and their OCI layout as one tar (images.tar, for
 # `ctr -n k8s.io images import` or `kind load image-archive` without a
 # registry), the CLI archives for RELEASE_PLATFORMS and the supervisor's for
-# IMAGE_PLATFORMS, an SPDX document per archive from its binaries' build
-# information, the chart (helm package, version VERSION without its v), the
-# krew manifest and SHA256SUMS. Every file is reproducible from the commit.
+# IMAGE_PLATFORMS, an SPDX document per archive and per image from the
+# binaries' build information, the chart with both images pinned by digest
+# (helm package, version VERSION without its v), the krew manifest
+# (kubectl restarts) and SHA256SUMS. Every file is reproducible from the commit.
 # Unsigned here: .github/workflows/release.yaml runs this on a tag, signs the
 # images and SHA256SUMS with cosign (keyless) and publishes (docs/install.md).
 # Windows is not among the platforms: the CLI shares the supervisor's
@@ -92,7 +93,12 @@ release: images
 	go run ./hack/release archives --bin $(RELEASE_BIN) --version $(VERSION) --created $(SOURCE_DATE_EPOCH) --out $(DIST)
 	go run ./hack/release layout --layout $(IMAGE_LAYOUT) --created $(SOURCE_DATE_EPOCH) --out $(DIST)/images.tar
 	go run ./hack/release krew --dist $(DIST) --version $(VERSION) --url $(RELEASE_URL)
-	helm=$$(hack/helm.sh | tail -1)/helm && $$helm package charts/restart-injector --version $(VERSION:v%=%) --app-version $(VERSION) -d $(DIST)
+	go run ./hack/release sbom --name "restart-supervisor image $(VERSION)" --version $(VERSION) --created $(SOURCE_DATE_EPOCH) \
+		--out $(DIST)/restart-supervisor-image.spdx.json $(wildcard $(IMAGE_BIN)/*/restart-supervisor $(IMAGE_BIN)/*/restart-probe)
+	go run ./hack/release sbom --name "restart-injector image $(VERSION)" --version $(VERSION) --created $(SOURCE_DATE_EPOCH) \
+		--out $(DIST)/restart-injector-image.spdx.json $(wildcard $(IMAGE_BIN)/*/restart-injector)
+	go run ./hack/release chart --chart charts/restart-injector --layout $(IMAGE_LAYOUT) --version $(VERSION) --out $(RELEASE_BIN)/chart
+	helm=$$(hack/helm.sh | tail -1)/helm && $$helm package $(RELEASE_BIN)/chart/restart-injector --version $(VERSION:v%=%) --app-version $(VERSION) -d $(DIST)
 	go run ./hack/release checksums --dist $(DIST)
 
 # Both indexes of bin/images to $(REGISTRY)/restart-supervisor:VERSION and

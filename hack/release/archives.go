@@ -70,7 +70,7 @@ func runArchives(args []string, stdout io.Writer) error {
 			if err := writeArchive(filepath.Join(*out, name), files, when); err != nil {
 				return fmt.Errorf("%s: %w", name, err)
 			}
-			doc, err := spdxFor(name, *version, files, when)
+			doc, err := spdxFor(name, *version, files, filepath.Base, when)
 			if err != nil {
 				return fmt.Errorf("%s: %w", name, err)
 			}
@@ -186,11 +186,11 @@ type spdxRelationship struct {
 	Related string `json:"relatedSpdxElement"`
 }
 
-// spdxFor is the SPDX document of archive: each binary (its SHA-256, its
-// main module), and what its Go build information says it contains: the
+// spdxFor is the SPDX document of archive: each binary (named by nameOf,
+// its SHA-256, its main module), and what its Go build information says it contains: the
 // Go toolchain and every module, each with its version, its go.sum hash
 // and its package URL.
-func spdxFor(archive, version string, binaries []string, when time.Time) ([]byte, error) {
+func spdxFor(archive, version string, binaries []string, nameOf func(string) string, when time.Time) ([]byte, error) {
 	doc := spdxDoc{SPDXVersion: "SPDX-2.3", DataLicense: "CC0-1.0", SPDXID: "SPDXRef-DOCUMENT", Name: archive,
 		CreationInfo: spdxCreation{Created: when.Format(time.RFC3339), Creators: []string{"Tool: restart-supervisor hack/release"}}}
 	seen := map[string]string{} // module path@version → SPDXID
@@ -206,7 +206,7 @@ func spdxFor(archive, version string, binaries []string, when time.Time) ([]byte
 		}
 		sum.Write([]byte(digest))
 		id := fmt.Sprintf("SPDXRef-Binary-%d", i)
-		doc.Packages = append(doc.Packages, spdxPackage{Name: filepath.Base(b), SPDXID: id, VersionInfo: version, DownloadLocation: "NOASSERTION",
+		doc.Packages = append(doc.Packages, spdxPackage{Name: nameOf(b), SPDXID: id, VersionInfo: version, DownloadLocation: "NOASSERTION",
 			Checksums:    []spdxChecksum{{"SHA256", digest}},
 			ExternalRefs: []spdxRef{{"PACKAGE-MANAGER", "purl", fmt.Sprintf("pkg:golang/%s@%s", info.Main.Path, version)}},
 			Comment:      "built by " + info.GoVersion + " from " + info.Path})

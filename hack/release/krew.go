@@ -18,8 +18,8 @@ import (
 // The krew plugin manifest of the CLI (krew's index format,
 // krew.googlecontainertools.github.com/v1alpha2 Plugin): one platform per
 // CLI archive, each with its download URL and SHA-256, so that
-// `kubectl krew install --manifest=restart-injector.yaml` (or the index,
-// once submitted) installs `kubectl restart-injector`.
+// `kubectl krew install --manifest=restarts.krew.yaml` (or the index,
+// once submitted) installs the CLI as `kubectl restarts`.
 type krewPlugin struct {
 	APIVersion string       `yaml:"apiVersion"`
 	Kind       string       `yaml:"kind"`
@@ -64,7 +64,7 @@ func runKrew(args []string, stdout io.Writer) error {
 	if !semver.MatchString(*version) {
 		return fmt.Errorf("%w: --version %q is not vMAJOR.MINOR.PATCH, which krew requires", errUsage, *version)
 	}
-	p := krewPlugin{APIVersion: "krew.googlecontainertools.github.com/v1alpha2", Kind: "Plugin", Metadata: krewMetadata{Name: "restart-injector"},
+	p := krewPlugin{APIVersion: "krew.googlecontainertools.github.com/v1alpha2", Kind: "Plugin", Metadata: krewMetadata{Name: "restarts"},
 		Spec: krewSpec{Version: *version, Homepage: "https://github.com/restart-supervisor/restart-supervisor",
 			ShortDescription: "Container restart rules (KEP-5307) on any cluster",
 			Description: "Checks an install of restart-supervisor (check), explains what a pod's restart rules do on this\n" +
@@ -99,10 +99,10 @@ func runKrew(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(*dist, "restart-injector.krew.yaml"), out, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(*dist, "restarts.krew.yaml"), out, 0o644); err != nil {
 		return err
 	}
-	fmt.Fprintln(stdout, "restart-injector.krew.yaml")
+	fmt.Fprintln(stdout, "restarts.krew.yaml")
 	return nil
 }
 

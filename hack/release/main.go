@@ -4,13 +4,16 @@
 // where no registry is reachable), the CLI and supervisor archives for
 // each platform, an SPDX document per archive
 // from its binaries' Go build information, the krew plugin manifest of the
-// CLI, and the checksums of everything. Every archive is reproducible:
+// CLI, an SPDX document per image, the chart with the images pinned by
+// digest, and the checksums of everything. Every archive is reproducible:
 // entries sorted, owned by 0:0, stamped with SOURCE_DATE_EPOCH. Signing is
 // the release workflow's (.github/workflows/release.yaml: cosign, keyless).
 // A build tool: no product binary links it.
 //
 //	release archives --bin DIR --version V --created EPOCH --out DIR
 //	release layout --layout DIR --created EPOCH --out FILE
+//	release sbom --name NAME --version V --created EPOCH --out FILE BINARY...
+//	release chart --chart DIR --layout DIR --version V --out DIR
 //	release krew --dist DIR --version V --url URL
 //	release checksums --dist DIR
 package main
@@ -26,6 +29,8 @@ import (
 const usage = `usage:
   release archives --bin DIR --version V --created EPOCH --out DIR
   release layout --layout DIR --created EPOCH --out FILE
+  release sbom --name NAME --version V --created EPOCH --out FILE BINARY...
+  release chart --chart DIR --layout DIR --version V --out DIR
   release krew --dist DIR --version V --url URL
   release checksums --dist DIR
 `
@@ -45,6 +50,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "archives":
 		err = runArchives(args[1:], stdout)
+	case "chart":
+		err = runChart(args[1:], stdout)
+	case "sbom":
+		err = runSBOM(args[1:], stdout)
 	case "layout":
 		err = runLayout(args[1:], stdout)
 	case "krew":

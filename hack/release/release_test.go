@@ -159,7 +159,7 @@ func TestKrewAndChecksums(t *testing.T) {
 	if code, msg := runRelease(t, "krew", "--dist", dist, "--version", "v1.2.3", "--url", "https://example.invalid/v1.2.3/"); code != 0 {
 		t.Fatalf("krew: %d %s", code, msg)
 	}
-	raw, err := os.ReadFile(filepath.Join(dist, "restart-injector.krew.yaml"))
+	raw, err := os.ReadFile(filepath.Join(dist, "restarts.krew.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +167,7 @@ func TestKrewAndChecksums(t *testing.T) {
 	if err := yaml.Unmarshal(raw, &p); err != nil {
 		t.Fatal(err)
 	}
-	if p.Kind != "Plugin" || p.Spec.Version != "v1.2.3" || len(p.Spec.Platforms) != 2 {
+	if p.Kind != "Plugin" || p.Metadata.Name != "restarts" || p.Spec.Version != "v1.2.3" || len(p.Spec.Platforms) != 2 {
 		t.Fatalf("manifest %+v", p)
 	}
 	for _, pl := range p.Spec.Platforms {
@@ -259,5 +259,88 @@ func TestLayoutTar(t *testing.T) {
 	}
 	if code, msg := runRelease(t, "layout", "--layout", layout, "--created", "0", "--out", filepath.Join(out, "x.tar")); code != 1 || !strings.Contains(msg, "not a regular file") {
 		t.Errorf("a link in the layout: exit %d %q", code, msg)
+	}
+}
+
+// The released chart is the repository's with both images pinned by the
+// digests the layout holds for the release's version; every other value,
+// and the values' comments, as they were. A layout without the version's
+// images is refused.
+func TestChartPinned(t *testing.T) {
+	layout := t.TempDir()
+	index := `{"schemaVersion":2,"manifests":[
+ {"digest":"sha256:aaaa","annotations":{"org.opencontainers.image.ref.name":"restart-supervisor:v1.2.3"}},
+ {"digest":"sha256:bbbb","annotations":{"org.opencontainers.image.ref.name":"restart-injector:v1.2.3"}}]}`
+	if err := os.WriteFile(filepath.Join(layout, "index.json"), []byte(index), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	chart := filepath.Join("..", "..", "charts", "restart-injector")
+	out := t.TempDir()
+	if code, msg := runRelease(t, "chart", "--chart", chart, "--layout", layout, "--version", "v1.2.3", "--out", out); code != 0 {
+		t.Fatalf("chart: %d %s", code, msg)
+	}
+	read := func(path string) map[string]any {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v map[string]any
+		if err := yaml.Unmarshal(raw, &v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	orig, pinned := read(filepath.Join(chart, "values.yaml")), read(filepath.Join(out, "restart-injector", "values.yaml"))
+	if d := pinned["image"].(map[string]any)["digest"]; d != "sha256:bbbb" {
+		t.Errorf("image.digest %v", d)
+	}
+	if d := pinned["supervisorImage"].(map[string]any)["digest"]; d != "sha256:aaaa" {
+		t.Errorf("supervisorImage.digest %v", d)
+	}
+	pinned["image"].(map[string]any)["digest"], pinned["supervisorImage"].(map[string]any)["digest"] = "", ""
+	a, _ := json.Marshal(orig)
+	b, _ := json.Marshal(pinned)
+	if !bytes.Equal(a, b) {
+		t.Error("values other than the two digests changed")
+	}
+	raw, _ := os.ReadFile(filepath.Join(out, "restart-injector", "values.yaml"))
+	if !strings.Contains(string(raw), "# The webhook's image; tag \"\" is the chart's appVersion.") {
+		t.Error("the values' comments were lost")
+	}
+	for _, f := range []string{"Chart.yaml", "templates/deployment.yaml", "values.schema.json"} {
+		if _, err := os.Stat(filepath.Join(out, "restart-injector", f)); err != nil {
+			t.Errorf("the copy lacks %s: %v", f, err)
+		}
+	}
+	if code, msg := runRelease(t, "chart", "--chart", chart, "--layout", layout, "--version", "v9.9.9", "--out", t.TempDir()); code != 1 || !strings.Contains(msg, "no restart-") {
+		t.Errorf("another version's layout: exit %d %q", code, msg)
+	}
+}
+
+// An image's SPDX document names each platform's binary by OS_ARCH/name.
+func TestImageSBOM(t *testing.T) {
+	bin := binTree(t)
+	out := filepath.Join(t.TempDir(), "img.spdx.json")
+	code, msg := runRelease(t, "sbom", "--name", "restart-supervisor image", "--version", "v1.2.3", "--created", "0", "--out", out,
+		filepath.Join(bin, "linux_amd64", "restart-supervisor"), filepath.Join(bin, "linux_amd64", "restart-probe"))
+	if code != 0 {
+		t.Fatalf("sbom: %d %s", code, msg)
+	}
+	raw, _ := os.ReadFile(out)
+	var doc spdxDoc
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range doc.Packages {
+		if len(p.Checksums) > 0 {
+			names = append(names, p.Name)
+		}
+	}
+	if doc.Name != "restart-supervisor image" || strings.Join(names, ",") != "linux_amd64/restart-supervisor,linux_amd64/restart-probe" {
+		t.Errorf("document %q, binaries %v", doc.Name, names)
+	}
+	if code, _ := runRelease(t, "sbom", "--name", "x", "--version", "v1", "--created", "0", "--out", out); code != 2 {
+		t.Errorf("no binaries: exit %d, want 2", code)
 	}
 }
