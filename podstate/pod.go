@@ -144,6 +144,13 @@ func OpenMember(dir, name string, members []contract.PodMember, watch WatchOptio
 		// make.
 		m.Started(m.Generation())
 	}
+	if m.Polling() && !watch.ForcePoll {
+		// inotify was wanted and could not be had: on a node whose
+		// containers run as one user, that user's inotify instances
+		// (fs.inotify.max_user_instances, 128 by default) run out, and
+		// every pod restart is then seen up to a poll late.
+		log.Warn("cannot watch for pod restarts with inotify (fs.inotify.max_user_instances reached?); looking every poll interval instead", "interval", DefaultPollInterval)
+	}
 	p.member = m
 	p.pending = make(chan uint64)
 	go func() {

@@ -77,6 +77,8 @@ func runGroupScaleWith(t *testing.T, n, rounds int, standIn bool) []groupRound {
 	var sims *standIns
 	if standIn {
 		sims = startStandIns(t)
+	} else {
+		raiseInotifyInstances(t, 2*n+128)
 	}
 	for i := 0; i < n; i++ {
 		node := fmt.Sprintf("node-%04d", i)
@@ -271,4 +273,28 @@ func loadAverage(t *testing.T) float64 {
 	must(t, err)
 	v, _ := strconv.ParseFloat(strings.Fields(string(b))[0], 64)
 	return v
+}
+
+// raiseInotifyInstances makes room for at least want inotify instances of
+// this user, as a node that runs many root containers needs (every
+// supervisor here is root and holds one; beyond the default 128 they fall
+// back to looking every second, and the figures would be the fallback's),
+// and puts the old limit back at the end. Without root it leaves the
+// limit and says so.
+func raiseInotifyInstances(t *testing.T, want int) {
+	t.Helper()
+	const path = "/proc/sys/fs/inotify/max_user_instances"
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return
+	}
+	old, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	if err != nil || old >= want {
+		return
+	}
+	if err := os.WriteFile(path, []byte(strconv.Itoa(want)), 0o644); err != nil {
+		t.Logf("fs.inotify.max_user_instances stays %d (%v): supervisors beyond it poll every second", old, err)
+		return
+	}
+	t.Cleanup(func() { _ = os.WriteFile(path, raw, 0o644) })
 }
