@@ -90,8 +90,8 @@ func TestGroupScale(t *testing.T) {
 		if !ok {
 			t.Fatalf("%s has no groupscale block", before)
 		}
-		fmt.Fprintf(&table, "\nThe design before it (one object, every node's report in it; commit %s), in the same `make groupscale`:\n\n%s",
-			os.Getenv("GROUPSCALE_BEFORE_REF"), strings.TrimPrefix(strings.TrimSpace(block[strings.Index(block, "\n\n"):]), "\n")+"\n")
+		fmt.Fprintf(&table, "\nThe design before it (one object, every node's report in it; commit %s, with a connection per agent), by `make groupscale`: %s",
+			os.Getenv("GROUPSCALE_BEFORE_REF"), strings.Replace(strings.TrimPrefix(block, "Run "), ", this design,", ",", 1))
 	}
 	t.Logf("\n%s", table.String())
 	if !*updateGang {
