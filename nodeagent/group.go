@@ -69,7 +69,17 @@ type groupRound struct {
 	// sentStopped, sentStarted: the node's two reports of the round are
 	// written.
 	sentStopped, sentStarted bool
+	// troubled: a write of this round failed; read: when the object was
+	// last read by hand since (carryOut).
+	troubled bool
+	read     time.Time
 }
+
+// RereadAfterTrouble is how often an agent whose write of a round failed
+// reads the group's object itself until the round's release: client-go
+// retries a watch refused with "connection refused" after a growing
+// back-off, up to about 8 s after a 10 s outage, and says nothing of it.
+var RereadAfterTrouble = time.Second
 
 // groupHost is what the group loop needs of the agent around it: its
 // node, its node's pods, the kubelet's pods directory, the group's
@@ -325,11 +335,24 @@ func (g *groups) carryOut(ctx context.Context, ms []localMember) {
 	rep := nodeReportOf(st.Generation, len(ms), states, r.released)
 	if reportDue(rep, r) {
 		if err := g.writeReport(ctx, st, rep); err != nil {
+			r.troubled = true
 			g.log.Warn("report group members", "group", st.Namespace+"/"+st.Name, "err", err)
 		} else {
 			r.reported = rep
 			r.sentStopped = r.sentStopped || rep.Stopped >= rep.Members
 			r.sentStarted = r.sentStarted || rep.Started >= rep.Members
+		}
+	}
+	if r.troubled && st.Released < r.generation && time.Since(r.read) >= RereadAfterTrouble {
+		// A write of this round failed (the API server gone): the watch
+		// of the object may be behind by client-go's back-off, which a
+		// refused watch does not report. Read the object by hand until
+		// the release.
+		r.read = time.Now()
+		if u, err := g.client.Resource(agentapi.GroupResource).Namespace(st.Namespace).Get(ctx, st.Name, metav1.GetOptions{}); err == nil {
+			if fresh := agentapi.GroupFromObject(u); fresh.Generation == st.Generation {
+				st = fresh
+			}
 		}
 	}
 	release, all := planRelease(st, r, states, time.Now(), GroupStopWait)
