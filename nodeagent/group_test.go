@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	kubefake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
@@ -567,5 +568,55 @@ func TestJoinedAfter(t *testing.T) {
 	}
 	if joinedAfter(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(cause)}}, agentapi.GroupState{Generation: 1}) {
 		t.Error("no cause time: every pod takes part")
+	}
+}
+
+// TestTroubledRoundReadsTheObject: once a write of the round failed (the
+// API server gone), the agent does not wait for its watch of the object,
+// which client-go may bring back seconds late: it reads the object itself
+// and releases its members on the release it finds there, though its
+// watched copy still says the round is not released.
+func TestTroubledRoundReadsTheObject(t *testing.T) {
+	key := contract.LabelGroup + "=g"
+	now := time.Now().UTC().Format(time.RFC3339)
+	watched := groupObject(key, map[string]any{"generation": int64(1), "coordinator": "n2", "cause": map[string]any{"time": now}})
+	current := groupObject(key, map[string]any{"generation": int64(1), "coordinator": "n2", "released": int64(1), "cause": map[string]any{"time": now}})
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(k8sruntime.NewScheme(),
+		map[schema.GroupVersionResource]string{agentapi.ReportResource: "GroupRestartReportList", agentapi.GroupResource: "GroupRestartList"}, current)
+	refused := true
+	dyn.PrependReactor("create", "grouprestartreports", func(k8stesting.Action) (bool, k8sruntime.Object, error) {
+		if refused {
+			return true, nil, fmt.Errorf("dial tcp 127.0.0.1:6443: connect: connection refused")
+		}
+		return false, nil, nil
+	})
+	host := &fakeHost{name: "n1"}
+	pod := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p0", Namespace: "default", UID: "uid-p0", Labels: map[string]string{contract.LabelGroup: "g"}},
+		Spec: corev1.PodSpec{NodeName: "n1"}}
+	host.pods = []corev1.Pod{pod}
+	m := localMember{pod: &host.pods[0], key: key, dir: t.TempDir(), fd: -1}
+	g := newGroups(host, slog.New(slog.NewTextHandler(io.Discard, nil)), dyn, nil, nil)
+	g.objects = storeOf(t, watched)
+	ctx := context.Background()
+	g.carryOut(ctx, []localMember{m})
+	n, ok := statevol.GroupRound(m.dir, 1)
+	if !ok {
+		t.Fatal("generation 1 not delivered")
+	}
+	if err := os.WriteFile(filepath.Join(m.dir, contract.PodRestartsDir, statevol.MarkerName(n, statevol.MarkGrouped, "rank")), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g.carryOut(ctx, []localMember{m}) // the report is refused: the round is troubled
+	if !statevol.GroupReleased(m.dir, n) {
+		t.Fatal("not released, though the object says released: the agent waited for its watch")
+	}
+	gets := 0
+	for _, a := range dyn.Actions() {
+		if a.GetVerb() == "get" && a.GetResource() == agentapi.GroupResource {
+			gets++
+		}
+	}
+	if gets != 1 {
+		t.Errorf("%d reads of the object, want 1", gets)
 	}
 }
