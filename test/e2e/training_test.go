@@ -94,7 +94,7 @@ var (
 			"row starts over from step 0 (it still reaches the unfaulted loss because train.py's steps depend only on the step). " +
 			"This is what checkpoint-free recovery relies on, in-memory checkpoints that a job keeps in its hosts' memory instead " +
 			"of writing them to storage: only a restart in place keeps them. A JobSet's restart (`failurePolicy`) recreates every " +
-			"pod, so it loses the memory as the Job's row does."}
+			"pod, so it loses the memory as the Job's row does (its row, measured beside them)."}
 	trainingScenarios = []*trainingScenario{ddpScenario, memoryScenario, torchrunScenario, sidecarScenario}
 )
 
@@ -552,6 +552,13 @@ func trainingPaths() []trainingPath {
 				return nil, err
 			}
 			return inMemory(job), nil
+		}},
+		{id: "memory-jobset", name: "all pods recreated, JobSet failurePolicy.maxRestarts 3", scenario: memoryScenario, faults: exit42, jobSet: func(e *env, name, ckpt string, port int, fault []string) (*unstructured.Unstructured, error) {
+			job, err := trainingJob(e, name, ckpt, port, fault, false)
+			if err != nil {
+				return nil, err
+			}
+			return trainingJobSet(e, name, inMemory(job))
 		}},
 
 		{id: "torchrun-supervised", name: "in place, restart-supervisor", scenario: torchrunScenario, faults: exit42, supervised: true, job: func(e *env, name, ckpt string, port int, fault []string) (*batchv1.Job, error) {
