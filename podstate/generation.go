@@ -41,8 +41,12 @@ func PodRestartWatch(members []contract.PodMember, announces bool) WatchOptions 
 
 // Watcher delivers the pod's new restart generations.
 type Watcher struct {
-	c    chan statevol.Generation
-	done chan struct{}
+	c chan statevol.Generation
+	// changed is signalled (without blocking, one pending) at every
+	// change inotify reports in pod-restarts/: a round's waits look at the
+	// markers then, not every barrierPoll.
+	changed chan struct{}
+	done    chan struct{}
 	wg   sync.WaitGroup
 	dw   *dirwatch.Watcher
 	once sync.Once
@@ -61,8 +65,9 @@ func Watch(dir string, from uint64, opts WatchOptions) (*Watcher, error) {
 		interval = DefaultPollInterval
 	}
 	w := &Watcher{
-		c:    make(chan statevol.Generation, 1),
-		done: make(chan struct{}),
+		c:       make(chan statevol.Generation, 1),
+		changed: make(chan struct{}, 1),
+		done:    make(chan struct{}),
 		dw:   dirwatch.New(gdir, dirwatch.Options{ForcePoll: opts.ForcePoll, PollInterval: interval}),
 	}
 	w.wg.Add(1)
@@ -114,6 +119,10 @@ func (w *Watcher) run(dir string, last uint64) {
 			return
 		case <-w.dw.C():
 			scan()
+			select {
+			case w.changed <- struct{}{}:
+			default:
+			}
 		}
 	}
 }
