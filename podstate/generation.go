@@ -47,9 +47,9 @@ type Watcher struct {
 	// markers then, not every barrierPoll.
 	changed chan struct{}
 	done    chan struct{}
-	wg   sync.WaitGroup
-	dw   *dirwatch.Watcher
-	once sync.Once
+	wg      sync.WaitGroup
+	dw      *dirwatch.Watcher
+	once    sync.Once
 }
 
 // Watch starts watching for generations above from; pass the generation
@@ -68,7 +68,7 @@ func Watch(dir string, from uint64, opts WatchOptions) (*Watcher, error) {
 		c:       make(chan statevol.Generation, 1),
 		changed: make(chan struct{}, 1),
 		done:    make(chan struct{}),
-		dw:   dirwatch.New(gdir, dirwatch.Options{ForcePoll: opts.ForcePoll, PollInterval: interval}),
+		dw:      dirwatch.New(gdir, dirwatch.Options{ForcePoll: opts.ForcePoll, PollInterval: interval}),
 	}
 	w.wg.Add(1)
 	go w.run(dir, from)
