@@ -15,9 +15,10 @@ import (
 )
 
 // standIns answer group rounds for the scale harness where the machine
-// cannot hold a real supervisor per simulated pod (each polls its pod's
-// markers every 20 ms during a round, podstate's barrierPoll: 512 of them
-// kept 2 cores at a load of 540). Each stand-in is one container of one
+// cannot hold a real supervisor per simulated pod (each runs a shell and
+// its children for its workload; 512 of them, when they still polled
+// their pods' markers every 20 ms through a round, kept 2 cores at a load
+// of 540). Each stand-in is one container of one
 // pod, and does through the same statevol calls, on the same files, what
 // the supervisor does with a workload that stops at once: on a new pod
 // generation it marks its stop and, past the pod's barrier (one container:
