@@ -114,26 +114,23 @@ func (g *groups) coordinate(ctx context.Context, ids map[string]bool) {
 		if rv, sent := c.sent[step]; step == "" || sent && rv == st.ResourceVersion {
 			continue
 		}
-		switch step {
-		case "released", "done":
-			spec := map[string]any{step: int64(st.Generation)}
-			if step == "released" {
-				members := 0
-				for _, rep := range reports {
-					members += rep.Members
-				}
-				spec["members"] = int64(members)
+		spec := map[string]any{step: int64(st.Generation)}
+		if step == "released" {
+			members := 0
+			for _, rep := range reports {
+				members += rep.Members
 			}
-			// Conditioned on the copy the decision read: a stale
-			// coordinator never moves a newer round.
-			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": st.ResourceVersion}, "spec": spec})
-			_, err := g.client.Resource(agentapi.GroupResource).Namespace(st.Namespace).Patch(ctx, st.Name, types.MergePatchType, patch, metav1.PatchOptions{})
-			switch {
-			case err == nil:
-				c.sent[step] = st.ResourceVersion
-			case !apierrors.IsConflict(err):
-				g.log.Warn("group round "+step, "group", st.Key, "generation", st.Generation, "err", err)
-			}
+			spec["members"] = int64(members)
+		}
+		// Conditioned on the copy the decision read: a stale
+		// coordinator never moves a newer round.
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": st.ResourceVersion}, "spec": spec})
+		_, err := g.client.Resource(agentapi.GroupResource).Namespace(st.Namespace).Patch(ctx, st.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		switch {
+		case err == nil:
+			c.sent[step] = st.ResourceVersion
+		case !apierrors.IsConflict(err):
+			g.log.Warn("group round "+step, "group", st.Key, "generation", st.Generation, "err", err)
 		}
 	}
 	g.coord.reports.keep(ctx, keep)

@@ -91,18 +91,14 @@ func (w *groupWatches) keep(ctx context.Context, ids map[string]bool) {
 	}
 }
 
-// GetByKey returns the watched copy of the object key (namespace/name) of
-// the group id: not there until its watch has listed it.
+// GetByKey returns the watched copy of the object id (namespace/name):
+// not there until its watch has listed it.
 func (w *groupWatches) GetByKey(id string) (any, bool, error) {
-	return w.get(id, id)
-}
-
-func (w *groupWatches) get(id, key string) (any, bool, error) {
 	gw, ok := w.byID[id]
 	if !ok {
 		return nil, false, nil
 	}
-	return gw.store.GetByKey(key)
+	return gw.store.GetByKey(id)
 }
 
 // list returns the watched copies of group id's objects.
