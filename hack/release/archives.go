@@ -38,11 +38,10 @@ func runArchives(args []string, stdout io.Writer) error {
 	if err := flags(fs, args, "bin", "version", "created", "out"); err != nil {
 		return err
 	}
-	epoch, err := strconv.ParseInt(*created, 10, 64)
-	if err != nil || epoch < 0 {
-		return fmt.Errorf("%w: --created %q is not a Unix time", errUsage, *created)
+	when, err := parseEpoch(*created)
+	if err != nil {
+		return err
 	}
-	when := time.Unix(epoch, 0).UTC()
 	platforms, err := os.ReadDir(*bin)
 	if err != nil {
 		return err
@@ -106,7 +105,7 @@ func writeArchive(path string, files []string, when time.Time) error {
 	gz.ModTime = when
 	tw := tar.NewWriter(gz)
 	for _, src := range files {
-		if err := addFile(tw, src, when); err != nil {
+		if err := addFile(tw, src, filepath.Base(src), 0o755, when); err != nil {
 			return err
 		}
 	}
@@ -119,7 +118,18 @@ func writeArchive(path string, files []string, when time.Time) error {
 	return f.Close()
 }
 
-func addFile(tw *tar.Writer, src string, when time.Time) error {
+// parseEpoch reads --created, SOURCE_DATE_EPOCH, as every timestamp.
+func parseEpoch(created string) (time.Time, error) {
+	epoch, err := strconv.ParseInt(created, 10, 64)
+	if err != nil || epoch < 0 {
+		return time.Time{}, fmt.Errorf("%w: --created %q is not a Unix time", errUsage, created)
+	}
+	return time.Unix(epoch, 0).UTC(), nil
+}
+
+// addFile writes the regular file src into tw as name, with mode, owned
+// by 0:0 and stamped when; anything but a regular file is an error.
+func addFile(tw *tar.Writer, src, name string, mode int64, when time.Time) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
@@ -132,7 +142,7 @@ func addFile(tw *tar.Writer, src string, when time.Time) error {
 	if !st.Mode().IsRegular() {
 		return fmt.Errorf("%s is not a regular file", src)
 	}
-	hdr := &tar.Header{Typeflag: tar.TypeReg, Name: filepath.Base(src), Mode: 0o755, Size: st.Size(), ModTime: when, Format: tar.FormatPAX}
+	hdr := &tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: mode, Size: st.Size(), ModTime: when, Format: tar.FormatPAX}
 	if err := tw.WriteHeader(hdr); err != nil {
 		return err
 	}

@@ -8,9 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"time"
 
 	"gopkg.in/yaml.v3"
 )
@@ -152,24 +150,18 @@ func runSBOM(args []string, stdout io.Writer) error {
 	version := fset.String("version", "", "the release's version")
 	created := fset.String("created", "", "SOURCE_DATE_EPOCH")
 	out := fset.String("out", "", "the document to write")
-	fset.SetOutput(io.Discard)
-	if err := fset.Parse(args); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	for _, f := range []string{"name", "version", "created", "out"} {
-		if fset.Lookup(f).Value.String() == "" {
-			return fmt.Errorf("%w: --%s is required", errUsage, f)
-		}
+	if err := flagsAndArgs(fset, args, "name", "version", "created", "out"); err != nil {
+		return err
 	}
 	if fset.NArg() == 0 {
 		return fmt.Errorf("%w: no binaries", errUsage)
 	}
-	epoch, err := strconv.ParseInt(*created, 10, 64)
-	if err != nil || epoch < 0 {
-		return fmt.Errorf("%w: --created %q is not a Unix time", errUsage, *created)
+	when, err := parseEpoch(*created)
+	if err != nil {
+		return err
 	}
 	nameOf := func(p string) string { return filepath.Base(filepath.Dir(p)) + "/" + filepath.Base(p) }
-	doc, err := spdxFor(*name, *version, fset.Args(), nameOf, time.Unix(epoch, 0).UTC())
+	doc, err := spdxFor(*name, *version, fset.Args(), nameOf, when)
 	if err != nil {
 		return err
 	}

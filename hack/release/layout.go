@@ -8,8 +8,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
-	"time"
 )
 
 // runLayout writes the OCI image layout the images were built into (make
@@ -26,11 +24,10 @@ func runLayout(args []string, stdout io.Writer) error {
 	if err := flags(fset, args, "layout", "created", "out"); err != nil {
 		return err
 	}
-	epoch, err := strconv.ParseInt(*created, 10, 64)
-	if err != nil || epoch < 0 {
-		return fmt.Errorf("%w: --created %q is not a Unix time", errUsage, *created)
+	when, err := parseEpoch(*created)
+	if err != nil {
+		return err
 	}
-	when := time.Unix(epoch, 0).UTC()
 	if _, err := os.Stat(filepath.Join(*layout, "index.json")); err != nil {
 		return fmt.Errorf("%s is no OCI layout (run make images): %w", *layout, err)
 	}
@@ -55,20 +52,7 @@ func runLayout(args []string, stdout io.Writer) error {
 		case !d.Type().IsRegular():
 			return fmt.Errorf("%s is not a regular file", path)
 		}
-		in, err := os.Open(path)
-		if err != nil {
-			return err
-		}
-		defer in.Close()
-		st, err := in.Stat()
-		if err != nil {
-			return err
-		}
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: filepath.ToSlash(rel), Mode: 0o644, Size: st.Size(), ModTime: when, Format: tar.FormatPAX}); err != nil {
-			return err
-		}
-		_, err = io.Copy(tw, in)
-		return err
+		return addFile(tw, path, filepath.ToSlash(rel), 0o644, when)
 	})
 	if err != nil {
 		return err

@@ -77,8 +77,21 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 1
 }
 
-// flags parses args with fs, and requires every name in required to be set.
+// flags parses args with fs, and requires every name in required to be
+// set and no argument after the flags.
 func flags(fs *flag.FlagSet, args []string, required ...string) error {
+	if err := flagsAndArgs(fs, args, required...); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected %q", errUsage, fs.Arg(0))
+	}
+	return nil
+}
+
+// flagsAndArgs is flags that leaves the arguments after the flags to the
+// caller.
+func flagsAndArgs(fs *flag.FlagSet, args []string, required ...string) error {
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
@@ -87,9 +100,6 @@ func flags(fs *flag.FlagSet, args []string, required ...string) error {
 		if fs.Lookup(name).Value.String() == "" {
 			return fmt.Errorf("%w: --%s is required", errUsage, name)
 		}
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected %q", errUsage, fs.Arg(0))
 	}
 	return nil
 }
