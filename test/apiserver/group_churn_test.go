@@ -107,23 +107,16 @@ while :; do sleep 0.1; done`, m.log, i, m.exitFile)
 		}
 		return true, nil
 	})
-	var lastEnd, firstStart, lastStart time.Time
+	var memberRuns [][]rankRun
 	for _, m := range members {
 		runs := readRuns(t, m.log)
 		if len(runs) != 2 {
 			t.Errorf("%s ran %d times, want 2 (one group restart)", m.pod.Name, len(runs))
 			continue
 		}
-		if runs[0].end.After(lastEnd) {
-			lastEnd = runs[0].end
-		}
-		if firstStart.IsZero() || runs[1].start.Before(firstStart) {
-			firstStart = runs[1].start
-		}
-		if runs[1].start.After(lastStart) {
-			lastStart = runs[1].start
-		}
+		memberRuns = append(memberRuns, runs)
 	}
+	lastEnd, firstStart, lastStart := roundSpan(memberRuns)
 	if !firstStart.After(lastEnd) {
 		t.Errorf("a rank started again before every rank had stopped")
 	}

@@ -171,6 +171,25 @@ func startMemberWith(t *testing.T, bin, state, script, cfg string, out io.Writer
 // rankRun is one run of a member's workload, from its log.
 type rankRun struct{ start, end time.Time }
 
+// roundSpan is, over the members' runs of one group restart (each its
+// first run and the one after it), the last end of a first run and the
+// first and last start of a second: the barrier holds when firstStart is
+// after lastEnd.
+func roundSpan(members [][]rankRun) (lastEnd, firstStart, lastStart time.Time) {
+	for _, r := range members {
+		if r[0].end.After(lastEnd) {
+			lastEnd = r[0].end
+		}
+		if firstStart.IsZero() || r[1].start.Before(firstStart) {
+			firstStart = r[1].start
+		}
+		if r[1].start.After(lastStart) {
+			lastStart = r[1].start
+		}
+	}
+	return lastEnd, firstStart, lastStart
+}
+
 // readRuns parses a workload log of "start NS" and "end NS" lines.
 func readRuns(t *testing.T, path string) []rankRun {
 	t.Helper()
@@ -288,7 +307,7 @@ while :; do sleep 0.1; done`, m.log, i)
 		}
 		return true, nil
 	})
-	var lastEnd, firstRestart, lastRestart time.Time
+	var memberRuns [][]rankRun
 	for _, m := range members {
 		r := runs[m.pod.Name]
 		if len(r) != 2 {
@@ -298,16 +317,9 @@ while :; do sleep 0.1; done`, m.log, i)
 		if r[0].end.IsZero() {
 			t.Errorf("%s: its first run has no end", m.pod.Name)
 		}
-		if r[0].end.After(lastEnd) {
-			lastEnd = r[0].end
-		}
-		if firstRestart.IsZero() || r[1].start.Before(firstRestart) {
-			firstRestart = r[1].start
-		}
-		if r[1].start.After(lastRestart) {
-			lastRestart = r[1].start
-		}
+		memberRuns = append(memberRuns, r)
 	}
+	lastEnd, firstRestart, lastRestart := roundSpan(memberRuns)
 	if !firstRestart.After(lastEnd) {
 		t.Errorf("a rank started again (%s) before every rank had stopped (%s)", firstRestart.Format(time.StampMicro), lastEnd.Format(time.StampMicro))
 	}
