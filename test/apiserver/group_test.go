@@ -63,7 +63,9 @@ func startGroupAgentEvery(t *testing.T, cfg *rest.Config, node, podsDir string, 
 	// A connection of its own, as each node's agent has: client-go shares
 	// one transport, one HTTP/2 connection, among configs it can cache,
 	// and the scale harness's hundreds of agents in this process would
-	// queue behind each other's watches on it.
+	// queue behind each other's watches on it (kube-apiserver allows 100
+	// streams a connection when --http2-max-streams-per-connection is 0:
+	// k8s.io/apiserver v0.34.4, pkg/server/secure_serving.go).
 	cfg.Dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 	hc, err := rest.HTTPClientFor(cfg)
 	must(t, err)
