@@ -172,3 +172,59 @@ With serviceAccount.create false the chart makes none and binds this name.
 {{- define "restart-injector.serviceAccountName" -}}
 {{- .Values.serviceAccount.name | default (include "restart-injector.fullname" .) -}}
 {{- end -}}
+
+{{/*
+The groups of files/prometheus-rules.yaml as prometheusRule's values tune
+them. The file stays the one source (deploy/components/prometheus-rule holds
+the same groups, and promtool tests the file as it is), so the values are
+applied to its parsed rules, not templated into it: the selectors of the
+webhook's Deployment and the agent's DaemonSet take this release's
+namespaces and names, clusterLabel joins every "by (" and "on (", a rule's
+runbook_url moves to runbookBaseURL, alertLabels are added under its own
+labels, and alerts.<name> disables a rule or sets its for and severity. An
+unknown name in alerts fails, so that a typo never leaves an alert as it
+was.
+*/}}
+{{- define "restart-injector.prometheusRules" -}}
+{{- $cfg := .Values.prometheusRule -}}
+{{- $doc := .Files.Get "files/prometheus-rules.yaml" | fromYaml -}}
+{{- $runbook := "https://github.com/restart-supervisor/restart-supervisor/blob/main/docs/observability.md" -}}
+{{- $injector := printf "namespace=%q, deployment=%q" (include "restart-injector.namespace" .) (include "restart-injector.fullname" .) -}}
+{{- $agent := printf "namespace=%q, daemonset=%q" (include "restart-injector.nodeAgentNamespace" .) (include "restart-injector.nodeAgentName" .) -}}
+{{- $known := dict -}}
+{{- $groups := list -}}
+{{- range $g := $doc.groups -}}
+{{- $rules := list -}}
+{{- range $r := $g.rules -}}
+{{- $_ := set $known $r.alert true -}}
+{{- $o := get ($cfg.alerts | default dict) $r.alert | default dict -}}
+{{- if not $o.disabled -}}
+{{- $expr := $r.expr | replace "namespace=\"restart-supervisor\", deployment=\"restart-injector\"" $injector | replace "namespace=\"restart-supervisor-node-agent\", daemonset=\"restart-supervisor-node-agent\"" $agent -}}
+{{- if $cfg.clusterLabel -}}
+{{- $expr = $expr | replace "by (" (printf "by (%s, " $cfg.clusterLabel) | replace "on (" (printf "on (%s, " $cfg.clusterLabel) -}}
+{{- end -}}
+{{- $_ := set $r "expr" $expr -}}
+{{- with $o.for -}}
+{{- $_ := set $r "for" . -}}
+{{- end -}}
+{{- $labels := merge (deepCopy ($r.labels | default dict)) ($cfg.alertLabels | default dict) -}}
+{{- with $o.severity -}}
+{{- $_ := set $labels "severity" . -}}
+{{- end -}}
+{{- $_ := set $r "labels" $labels -}}
+{{- $ann := $r.annotations | default dict -}}
+{{- $_ := set $ann "runbook_url" ($ann.runbook_url | replace $runbook ($cfg.runbookBaseURL | default $runbook)) -}}
+{{- $rules = append $rules $r -}}
+{{- end -}}
+{{- end -}}
+{{- if $rules -}}
+{{- $groups = append $groups (dict "name" $g.name "rules" $rules) -}}
+{{- end -}}
+{{- end -}}
+{{- range $name, $_ := ($cfg.alerts | default dict) -}}
+{{- if not (hasKey $known $name) -}}
+{{- fail (printf "prometheusRule.alerts.%s: no such alert (the alerts are %s)" $name (keys $known | sortAlpha | join ", ")) -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml (dict "groups" $groups) -}}
+{{- end -}}
