@@ -159,6 +159,18 @@ func TestInjectFailures(t *testing.T) {
 	if code, _, errOut = runCmd(t, "", "inject", "-f", garbage); code != exitFailure || !strings.Contains(errOut, "line 1") {
 		t.Errorf("invalid YAML: exit %d, %q", code, errOut)
 	}
+	// A good document before a bad one: nothing is written, so nothing
+	// was injected, and the good one is not reported as if it were.
+	good := strings.ReplaceAll(deployYAML, "IMAGE", "x")
+	mixed := writeFile(t, filepath.Join(dir, "mixed.yaml"), good+"---\n"+strings.ReplaceAll(good, "operator: In", "operator: Maybe"))
+	code, out, errOut = runCmd(t, "", "inject", "--no-lookup", "-f", mixed)
+	if code != exitFailure || out != "" || strings.Contains(errOut, "injected") || strings.Count(errOut, "\n") != 1 {
+		t.Errorf("a good and a bad document: exit %d, stdout %q, stderr %q; want nothing written, the bad one's line alone and no object reported injected", code, out, errOut)
+	}
+	code, out, errOut = runCmd(t, "", "inject", "--no-lookup", "--continue-on-error", "-f", mixed)
+	if code != exitOK || !strings.Contains(out, "restart-supervisor") || !strings.Contains(errOut, `Deployment "worker" injected`) || !strings.Contains(errOut, "warning: left unchanged") {
+		t.Errorf("--continue-on-error: exit %d, stderr %q; want the good one written and reported", code, errOut)
+	}
 }
 
 func TestInjectDirectoryAndStdin(t *testing.T) {

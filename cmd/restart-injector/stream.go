@@ -71,8 +71,21 @@ func (s *streamRun) run(process processFunc, report func(name string, r manifest
 		out = bufio.NewWriterSize(spool, 64<<10)
 	}
 	w := &trackingWriter{w: out}
+	// What each object became is said once the output is written: a run
+	// that fails writes nothing, and then no object was injected, however
+	// well it went (with --continue-on-error the output is written as it
+	// comes, and so are the reports).
+	type held struct {
+		name string
+		r    manifests.ObjectReport
+	}
+	var reports []held
+	hold := report
+	if !s.keepGoing {
+		hold = func(name string, r manifests.ObjectReport) { reports = append(reports, held{name, r}) }
+	}
 	for n, in := range inputs {
-		if code := s.one(n, in, w, process, report); code != exitOK {
+		if code := s.one(n, in, w, process, hold); code != exitOK {
 			return code
 		}
 	}
@@ -81,6 +94,15 @@ func (s *streamRun) run(process processFunc, report func(name string, r manifest
 		// none: nothing is written.
 		return exitFailure
 	}
+	written := false
+	defer func() {
+		if !written {
+			return
+		}
+		for _, h := range reports {
+			report(h.name, h.r)
+		}
+	}()
 	if err := out.Flush(); err != nil {
 		return s.fail("writing output: %v", err)
 	}
@@ -108,6 +130,7 @@ func (s *streamRun) run(process processFunc, report func(name string, r manifest
 			return s.fail("writing output: %v", err)
 		}
 	}
+	written = true
 	return exitOK
 }
 
