@@ -53,6 +53,9 @@ func (v KubeVersion) orNewest() KubeVersion {
 // String gives the release as "1.N".
 func (v KubeVersion) String() string { return "1." + strconv.Itoa(int(v.orNewest())) }
 
+// Type, with Set and String, makes a *KubeVersion a pflag.Value.
+func (v *KubeVersion) Type() string { return "version" }
+
 // Set and String make a *KubeVersion a flag.Value.
 func (v *KubeVersion) Set(s string) error {
 	p, err := ParseKubeVersion(s)

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -27,7 +26,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
@@ -46,8 +44,6 @@ node and which path (native or supervised) it takes. One line per check:
 ok, warn or fail, and for each warn and fail what to do (-o json: one JSON
 array of them). Exit status: 0 no check failed, 1 a check failed, 2 usage
 error.
-
-flags:
 `
 
 // podWebhookName is the webhook of deploy/base/webhook.yaml that gets
@@ -151,28 +147,19 @@ func (c *checker) report(r checkResult) {
 
 func runCheck(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := newFlagSet("check")
-	fs.SetOutput(stderr)
-	namespace := fs.String("n", "", "`NAMESPACE` of the pod (default: the kubeconfig context's)")
-	fs.StringVar(namespace, "namespace", "", "same as -n")
-	file := fs.String("f", "", "a Pod manifest `FILE` (YAML or JSON, - for stdin) to check instead of a live pod")
-	kubeconfig := fs.String("kubeconfig", "", "`FILE` (default: $KUBECONFIG, then ~/.kube/config, as kubectl)")
-	kubeContext := fs.String("context", "", "kubeconfig `CONTEXT` to use")
+	file := fs.StringP("filename", "f", "", "a manifest `FILE` (YAML or JSON, - for stdin) to check instead of a live pod: a Pod or any workload the injector knows")
 	webhookConfig := fs.String("webhook-config", "", "`NAME` of the MutatingWebhookConfiguration (default: the one that holds webhook "+podWebhookName+", whatever the install named it)")
 	agentNamespace := fs.String("agent-namespace", "", "`NAMESPACE` of the node agent's pods (default: the one its ClusterRoleBinding names, else "+agentapi.AgentNamespace+")")
 	timeout := fs.Duration("timeout", 10*time.Second, "bound of each check's calls")
 	webhookNamespace := fs.String("webhook-namespace", "restart-supervisor", "`NAMESPACE` the webhook runs in, which its namespaceSelector leaves out: the --native=auto checks dry-run their probe pods there, as the webhook does (default: the webhook Service's namespace, else this)")
-	output := fs.String("o", "", "`FORMAT` of the report: json, or the lines (default)")
-	fs.StringVar(output, "output", "", "same as -o")
-	fs.Usage = func() { fmt.Fprint(stderr, checkUsage); fs.PrintDefaults() }
-	var rest []string
-	var hasRest bool
-	pods, err := parseAroundPositionals(fs, args, &rest, &hasRest)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	output := fs.StringP("output", "o", "", "`FORMAT` of the report: json, or the lines (default)")
+	conn := bindKubeConnection(fs, "0")
+	if code, ok := parseFlags(fs, "check", args, checkUsage, stderr); !ok {
+		return code
 	}
+	pods, rest, _ := positionalsAndRest(fs)
+	namespace := &conn.overrides.Context.Namespace
+	var err error
 	if len(pods)+len(rest) > 1 || len(pods) == 1 && *file != "" {
 		fmt.Fprintln(stderr, "restart-injector check: give one POD or -f FILE, not both or more")
 		return exitUsage
@@ -192,9 +179,7 @@ func runCheck(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	if len(checked) > 0 {
 		pod = checked[0].pod
 	}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = *kubeconfig
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: *kubeContext})
+	cc := conn.clientConfig()
 	if *namespace == "" && pod != nil && pod.Namespace != "" {
 		*namespace = pod.Namespace
 	}

@@ -35,7 +35,7 @@ func TestCheckUsageErrors(t *testing.T) {
 		{[]string{"-f", big}, "larger than 1048576 bytes"},
 		{[]string{"-f", dir}, "not a regular file"},
 		{[]string{"-f", filepath.Join(dir, "none.yaml")}, "no such file or directory"},
-		{[]string{"--bogus"}, "flag provided but not defined: -bogus"},
+		{[]string{"--bogus"}, "unknown flag: --bogus"},
 	} {
 		code, _, errs := runBin(t, nil, append([]string{"check"}, c.args...)...)
 		if code != exitUsage || !strings.Contains(errs, c.msg) || strings.Count(strings.TrimSpace(errs), "\n") > 0 && c.args[0] != "--bogus" {

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"sort"
@@ -49,8 +47,8 @@ type compCommand struct {
 // completion test runs each command with a value from here.
 var flagValues = map[string][]string{
 	"status output":             {"wide", "json", "yaml", "name"},
-	"version o":                 {"json", "yaml"},
 	"version output":            {"json", "yaml"},
+	"check output":              {"json"},
 	"serve cert-mode":           {"files", "self"},
 	"serve native":              {"off", "auto", "on"},
 	"serve delivery":            {"auto", "copy", "image"},
@@ -83,13 +81,8 @@ func init() {
 
 func runCompletion(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("completion")
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, completionUsage) }
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	if code, ok := parseFlags(fs, "completion", args, completionUsage, stderr); !ok {
+		return code
 	}
 	if fs.NArg() != 1 {
 		fmt.Fprintf(stderr, "restart-injector completion: want one shell (%s), got %d arguments\n", strings.Join(completionShells, ", "), fs.NArg())
@@ -144,23 +137,10 @@ func completionCommands(ctx context.Context) []compCommand {
 func flagsOf(cmd string, fs any) []compFlag {
 	var out []compFlag
 	switch fs := fs.(type) {
-	case *flag.FlagSet:
-		fs.VisitAll(func(f *flag.Flag) {
-			_, usage := flag.UnquoteUsage(f)
-			cf := compFlag{usage: usage, values: flagValues[cmd+" "+f.Name]}
-			if b, ok := f.Value.(interface{ IsBoolFlag() bool }); !ok || !b.IsBoolFlag() {
-				cf.takesValue = true
-			}
-			if len(f.Name) == 1 {
-				cf.short = f.Name
-			} else {
-				cf.long = f.Name
-			}
-			out = append(out, cf)
-		})
 	case *pflag.FlagSet:
 		fs.VisitAll(func(f *pflag.Flag) {
-			out = append(out, compFlag{long: f.Name, short: f.Shorthand, usage: f.Usage,
+			_, usage := pflag.UnquoteUsage(f)
+			out = append(out, compFlag{long: f.Name, short: f.Shorthand, usage: usage,
 				takesValue: f.NoOptDefVal == "", values: flagValues[cmd+" "+f.Name]})
 		})
 	}
@@ -283,7 +263,11 @@ _restart_injector() {
     case $cmd in
 `)
 	for _, c := range cmds {
-		fmt.Fprintf(&b, "    %s)\n        _arguments -s", c.name)
+		// ":" ends _arguments' own options: a first spec such as
+		// '-A[...]' would otherwise be read as its -A (no options after
+		// the first argument), and `status web --all<Tab>` would offer
+		// nothing.
+		fmt.Fprintf(&b, "    %s)\n        _arguments -s :", c.name)
 		for _, f := range c.flags {
 			action := ""
 			if f.takesValue {

@@ -182,7 +182,7 @@ func TestCompletionAndVersionUsage(t *testing.T) {
 		{[]string{"completion", "-h"}, exitOK, "usage: restart-injector completion bash|zsh|fish"},
 		{[]string{"version", "-o", "xml"}, exitUsage, `-o "xml": want json or yaml`},
 		{[]string{"version", "extra"}, exitUsage, `unexpected argument "extra"`},
-		{[]string{"--version", "--bogus"}, exitUsage, "flag provided but not defined: -bogus"},
+		{[]string{"--version", "--bogus"}, exitUsage, "unknown flag: --bogus"},
 	} {
 		code, _, errs := runBin(t, nil, c.args...)
 		if code != c.code || !strings.Contains(errs, c.msg) {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -33,28 +32,18 @@ naming the service when its command is needed (pull or build it first).
 
   restart-injector compose -f docker-compose.yaml -o docker-compose.supervised.yaml
   docker-compose -f docker-compose.supervised.yaml up
-
-flags:
 `
 
 func runCompose(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := newFlagSet("compose")
-	fs.SetOutput(stderr)
-	in := fs.String("f", "", "Compose `FILE` to read (- for stdin)")
+	in := fs.StringP("filename", "f", "", "Compose `FILE` to read (- for stdin)")
 	var outFlag outputFile
-	fs.Var(&outFlag, "o", "`FILE` to write (default stdout); not a format")
+	fs.VarP(&outFlag, "output", "o", "`FILE` to write (default stdout); not a format")
 	out := (*string)(&outFlag)
 	image := fs.String("supervisor-image", injector.DefaultSupervisorImage(), "`IMAGE` of the install service")
 	dockerCLI := fs.String("docker", "docker", "docker CLI `COMMAND` used to read image configs from the local engine")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, composeUsage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	if code, ok := parseFlags(fs, "compose", args, composeUsage, stderr); !ok {
+		return code
 	}
 	if fs.NArg() != 0 {
 		fmt.Fprintf(stderr, "restart-injector compose: unexpected arguments %q\n", fs.Args())

@@ -30,7 +30,7 @@ func TestComposeExitCodes(t *testing.T) {
 	}{
 		{nil, exitUsage, "-f FILE is required"},
 		{[]string{"-f", in, "extra"}, exitUsage, "unexpected arguments"},
-		{[]string{"-x"}, exitUsage, "flag provided but not defined"},
+		{[]string{"-x"}, exitUsage, "unknown shorthand flag: 'x' in -x"},
 		{[]string{"-f", filepath.Join(dir, "absent.yaml")}, exitFailure, "no such file or directory"},
 		{[]string{"-f", dir}, exitFailure, "not a regular file"},
 		{[]string{"-f", big}, exitFailure, "larger than 1048576 bytes"},

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"runtime"
@@ -30,13 +29,10 @@ Never: when the rules file does not set podRestartPolicy, docker-args sets it
 to Never, so the container exits whenever the rules do not restart in place.
 
   eval "docker run --rm $(restart-injector docker-args IMAGE --rules rules.yaml)"
-
-flags:
 `
 
 func dockerArgs(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := newFlagSet("docker-args")
-	fs.SetOutput(stderr)
 	r := dockerrun.Request{Stdin: stdin, Warn: func(msg string) { fmt.Fprintln(stderr, "restart-injector docker-args: warning:", msg) }}
 	fs.StringVar(&r.RulesFile, "rules", "", "restart rules `FILE` (YAML or JSON, the supervisor's config document; - for stdin)")
 	fs.StringVar(&r.Supervisor, "supervisor", "", "host `PATH` of a static restart-supervisor binary to bind-mount (default: restart-supervisor from PATH)")
@@ -50,17 +46,11 @@ func dockerArgs(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	var insecure registryList
 	registryFlags(fs, &insecure, nil)
 	fs.DurationVar(&r.GracePeriod, "grace-period", 0, "pass --grace-period `DURATION` to the supervisor; keep it below docker stop's timeout (10s unless -t or --stop-timeout says otherwise) so the supervisor, not Docker, kills a workload that ignores SIGTERM")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, dockerArgsUsage)
-		fs.PrintDefaults()
+	if code, ok := parseFlags(fs, "docker-args", args, dockerArgsUsage, stderr); !ok {
+		return code
 	}
-	images, err := parseAroundPositionals(fs, args, &r.Args, &r.HasArgs)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
-	}
+	images, rest, hasRest := positionalsAndRest(fs)
+	r.Args, r.HasArgs = rest, hasRest
 	if len(images) != 1 {
 		fmt.Fprintf(stderr, "restart-injector docker-args: want exactly one IMAGE, got %d arguments (put the container's arguments after --)\n", len(images))
 		return exitUsage
@@ -85,28 +75,4 @@ func dockerArgs(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		fmt.Fprintln(stdout, dockerrun.ShellQuote(argv))
 	}
 	return exitOK
-}
-
-// parseAroundPositionals parses flags that may come before, between or
-// after the positional arguments, which it returns; the arguments after
-// "--" go to *rest, and *hasRest says whether "--" was given at all.
-func parseAroundPositionals(fs *flag.FlagSet, args []string, rest *[]string, hasRest *bool) ([]string, error) {
-	for i, a := range args {
-		if a == "--" {
-			*rest, *hasRest = args[i+1:], true
-			args = args[:i]
-			break
-		}
-	}
-	var positional []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		if fs.NArg() == 0 {
-			return positional, nil
-		}
-		positional = append(positional, fs.Arg(0))
-		args = fs.Args()[1:]
-	}
 }

@@ -107,7 +107,7 @@ func TestDockerArgsErrors(t *testing.T) {
 		{[]string{}, exitUsage, "want exactly one IMAGE, got 0"},
 		{[]string{"a", "b", "--supervisor", sup}, exitUsage, "want exactly one IMAGE, got 2"},
 		{[]string{"app:1", "--format", "yaml", "--supervisor", sup}, exitUsage, `--format: unsupported value "yaml"`},
-		{[]string{"app:1", "--nope"}, exitUsage, "flag provided but not defined: -nope"},
+		{[]string{"app:1", "--nope"}, exitUsage, "unknown flag: --nope"},
 		{[]string{"app:1", "--docker", docker, "--supervisor", sup, "--rules", bad}, exitFailure,
 			`restartPolicyRules[0].exitCodes.operator: Unsupported value: "Foo"`},
 		{[]string{"app:1", "--docker", docker, "--supervisor", sup, "--rules", "/nonexistent.yaml"}, exitFailure, "--rules: open /nonexistent.yaml"},

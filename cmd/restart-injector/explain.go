@@ -1,8 +1,6 @@
 package main
 
 import (
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -21,23 +19,16 @@ the kubelet then does under the pod's restartPolicy, which are held, and how
 each differs from a cluster where the kubelet implements the rules natively.
 In a pod that restarts all containers it also lists the re-run sidecar the
 injection adds after each init container, and warns of those it leaves out.
-
-flags:
 `
 
 func runExplain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fl := newFlagSet("explain")
-	fl.SetOutput(stderr)
 	var files fileList
-	fl.Var(&files, "f", "manifest file, directory (read recursively) or - for stdin; repeatable")
+	fl.VarP(&files, "filename", "f", "manifest file, directory (read recursively) or - for stdin; repeatable")
 	var kubeVersion rules.KubeVersion
 	fl.Var(&kubeVersion, "kubernetes-version", kubeVersionUsage)
-	fl.Usage = func() { fmt.Fprint(stderr, explainUsage); fl.PrintDefaults() }
-	if err := fl.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	if code, ok := parseFlags(fl, "explain", args, explainUsage, stderr); !ok {
+		return code
 	}
 	if fl.NArg() > 0 || len(files) == 0 {
 		fmt.Fprintln(stderr, "restart-injector explain: want -f FILE|DIR|-")

@@ -3,8 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -13,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
@@ -31,8 +30,6 @@ restart-supervisor.dev/rules) and writes the manifests to stdout in the same
 format. Other documents are written back unchanged.
 
   restart-injector inject -f deploy.yaml | kubectl apply -f -
-
-flags:
 `
 
 // kubeVersionUsage describes --kubernetes-version of inject and explain.
@@ -41,7 +38,7 @@ var kubeVersionUsage = "`VERSION` of Kubernetes (1.34 to " + rules.NewestKube.St
 // backoffFlags defines -backoff-initial and -backoff-max, the nodes'
 // CrashLoopBackOff for every wrapped container whose rules annotation
 // gives none (injector.Options.Backoff).
-func backoffFlags(fl *flag.FlagSet, b *rules.Backoff) {
+func backoffFlags(fl *pflag.FlagSet, b *rules.Backoff) {
 	fl.Func("backoff-initial", "`DURATION` of the in-place back-off's second restart (default 10s, the kubelet's)", func(v string) error {
 		return setBackoff(&b.Initial, v)
 	})
@@ -65,6 +62,7 @@ func setBackoff(to **rules.Duration, v string) error {
 type nameList []string
 
 func (n *nameList) String() string { return strings.Join(*n, ",") }
+func (n *nameList) Type() string   { return "names" }
 func (n *nameList) Set(v string) error {
 	for _, name := range strings.Split(v, ",") {
 		if name = strings.TrimSpace(name); name != "" {
@@ -78,13 +76,13 @@ func (n *nameList) Set(v string) error {
 type fileList []string
 
 func (f *fileList) String() string     { return strings.Join(*f, ",") }
+func (f *fileList) Type() string       { return "files" }
 func (f *fileList) Set(v string) error { *f = append(*f, v); return nil }
 
 func runInject(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fl := newFlagSet("inject")
-	fl.SetOutput(stderr)
 	var files fileList
-	fl.Var(&files, "f", "manifest file, directory (read recursively) or - for stdin; repeatable")
+	fl.VarP(&files, "filename", "f", "manifest file, directory (read recursively) or - for stdin; repeatable")
 	image := fl.String("supervisor-image", "", "image of the install init container (default "+injector.DefaultSupervisorImage()+")")
 	noLookup := fl.Bool("no-lookup", false, "never contact a registry: containers without command need the annotation "+contract.AnnotationEntrypoint+"<container>")
 	timeout := fl.Duration("lookup-timeout", 10*time.Second, "time limit of one image lookup")
@@ -98,18 +96,14 @@ func runInject(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	var backoff rules.Backoff
 	backoffFlags(fl, &backoff)
 	diff := fl.Bool("diff", false, "print a unified diff of input and output instead of the output")
-	quiet := fl.Bool("q", false, "do not report injected objects on stderr")
+	quiet := fl.BoolP("quiet", "q", false, "do not report injected objects on stderr")
 	var outFile outputFile
-	fl.Var(&outFile, "o", "write the output to `FILE` (replaced whole, only on success) instead of stdout; not a format: the output keeps the input's YAML or JSON")
+	fl.VarP(&outFile, "output", "o", "write the output to `FILE` (replaced whole, only on success) instead of stdout; not a format: the output keeps the input's YAML or JSON")
 	keepGoing := fl.Bool("continue-on-error", false, "write documents that cannot be read or injected back unchanged, report them as warnings and exit 0; without it every such document is reported and nothing is written")
 	var kubeVersion rules.KubeVersion
 	fl.Var(&kubeVersion, "kubernetes-version", kubeVersionUsage)
-	fl.Usage = func() { fmt.Fprint(stderr, injectUsage); fl.PrintDefaults() }
-	if err := fl.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	if code, ok := parseFlags(fl, "inject", args, injectUsage, stderr); !ok {
+		return code
 	}
 	if fl.NArg() > 0 {
 		fmt.Fprintf(stderr, "restart-injector inject: unexpected argument %q (use -f)\n", fl.Arg(0))

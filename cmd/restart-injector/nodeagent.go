@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -22,11 +21,6 @@ import (
 
 func runNodeAgent(ctx context.Context, args []string, stderr io.Writer) int {
 	fs := newFlagSet("node-agent")
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: restart-injector node-agent [flags]\n\nRecord Events and serve metrics of the in-place restarts on this node. Flags:")
-		fs.PrintDefaults()
-	}
 	var c nodeagent.Config
 	fs.StringVar(&c.NodeName, "node-name", os.Getenv("NODE_NAME"), "`NAME` of this node (default $NODE_NAME, from the downward API)")
 	fs.StringVar(&c.PodsDir, "kubelet-pods-dir", "/var/lib/kubelet/pods", "`DIR`: the kubelet's pods directory")
@@ -42,11 +36,8 @@ func runNodeAgent(ctx context.Context, args []string, stderr io.Writer) int {
 	fs.StringVar(&c.KeyNamespace, "namespace", ns, "`NAMESPACE` of the agent, where it publishes its Event-signing key for restart-injector status --agent-namespace (default $POD_NAMESPACE, else "+agentapi.AgentNamespace+")")
 	kubeconfig := fs.String("kubeconfig", "", "`FILE` for API access outside a cluster (default: in-cluster config)")
 	logFormat := fs.String("log-format", "json", "log `FORMAT`: json or text")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	if code, ok := parseFlags(fs, "node-agent", args, "usage: restart-injector node-agent [flags]\n\nRecord Events and serve metrics of the in-place restarts on this node.\n", stderr); !ok {
+		return code
 	}
 	if err := errors.Join(
 		nonEmpty(fs.NArg() == 0, fmt.Sprintf("unexpected argument %q", fs.Arg(0))),

@@ -16,6 +16,7 @@ type outputFile string
 var kubectlFormats = []string{"yaml", "json", "wide", "name", "go-template", "go-template-file", "jsonpath", "jsonpath-file", "jsonpath-as-json", "custom-columns", "custom-columns-file", "template", "templatefile"}
 
 func (o *outputFile) String() string { return string(*o) }
+func (o *outputFile) Type() string   { return "file" }
 
 func (o *outputFile) Set(v string) error {
 	name, _, _ := strings.Cut(v, "=")

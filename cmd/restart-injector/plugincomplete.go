@@ -38,7 +38,7 @@ func runPluginCompletion(ctx context.Context, args []string, stdout io.Writer) i
 		args = []string{""}
 	}
 	toComplete, before := args[len(args)-1], args[:len(args)-1]
-	fs := statusFlags()
+	fs, _ := statusFlags()
 	var out []string
 	directive := compDirectiveNoFileComp
 	prev := ""
@@ -90,7 +90,7 @@ func runPluginCompletion(ctx context.Context, args []string, stdout io.Writer) i
 // the cluster the words' kubeconfig flags choose. Errors list nothing: a
 // completion says nothing rather than something wrong.
 func completionNames(ctx context.Context, words []string, what string) []string {
-	fs := statusFlags()
+	fs, _ := statusFlags()
 	fs.ParseErrorsAllowlist.UnknownFlags = true
 	fs.SetOutput(io.Discard)
 	if fs.Parse(words) != nil {

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,11 +18,6 @@ import (
 
 func runServe(ctx context.Context, args []string, stderr io.Writer) int {
 	fs := newFlagSet("serve")
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: restart-injector serve [flags]\n\nRun the mutating admission webhook. Flags:")
-		fs.PrintDefaults()
-	}
 	var c webhook.Config
 	fs.StringVar(&c.Listen, "listen", ":8443", "`ADDR` of the HTTPS admission endpoint (/mutate)")
 	fs.StringVar(&c.HealthListen, "health-listen", ":8081", "`ADDR` of the plain-HTTP /healthz, /readyz and /metrics endpoint")
@@ -58,11 +52,8 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) int {
 	fs.DurationVar(&c.ShutdownDelay, "shutdown-delay", 5*time.Second, "keep serving this long after SIGTERM while reporting not ready")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 20*time.Second, "bound of the drain of in-flight reviews")
 	fs.IntVar(&c.MaxInFlight, "max-in-flight", 0, "`N` reviews answered at once, 429 beyond (0: from the memory limit, $"+webhook.EnvMemoryLimit+" or cgroup memory.max; negative: no bound)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	if code, ok := parseFlags(fs, "serve", args, "usage: restart-injector serve [flags]\n\nRun the mutating admission webhook.\n", stderr); !ok {
+		return code
 	}
 	var extra, conflict error
 	if fs.NArg() > 0 {

@@ -22,10 +22,10 @@ func TestServeUsageErrors(t *testing.T) {
 		{"--volume-medium=HugePages", `--volume-medium: "HugePages" is not one of "", Memory`},
 		{"--log-format=xml", `--log-format: "xml" is not one of json, text`},
 		{"--self-signed --native=off --registry-lookup=false", "--namespace is required outside a pod"},
-		{"--insecure-registry=https://r.test", `invalid value "https://r.test" for flag -insecure-registry: registry "https://r.test": want HOST or HOST:PORT`},
-		{"--allowed-registries=r.test,r.test/team", `invalid value "r.test,r.test/team" for flag -allowed-registries: registry "r.test/team": want HOST or HOST:PORT`},
+		{"--insecure-registry=https://r.test", `invalid argument "https://r.test" for "--insecure-registry" flag: registry "https://r.test": want HOST or HOST:PORT`},
+		{"--allowed-registries=r.test,r.test/team", `invalid argument "r.test,r.test/team" for "--allowed-registries" flag: registry "r.test/team": want HOST or HOST:PORT`},
 		{"extra", `unexpected argument "extra"`},
-		{"--no-such-flag", "flag provided but not defined: -no-such-flag"},
+		{"--no-such-flag", "unknown flag: --no-such-flag"},
 	} {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestServeUsageErrors$")
 		cmd.Env = append(os.Environ(), "SERVE_USAGE_CHILD="+tc.args, "POD_NAMESPACE=")

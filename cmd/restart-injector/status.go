@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -19,7 +18,6 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
@@ -36,8 +34,6 @@ round has come; table formats only, not watched). Flags and the pod may come in 
 with kubectl get. Exit status: 0 ok (also when there is nothing to show, and
 when -w ends on an interrupt), 1 the API server or the kubeconfig failed,
 2 usage error.
-
-flags:
 `
 
 // runStatus is `restart-injector status`, also run as the kubectl plugin
@@ -51,19 +47,13 @@ flags:
 // note), and on grouprestartreports for how far a round under way has
 // come.
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := statusFlags()
-	fs.SetOutput(stderr)
+	fs, conn := statusFlags()
 	// client-go logs a failed response through klog on its own line; the
 	// error status prints says it in one.
 	klog.SetOutput(io.Discard)
 	klog.LogToStderr(false)
-	fs.Usage = func() { fmt.Fprint(stderr, statusUsage+fs.FlagUsages()) }
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return exitOK
-		}
-		fmt.Fprintf(stderr, "restart-injector status: %v (restart-injector status -h lists the flags)\n", err)
-		return exitUsage
+	if code, ok := parseFlags(fs, "status", args, statusUsage, stderr); !ok {
+		return code
 	}
 	get := func(name string) string { v, _ := fs.GetString(name); return v }
 	is := func(name string) bool { v, _ := fs.GetBool(name); return v }
@@ -112,9 +102,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		selector = sel
 	}
 
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = get("kubeconfig")
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: get("context")})
+	cc := conn.clientConfig()
 	if namespace == "" && !all {
 		ns, _, err := cc.Namespace()
 		if err != nil {
@@ -128,7 +116,9 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err == nil && is("watch") {
 		// A watch lasts until it is interrupted: no timeout and no
 		// bound on its stream, whose events are decoded one at a time.
-		watchClient, err = kubernetes.NewForConfig(cfg)
+		wcfg := rest.CopyConfig(cfg)
+		wcfg.Timeout = 0
+		watchClient, err = kubernetes.NewForConfig(wcfg)
 	}
 	if err == nil {
 		cfg = rest.CopyConfig(cfg)
@@ -190,24 +180,20 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	return exitOK
 }
 
-// statusFlags are status's flags, kubectl's names and shorthands.
-func statusFlags() *pflag.FlagSet {
-	fs := pflag.NewFlagSet("status", pflag.ContinueOnError)
-	fs.SortFlags = false
-	if flagSetMade != nil {
-		defer flagSetMade(fs)
-	}
-	fs.StringP("namespace", "n", "", "the namespace (default: the kubeconfig context's)")
+// statusFlags are status's flags, kubectl's names and shorthands, and
+// kubectl's connection flags.
+func statusFlags() (*pflag.FlagSet, *kubeConnection) {
+	fs := newFlagSet("status")
 	fs.BoolP("all-namespaces", "A", false, "every namespace")
 	fs.StringP("selector", "l", "", "only pods whose labels match this selector (kubectl's syntax: app=web,tier!=db)")
 	fs.StringP("output", "o", "", "output format: wide (adds NODE and POD UID), json, yaml (a v1 List of ContainerRestarts), name (pod/NAME)")
 	fs.BoolP("watch", "w", false, "after the listing, print every row that changes until interrupted")
 	fs.Bool("no-headers", false, "print no header line")
-	fs.String("kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, as kubectl)")
-	fs.String("context", "", "kubeconfig context to use")
-	fs.String("request-timeout", "30s", "how long each request to the API server may take before status gives up, as kubectl's flag (0: no limit); not for -w's watch")
 	fs.String("agent-namespace", "", "namespace of the node agent's pods: only Events from a node that runs one are shown (default: the one its ClusterRoleBinding names, else "+agentapi.AgentNamespace+")")
-	return fs
+	// --request-timeout: how long each request may take before status
+	// gives up (not -w's watch); 30s, where kubectl has none, so that a
+	// silent API server ends status with one line.
+	return fs, bindKubeConnection(fs, "30s")
 }
 
 // listGroups reads the GroupRestart objects of namespace ("" with -A),

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 
@@ -19,26 +17,19 @@ wrap are kept; a wrap edited by hand is refused, naming the object and the
 field. Other documents are written back unchanged.
 
   restart-injector uninject -f deploy.injected.yaml -o deploy.yaml
-
-flags:
 `
 
 func runUninject(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fl := newFlagSet("uninject")
-	fl.SetOutput(stderr)
 	var files fileList
-	fl.Var(&files, "f", "manifest file, directory (read recursively) or - for stdin; repeatable")
+	fl.VarP(&files, "filename", "f", "manifest file, directory (read recursively) or - for stdin; repeatable")
 	diff := fl.Bool("diff", false, "print a unified diff of input and output instead of the output")
-	quiet := fl.Bool("q", false, "do not report reverted objects on stderr")
+	quiet := fl.BoolP("quiet", "q", false, "do not report reverted objects on stderr")
 	var outFile outputFile
-	fl.Var(&outFile, "o", "write the output to `FILE` (replaced whole, only on success) instead of stdout; not a format: the output keeps the input's YAML or JSON")
+	fl.VarP(&outFile, "output", "o", "write the output to `FILE` (replaced whole, only on success) instead of stdout; not a format: the output keeps the input's YAML or JSON")
 	keepGoing := fl.Bool("continue-on-error", false, "write documents that cannot be read or reverted back unchanged, report them as warnings and exit 0; without it every such document is reported and nothing is written")
-	fl.Usage = func() { fmt.Fprint(stderr, uninjectUsage); fl.PrintDefaults() }
-	if err := fl.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	if code, ok := parseFlags(fl, "uninject", args, uninjectUsage, stderr); !ok {
+		return code
 	}
 	if fl.NArg() > 0 {
 		fmt.Fprintf(stderr, "restart-injector uninject: unexpected argument %q (use -f)\n", fl.Arg(0))

@@ -2,8 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"runtime"
@@ -29,18 +27,9 @@ type versionInfo struct {
 // `restart-injector --version` is the same command.
 func runVersion(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("version")
-	fs.SetOutput(stderr)
-	output := fs.String("o", "", "output `FORMAT`: json or yaml (default: one line)")
-	fs.StringVar(output, "output", "", "same as -o")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: restart-injector version [-o json|yaml]   (also: restart-injector --version)\n\nflags:")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	output := fs.StringP("output", "o", "", "output `FORMAT`: json or yaml (default: one line)")
+	if code, ok := parseFlags(fs, "version", args, "usage: restart-injector version [-o json|yaml]   (also: restart-injector --version)\n", stderr); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "restart-injector version: unexpected argument %q\n", fs.Arg(0))

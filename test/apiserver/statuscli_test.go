@@ -149,6 +149,19 @@ func TestStatusCommand(t *testing.T) {
 		}
 	}
 
+	// kubectl's connection flags reach the API server: impersonated as a
+	// user without rights, status is refused; as a group that has them,
+	// it lists as before; a context the kubeconfig lacks is one line.
+	if code, _, errs := run("-n", "default", "--as", "nobody"); code != 1 || !strings.Contains(errs, `is forbidden: User "nobody" cannot list resource`) {
+		t.Errorf("status --as nobody: exit %d %q, want 1 and the API server's refusal of that user", code, errs)
+	}
+	if code, out, _ := run("-n", "default", "--as", "somebody", "--as-group", "system:masters"); code != 0 || len(lines(out)) != 3 {
+		t.Errorf("status --as somebody --as-group system:masters: exit %d, want both rows", code)
+	}
+	if code, _, errs := run("--context", "elsewhere"); code != 1 || strings.Count(errs, "\n") != 1 || !strings.Contains(errs, "context was not found for specified context: elsewhere") {
+		t.Errorf("status --context elsewhere: exit %d %q, want 1 and one line", code, errs)
+	}
+
 	// -w: the listing, then each change, until interrupted.
 	for _, format := range []string{"", "json"} {
 		cmd := exec.Command(bin, "status", "--kubeconfig="+admin, "-n", "default", "web", "-w", "-o", format)
