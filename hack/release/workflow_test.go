@@ -75,7 +75,7 @@ func TestReleaseWorkflow(t *testing.T) {
 			t.Errorf("the workflow runs make %s, which the Makefile has no target for", m[1])
 		}
 	}
-	for _, want := range []string{"make release", "make push", "cosign sign --yes", "cosign sign-blob --yes", "dist/SHA256SUMS",
+	for _, want := range []string{"make release", "make push", "cosign sign --yes", "cosign attest --yes --type spdxjson", "-image.spdx.json", "cosign sign-blob --yes", "dist/SHA256SUMS",
 		`push dist/restart-injector-*.tgz "oci://`, "gh release create"} {
 		if !strings.Contains(all, want) {
 			t.Errorf("no step runs %q", want)
