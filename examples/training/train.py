@@ -27,6 +27,11 @@ TORCHELASTIC_RESTART_COUNT). With --log-file the same lines are appended to
 that file too (a file in a volume outlives the container, so a harness can
 read every attempt, also of pods that were replaced).
 
+--load-time sleeps that many seconds before the rendezvous, as a real job
+loads its model and data; --ready-file is removed at the start and made
+after the first step of each run, for a readiness probe that says "this rank
+is training" (a queue such as Kueue counts a job's Ready pods).
+
 The rank is RANK, or an indexed Job's JOB_COMPLETION_INDEX when RANK is not
 set: one pod per rank needs no wrapper script.
 """
@@ -61,6 +66,8 @@ def parse():
     p.add_argument("--log-file", default=os.environ.get("LOG_FILE", ""), help="also append every line here")
     p.add_argument("--heartbeat-file", default=os.environ.get("HEARTBEAT_FILE", ""),
                    help="touched after every step: the supervisor's watchdog reads its change (docs/supervisor.md, Hangs)")
+    p.add_argument("--load-time", type=float, default=0.0, help="seconds of model and data loading before the rendezvous")
+    p.add_argument("--ready-file", default="", help="removed at the start, made after the run's first step")
     return p.parse_args()
 
 
@@ -110,6 +117,10 @@ def main():
     world = int(os.environ["WORLD_SIZE"])
     if a.log_file:
         LOG = open(a.log_file.replace("{rank}", str(rank)), "a")
+    if a.ready_file and os.path.lexists(a.ready_file):
+        os.unlink(a.ready_file)
+    if a.load_time:
+        time.sleep(a.load_time)
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=a.timeout))
     torch.manual_seed(a.seed)
     model = DDP(torch.nn.Linear(16, 1))
@@ -168,6 +179,8 @@ def main():
         if a.heartbeat_file:
             with open(a.heartbeat_file, "a"):
                 os.utime(a.heartbeat_file)
+        if a.ready_file and step == start + 1:
+            open(a.ready_file, "w").close()
         if step % a.ckpt_every == 0:
             if rank == 0 or a.save_per_rank:
                 save(ckpt, step, model.module, opt)

@@ -1,6 +1,6 @@
 # hack/lib/cache.sh — sourced by the hack/ scripts that build a tool from
 # the Go module proxy into a cache directory outside the repo (helm.sh,
-# promtool.sh, cert-manager.sh, jobset.sh, containerd.sh, kuberay.sh,
+# promtool.sh, cert-manager.sh, jobset.sh, kueue.sh, containerd.sh, kuberay.sh,
 # training-operator.sh): their logging, their lock on the cache directory,
 # the cache hit, and the scratch and staging directories, written once.
 #

@@ -29,6 +29,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/restart-supervisor/restart-supervisor/contract"
@@ -53,6 +54,9 @@ type trainingScenario struct {
 	id, title, text string
 	// world is the job's ranks.
 	world int
+	// queue: the scenario's JobSets are admitted by Kueue, and its table
+	// says what Kueue did (queueRow).
+	queue bool
 	// unfaulted is the scenario's Job without a fault: its final loss is
 	// the one every faulted run of a scenario of its world must reach (the
 	// loss depends on the world, not on the pods' shape). Nil: another
@@ -95,7 +99,7 @@ var (
 			"This is what checkpoint-free recovery relies on, in-memory checkpoints that a job keeps in its hosts' memory instead " +
 			"of writing them to storage: only a restart in place keeps them. A JobSet's restart (`failurePolicy`) recreates every " +
 			"pod, so it loses the memory as the Job's row does (its row, measured beside them)."}
-	trainingScenarios = []*trainingScenario{ddpScenario, memoryScenario, torchrunScenario, sidecarScenario}
+	trainingScenarios = []*trainingScenario{ddpScenario, memoryScenario, torchrunScenario, sidecarScenario, kueueScenario}
 )
 
 // trainingPath is one way a job can recover from a rank's fault.
@@ -204,6 +208,11 @@ type trainingRun struct {
 	// heartbeat after its start, seconds.
 	stalls    int
 	firstBeat float64
+	// queue is what Kueue did with a queue row's JobSet.
+	queue *queueTrack
+	// finished is when the run's JobSet was first seen Completed or
+	// Failed (JobSet rows).
+	finished time.Time
 }
 
 // stepStats is the pace of a run's steps: the seconds between two
@@ -244,6 +253,7 @@ type recoveryTime struct {
 	stepsLost  int
 	finalLoss  float64
 	resumeFrom int
+	faultAt    float64 // Unix seconds of the fault line
 }
 
 // trainLine is one JSON line of train.py.
@@ -294,10 +304,11 @@ func TestTrainingOnKubelet(t *testing.T) {
 	t.Logf("training image %s ready in %s", image, time.Since(imageStart).Round(time.Second))
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Hour)
 	defer cancel()
+	paths := selectedTrainingPaths(t)
 	upStart := time.Now()
 	c, err := cluster.Up(ctx, cluster.Options{
 		BinDir: binDir, Repo: repo, RestartRules: true, ControllerManager: true, GarbageCollector: true,
-		SupervisorImage: true, Images: []string{image}, JobSetDir: jobSetDir(t, repo), Log: testWriter{t},
+		SupervisorImage: true, Images: []string{image}, JobSetDir: jobSetDir(t, repo), Kueue: kueueOptions(t, repo, paths), Log: testWriter{t},
 	})
 	if err != nil {
 		t.Fatalf("cluster up: %v", err)
@@ -310,7 +321,6 @@ func TestTrainingOnKubelet(t *testing.T) {
 
 	port := 29800
 	next := func() int { port++; return port }
-	paths := selectedTrainingPaths(t)
 	// The final loss of an unfaulted run, and the pace of its steps, per
 	// world size.
 	want := map[int]float64{}
@@ -398,6 +408,10 @@ func TestTrainingOnKubelet(t *testing.T) {
 				} else {
 					t.Logf("%s, %s, run %d: %.2f s to the first step after resume, %d steps lost, %d pods, restartCount %d, %s",
 						p.name, f.name, i, run.rec.seconds, run.rec.stepsLost, run.pods, run.kubeletRestart, run.state)
+					if q := run.queue; q != nil {
+						t.Logf("%s, %s, run %d, Kueue: %d Workloads, %d evictions %v, PodsReady false %.1f s, admission lost %.1f s, quota with no pod running %.1f s",
+							p.name, f.name, i, len(q.workloads), q.evictions(), q.reasons, q.unready.Seconds(), q.admissionLost.Seconds(), q.idleQuota.Seconds())
+					}
 				}
 				results[p.id][f.name] = append(results[p.id][f.name], run)
 				if _, ok := shown[p.id]; !ok && !f.load {
@@ -476,7 +490,7 @@ func trainingCkpt(t *testing.T, c *cluster.Cluster, key string) string {
 // scenario by scenario. Ids are unique; names repeat across scenarios.
 func trainingPaths() []trainingPath {
 	exit42, hang := []string{"exit42"}, []string{"hang"}
-	return []trainingPath{
+	return append([]trainingPath{
 		{id: "supervised", name: "in place, restart-supervisor", scenario: ddpScenario, supervised: true, job: func(e *env, name, ckpt string, port int, fault []string) (*batchv1.Job, error) {
 			job, err := trainingJob(e, name, ckpt, port, fault, true)
 			if err != nil {
@@ -615,7 +629,7 @@ func trainingPaths() []trainingPath {
 		{id: "hang-timeout", name: "no detection: the collective timeout, restart-supervisor RestartGroup on 1", scenario: ddpScenario, faults: hang, supervised: true, job: func(e *env, name, ckpt string, port int, fault []string) (*batchv1.Job, error) {
 			return annotatedTrainingJob(e, name, ckpt, port, fault, hangRules("RestartGroup", []int32{1}, nil))
 		}},
-	}
+	}, kueuePaths()...)
 }
 
 // The hang rows' detection, the watchdog's and the liveness probe's alike:
@@ -810,14 +824,29 @@ func runTrainingJobSet(ctx context.Context, e *env, js *unstructured.Unstructure
 		return run, err
 	}
 	jobsets := dyn.Resource(jobSetResource).Namespace(e.ns)
-	if _, err := jobsets.Create(ctx, js, metav1.CreateOptions{}); err != nil {
+	created, err := jobsets.Create(ctx, js, metav1.CreateOptions{})
+	if err != nil {
 		return run, fmt.Errorf("create JobSet %s: %w", js.GetName(), err)
+	}
+	if _, queued := js.GetLabels()[cluster.KueueQueueLabel]; queued {
+		run.queue = &queueTrack{}
 	}
 	deadline := time.Now().Add(10 * time.Minute)
 	killed := map[int64]bool{}
+	// Every pod seen, sampled at each poll: a JobSet's restart and a
+	// queue's eviction both replace them.
+	pods := map[types.UID]bool{}
 	var restarts int64
 	for run.state == "" {
 		if err := killAsked(ckpt, world, killed); err != nil {
+			return run, err
+		}
+		if run.queue != nil {
+			err = sampleQueue(ctx, e, dyn, created, run.queue, pods)
+		} else {
+			_, _, err = countPods(ctx, e, "jobset.sigs.k8s.io/jobset-name="+js.GetName(), pods)
+		}
+		if err != nil {
 			return run, err
 		}
 		got, err := jobsets.Get(ctx, js.GetName(), metav1.GetOptions{})
@@ -829,7 +858,7 @@ func runTrainingJobSet(ctx context.Context, e *env, js *unstructured.Unstructure
 		for _, c := range conds {
 			m, _ := c.(map[string]any)
 			if (m["type"] == "Completed" || m["type"] == "Failed") && m["status"] == "True" {
-				run.state = "JobSet " + m["type"].(string)
+				run.state, run.finished = "JobSet "+m["type"].(string), time.Now()
 			}
 		}
 		if run.state == "" && time.Now().After(deadline) {
@@ -837,7 +866,7 @@ func runTrainingJobSet(ctx context.Context, e *env, js *unstructured.Unstructure
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	run.pods = 2 * int(restarts+1)
+	run.pods = len(pods)
 	if err := addRestartCounts(ctx, e, "jobset.sigs.k8s.io/jobset-name="+js.GetName(), &run); err != nil {
 		return run, err
 	}
@@ -1247,7 +1276,10 @@ func measureRecovery(ranks [][]trainLine, faulted bool) (recoveryTime, error) {
 		resumed, stepped := false, false
 		for _, l := range lines {
 			switch {
-			case l.Event == "start" && l.Time > faultAt:
+			// A start with every step done (a job run again after it
+			// had finished: Kueue's re-admission of an evicted JobSet)
+			// resumes nothing.
+			case l.Event == "start" && l.Time > faultAt && l.ResumeFrom < trainSteps:
 				resumed, rec.resumeFrom = true, l.ResumeFrom
 			case resumed && l.Event == "" && l.Step > rec.resumeFrom:
 				rec.seconds = max(rec.seconds, l.Time-faultAt)
@@ -1259,6 +1291,7 @@ func measureRecovery(ranks [][]trainLine, faulted bool) (recoveryTime, error) {
 		}
 	}
 	rec.stepsLost = trainFault - 1 - rec.resumeFrom
+	rec.faultAt = faultAt
 	return rec, nil
 }
 
@@ -1514,12 +1547,22 @@ func trainingReport(r trainingResults) string {
 			}
 			for _, f := range r.faults {
 				if !f.hang && !f.load && p.runs(f) {
-					rows.WriteString(row(heading, p, f, func() string { return trainingRow(p, f, r.results[p.id][f.name]) }))
+					rows.WriteString(row(heading, p, f, func() string {
+						if sc.queue {
+							return queueRow(p, f, r.results[p.id][f.name])
+						}
+						return trainingRow(p, f, r.results[p.id][f.name])
+					}))
 				}
 			}
 		}
 		if rows.Len() > 0 {
-			fmt.Fprintf(&b, "%s\n\n%s\n\n%s%s\n", heading, fmt.Sprintf(sc.text, trainFault), tableHead, rows.String())
+			text, head := fmt.Sprintf(sc.text, trainFault), tableHead
+			if sc.queue {
+				text = fmt.Sprintf(sc.text, trainFault, kueuePodsReadyTimeout, kueueRecoveryTimeout, kueueRequeueBase, kueueReadyFile, kueueLoad, kueueStep)
+				head = queueHead
+			}
+			fmt.Fprintf(&b, "%s\n\n%s\n\n%s%s\n", heading, text, head, rows.String())
 		}
 	}
 

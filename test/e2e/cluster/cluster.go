@@ -94,6 +94,9 @@ type Options struct {
 	// (hack/jobset.sh): its CRD, its controller on the host and its
 	// webhooks.
 	JobSetDir string
+	// Kueue, when its Dir is set, installs Kueue (hack/kueue.sh) after
+	// JobSet, with a queue for the jobs (startKueue).
+	Kueue KueueOptions
 	// Images are more docker-archive files to import into containerd
 	// (BuildTrainingImage makes one).
 	Images []string
@@ -315,6 +318,11 @@ func Up(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if opts.JobSetDir != "" {
 		if err := c.startJobSet(ctx, opts.JobSetDir); err != nil {
 			return c, fmt.Errorf("jobset: %w", err)
+		}
+	}
+	if opts.Kueue.Dir != "" {
+		if err := c.startKueue(ctx, opts.Kueue); err != nil {
+			return c, fmt.Errorf("kueue: %w", err)
 		}
 	}
 	gates := GateFlag(opts.gates(version))

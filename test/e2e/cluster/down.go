@@ -63,6 +63,9 @@ func Down(dir string, log io.Writer) error {
 	if err := unmountUnder(dir); err != nil {
 		errs = append(errs, err)
 	}
+	if err := removeKueueHostDir(); err != nil {
+		errs = append(errs, err)
+	}
 	for _, tree := range []string{"kubepods", secondCgroupRoot} {
 		if err := removeCgroupTree(tree); err != nil {
 			errs = append(errs, err)
