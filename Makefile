@@ -72,9 +72,9 @@ images:
 # (kubectl restarts) and SHA256SUMS. Every file is reproducible from the commit.
 # Unsigned here: .github/workflows/release.yaml runs this on a tag, signs the
 # images and SHA256SUMS with cosign (keyless) and publishes (docs/install.md).
-# Windows is not among the platforms: the CLI shares the supervisor's
-# Unix-only files code (internal/boundedfile, contract's signal names).
-RELEASE_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+# On Windows the CLI has every command but node-agent (which reads a
+# Linux node's pods directory) and is restart-injector.exe.
+RELEASE_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64 windows/amd64 windows/arm64
 RELEASE_URL ?= https://github.com/restart-supervisor/restart-supervisor/releases/download/$(VERSION)
 DIST ?= dist
 RELEASE_BIN ?= bin/release
@@ -84,7 +84,7 @@ release: images
 	rm -rf $(DIST) $(RELEASE_BIN) && mkdir -p $(DIST)
 	@set -e; for p in $(RELEASE_PLATFORMS); do \
 		os=$${p%/*}; arch=$${p#*/}; \
-		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go build -trimpath -buildvcs=false -ldflags '$(LDFLAGS)' -o $(RELEASE_BIN)/$${os}_$$arch/restart-injector ./cmd/restart-injector; \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go build -trimpath -buildvcs=false -ldflags '$(LDFLAGS)' -o $(RELEASE_BIN)/$${os}_$$arch/restart-injector$$([ $$os = windows ] && echo .exe) ./cmd/restart-injector; \
 	done
 	@set -e; for p in $(IMAGE_PLATFORMS); do \
 		d=$$(echo $$p | tr / _); mkdir -p $(RELEASE_BIN)/$$d; \

@@ -45,9 +45,11 @@ go vet -tags upstream ./test/e2e
 go vet -tags controllers ./test/apiserver
 go vet -tags groupscale ./test/apiserver
 # The CLI on a laptop: restart-injector (and kubectl-restarts, the same
-# binary) builds for macOS (arm64 here; amd64 differs in no file of the
-# project); the supervisor and the node agent are Linux's.
+# binary) builds for macOS and Windows (arm64 and amd64 here; the other
+# architecture differs in no file of the project); the supervisor and the
+# node agent are Linux's.
 GOOS=darwin GOARCH=arm64 go build -o /dev/null ./cmd/restart-injector
+GOOS=windows GOARCH=amd64 go build -o /dev/null ./cmd/restart-injector
 # The training report's own tests need no cluster: docs/training.md is what
 # the harness writes, and a run of some paths keeps the other rows.
 go test -tags training -count=1 -run '^(TestTrainingReportKeepsOtherRows|TestTrainingIndexIsGenerated)$' ./test/e2e

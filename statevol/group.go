@@ -1,3 +1,5 @@
+//go:build unix
+
 package statevol
 
 import (
@@ -53,19 +55,6 @@ const (
 	// one per container, and a pod has at most contract.MaxPodMembers.
 	MaxGroupRequests = contract.MaxPodMembers
 )
-
-// GroupCause is what a generation delivered by the node agent for a group
-// restart says about it.
-type GroupCause struct {
-	// Generation is the group's generation (not the pod's).
-	Generation uint64 `json:"generation"`
-	// Group names the group ("label=value").
-	Group string `json:"group,omitempty"`
-	// Pod, Container and ExitCode are the exit that asked for it.
-	Pod       string `json:"pod,omitempty"`
-	Container string `json:"container,omitempty"`
-	ExitCode  int32  `json:"exitCode"`
-}
 
 // GroupRequest is a member's request for a group restart.
 type GroupRequest struct {

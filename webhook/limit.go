@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -184,7 +183,7 @@ func MemoryLimit() (int64, string, error) {
 		}
 		return n, EnvMemoryLimit, nil
 	}
-	f, err := os.OpenFile(cgroupMemoryMax, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
+	f, err := os.OpenFile(cgroupMemoryMax, os.O_RDONLY|cgroupOpenFlags, 0)
 	if err != nil {
 		return 0, "", nil // no cgroup v2: no known limit
 	}

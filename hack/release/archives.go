@@ -58,6 +58,7 @@ func runArchives(args []string, stdout io.Writer) error {
 		for _, set := range archiveSets {
 			var files []string
 			for _, b := range set.binaries {
+				b += exeSuffix(goos)
 				if _, err := os.Stat(filepath.Join(*bin, p.Name(), b)); err == nil {
 					files = append(files, filepath.Join(*bin, p.Name(), b))
 				}
@@ -84,6 +85,15 @@ func runArchives(args []string, stdout io.Writer) error {
 		return fmt.Errorf("no binaries under %s (want OS_ARCH/restart-injector, ...)", *bin)
 	}
 	return nil
+}
+
+// exeSuffix is what a binary's name ends with on goos: ".exe" on Windows,
+// where go build writes restart-injector.exe and a shell runs nothing else.
+func exeSuffix(goos string) string {
+	if goos == "windows" {
+		return ".exe"
+	}
+	return ""
 }
 
 // writeArchive writes files (flat, by base name, in name order) into a

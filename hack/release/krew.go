@@ -90,7 +90,7 @@ func runKrew(args []string, stdout io.Writer) error {
 			return err
 		}
 		p.Spec.Platforms = append(p.Spec.Platforms, krewPlatform{Selector: krewSelector{MatchLabels: map[string]string{"os": goos, "arch": goarch}},
-			URI: strings.TrimSuffix(*url, "/") + "/" + name, SHA256: sum, Bin: "restart-injector"})
+			URI: strings.TrimSuffix(*url, "/") + "/" + name, SHA256: sum, Bin: "restart-injector" + exeSuffix(goos)})
 	}
 	if len(p.Spec.Platforms) == 0 {
 		return fmt.Errorf("no %s*.tar.gz in %s", prefix, *dist)

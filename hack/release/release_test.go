@@ -30,8 +30,9 @@ func binTree(t *testing.T) string {
 	}
 	bin := t.TempDir()
 	for dir, names := range map[string][]string{
-		"linux_amd64":  {"restart-injector", "restart-supervisor", "restart-probe"},
-		"darwin_arm64": {"restart-injector"},
+		"linux_amd64":   {"restart-injector", "restart-supervisor", "restart-probe"},
+		"darwin_arm64":  {"restart-injector"},
+		"windows_amd64": {"restart-injector.exe"},
 	} {
 		if err := os.MkdirAll(filepath.Join(bin, dir), 0o755); err != nil {
 			t.Fatal(err)
@@ -68,6 +69,7 @@ func TestArchives(t *testing.T) {
 	want := map[string][]string{
 		"restart-injector_v1.2.3_linux_amd64.tar.gz":   {"restart-injector"},
 		"restart-injector_v1.2.3_darwin_arm64.tar.gz":  {"restart-injector"},
+		"restart-injector_v1.2.3_windows_amd64.tar.gz": {"restart-injector.exe"},
 		"restart-supervisor_v1.2.3_linux_amd64.tar.gz": {"restart-probe", "restart-supervisor"},
 	}
 	entries, _ := os.ReadDir(outs[0])
@@ -167,13 +169,17 @@ func TestKrewAndChecksums(t *testing.T) {
 	if err := yaml.Unmarshal(raw, &p); err != nil {
 		t.Fatal(err)
 	}
-	if p.Kind != "Plugin" || p.Metadata.Name != "restarts" || p.Spec.Version != "v1.2.3" || len(p.Spec.Platforms) != 2 {
+	if p.Kind != "Plugin" || p.Metadata.Name != "restarts" || p.Spec.Version != "v1.2.3" || len(p.Spec.Platforms) != 3 {
 		t.Fatalf("manifest %+v", p)
 	}
 	for _, pl := range p.Spec.Platforms {
 		name := filepath.Base(pl.URI)
 		sum, _ := fileSHA256(filepath.Join(dist, name))
-		if pl.SHA256 != sum || pl.URI != "https://example.invalid/v1.2.3/"+name || pl.Bin != "restart-injector" ||
+		bin := "restart-injector"
+		if pl.Selector.MatchLabels["os"] == "windows" {
+			bin += ".exe"
+		}
+		if pl.SHA256 != sum || pl.URI != "https://example.invalid/v1.2.3/"+name || pl.Bin != bin ||
 			name != "restart-injector_v1.2.3_"+pl.Selector.MatchLabels["os"]+"_"+pl.Selector.MatchLabels["arch"]+".tar.gz" {
 			t.Errorf("platform %+v", pl)
 		}
@@ -182,8 +188,8 @@ func TestKrewAndChecksums(t *testing.T) {
 		t.Fatalf("checksums: %d %s", code, msg)
 	}
 	sums, _ := os.ReadFile(filepath.Join(dist, "SHA256SUMS"))
-	if n := strings.Count(string(sums), "\n"); n != 7 {
-		t.Errorf("SHA256SUMS has %d lines, want 7 (3 archives, 3 documents, the manifest)", n)
+	if n := strings.Count(string(sums), "\n"); n != 9 {
+		t.Errorf("SHA256SUMS has %d lines, want 9 (4 archives, 4 documents, the manifest)", n)
 	}
 	check := exec.Command("sha256sum", "-c", "--strict", "SHA256SUMS")
 	check.Dir = dist
