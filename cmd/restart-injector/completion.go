@@ -49,6 +49,7 @@ var flagValues = map[string][]string{
 	"status output":             {"wide", "json", "yaml", "name"},
 	"version output":            {"json", "yaml"},
 	"check output":              {"json"},
+	"explain output":            {"json", "yaml"},
 	"serve cert-mode":           {"files", "self"},
 	"serve native":              {"off", "auto", "on"},
 	"serve delivery":            {"auto", "copy", "image"},

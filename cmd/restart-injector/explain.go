@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"github.com/restart-supervisor/restart-supervisor/injector"
 	"github.com/restart-supervisor/restart-supervisor/manifests"
 	"github.com/restart-supervisor/restart-supervisor/rules"
+	"sigs.k8s.io/yaml"
 )
 
 const explainUsage = `usage: restart-injector explain -f FILE|DIR|- [-f ...]
@@ -27,6 +29,7 @@ func runExplain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fl.VarP(&files, "filename", "f", "manifest file, directory (read recursively) or - for stdin; repeatable")
 	var kubeVersion rules.KubeVersion
 	fl.Var(&kubeVersion, "kubernetes-version", kubeVersionUsage)
+	output := fl.StringP("output", "o", "", "`FORMAT`: json or yaml (an ExplanationList of every object), or the tables (default)")
 	if code, ok := parseFlags(fl, "explain", args, explainUsage, stderr); !ok {
 		return code
 	}
@@ -34,6 +37,11 @@ func runExplain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "restart-injector explain: want -f FILE|DIR|-")
 		return exitUsage
 	}
+	if *output != "" && *output != "json" && *output != "yaml" {
+		fmt.Fprintf(stderr, "restart-injector explain: -o %q: want json or yaml, or no -o for the tables\n", *output)
+		return exitUsage
+	}
+	list := explanationList{APIVersion: explanationAPIVersion, Kind: "ExplanationList", Items: []explainedObject{}}
 	inputs, err := readInputs(files, stdin)
 	if err != nil {
 		fmt.Fprintf(stderr, "restart-injector explain: %v\n", err)
@@ -52,12 +60,31 @@ func runExplain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			return exitFailure
 		}
 		for _, o := range objs {
+			if *output != "" {
+				list.Items = append(list.Items, explained(o))
+				continue
+			}
 			if !first {
 				fmt.Fprintln(stdout)
 			}
 			first = false
 			writeExplanation(stdout, o)
 		}
+	}
+	if *output != "" {
+		var b []byte
+		if *output == "json" {
+			b, err = json.MarshalIndent(list, "", "  ")
+			b = append(b, '\n')
+		} else {
+			b, err = yaml.Marshal(list)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "restart-injector explain: %v\n", err)
+			return exitFailure
+		}
+		stdout.Write(b)
+		return exitOK
 	}
 	if !first {
 		fmt.Fprintln(stdout)
@@ -107,4 +134,55 @@ func writeExplanation(w io.Writer, o injector.ObjectPlan) {
 	for _, warning := range o.Warnings {
 		fmt.Fprintln(w, "warning:", warning)
 	}
+}
+
+// explanationAPIVersion names the shape of explain -o json|yaml; no API
+// server serves it, it only gives the output an object's shape for jq and
+// yq, as status's ContainerRestarts.
+const explanationAPIVersion = "restart-supervisor.dev/v1alpha1"
+
+// explanationList is explain -o json|yaml: every object's explanation.
+type explanationList struct {
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Items      []explainedObject `json:"items"`
+}
+
+// explainedObject is one pod template's table, field for column.
+type explainedObject struct {
+	Object               string               `json:"object"`
+	PodRestartPolicy     string               `json:"podRestartPolicy"`
+	PodRestartPolicyFrom string               `json:"podRestartPolicyFrom,omitempty"`
+	Containers           []explainedContainer `json:"containers"`
+	Warnings             []string             `json:"warnings,omitempty"`
+}
+
+type explainedContainer struct {
+	Name     string             `json:"name"`
+	Kind     string             `json:"kind"`
+	RerunOf  string             `json:"rerunOf,omitempty"`
+	Wrapped  bool               `json:"wrapped"`
+	Outcomes []explainedOutcome `json:"outcomes"`
+	Limits   []string           `json:"limits,omitempty"`
+	Backoff  string             `json:"backoff,omitempty"`
+}
+
+type explainedOutcome struct {
+	ExitCodes  string `json:"exitCodes"`
+	DecidedBy  string `json:"decidedBy"`
+	Supervised string `json:"withRestartSupervisor"`
+	Native     string `json:"nativeKEP5307"`
+	Difference string `json:"difference,omitempty"`
+}
+
+func explained(o injector.ObjectPlan) explainedObject {
+	e := explainedObject{Object: o.Object, PodRestartPolicy: o.PodPolicy, PodRestartPolicyFrom: o.PodPolicyFrom, Warnings: o.Warnings}
+	for _, c := range o.Containers {
+		ec := explainedContainer{Name: c.Name, Kind: string(c.Kind), RerunOf: c.RerunOf, Wrapped: c.Wrapped, Limits: c.Limits, Backoff: c.Backoff}
+		for _, out := range c.Outcomes {
+			ec.Outcomes = append(ec.Outcomes, explainedOutcome{ExitCodes: out.Codes, DecidedBy: out.Why, Supervised: out.Supervised, Native: out.Native, Difference: out.Difference})
+		}
+		e.Containers = append(e.Containers, ec)
+	}
+	return e
 }

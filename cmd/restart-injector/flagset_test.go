@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"sigs.k8s.io/yaml"
 )
 
 // TestFlagConventions runs every command through the built binary with
@@ -67,6 +69,16 @@ func TestFlagConventions(t *testing.T) {
 	// A shorthand with its value attached is not a long flag.
 	if code, out, errs := runBin(t, nil, "version", "-ojson"); code != exitOK || !strings.Contains(out, `"version"`) {
 		t.Errorf("version -ojson: exit %d %q %q", code, out, errs)
+	}
+	// explain -o json and -o yaml: the tables' content as objects.
+	for _, format := range []string{"json", "yaml"} {
+		code, out, errs := runBin(t, nil, "explain", "--filename", manifest, "-o", format)
+		var list explanationList
+		if err := yaml.Unmarshal([]byte(out), &list); code != exitOK || err != nil || list.Kind != "ExplanationList" || len(list.Items) != 1 ||
+			len(list.Items[0].Containers) != 1 || !list.Items[0].Containers[0].Wrapped || len(list.Items[0].Containers[0].Outcomes) != 2 ||
+			list.Items[0].Containers[0].Outcomes[1].DecidedBy != "rule 0: Restart In [42]" {
+			t.Errorf("explain -o %s: exit %d %v %q %s", format, code, err, errs, out)
+		}
 	}
 	// kubectl's connection flags are there, as kubectl spells them.
 	_, _, help := runBin(t, nil, "check", "--help")

@@ -74,7 +74,7 @@ var subcommands = []subcommand{
 			return runUninject(ctx, args, std.in, std.out, std.err)
 		}},
 	{"version", "print the version, Go version and platform",
-		func(ctx context.Context, args []string, std stdio) int { return runVersion(args, std.out, std.err) }},
+		func(ctx context.Context, args []string, std stdio) int { return runVersion(ctx, args, std.out, std.err) }},
 }
 
 func usage(w io.Writer) {
@@ -117,7 +117,7 @@ func dispatch(ctx context.Context, args []string, std stdio) int {
 		usage(std.out)
 		return exitOK
 	case "--version", "-version":
-		return runVersion(args[1:], std.out, std.err)
+		return runVersion(ctx, args[1:], std.out, std.err)
 	}
 	for _, sc := range subcommands {
 		if sc.name == args[0] {

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/restart-supervisor/restart-supervisor/nodeagent/agentapi"
 	"github.com/restart-supervisor/restart-supervisor/webhook"
 )
 
@@ -316,5 +317,27 @@ func TestCheckWebhookPods(t *testing.T) {
 	want := "fail  webhook-pods        0 of 1 pods of the webhook ready; ri-7d9f-abcde: ImagePullBackOff (image ghcr.io/restart-supervisor/restart-injector:v0.1.0): Back-off pulling image"
 	if out := check(); !strings.Contains(out, want) {
 		t.Errorf("check with the webhook's pod in ImagePullBackOff lacks %q:\n%s", want, out)
+	}
+
+	// version --remote: the API server's version and the images the
+	// webhook's pods (found through the configuration, whatever its
+	// name) and the node agents' pods run.
+	_, err = client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agentapi.AgentNamespace}}, metav1.CreateOptions{})
+	must(t, err)
+	agentKey, agentValue, _ := strings.Cut(agentapi.AgentLabel, "=")
+	_, err = client.CoreV1().Pods(agentapi.AgentNamespace).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "agent-x1", Labels: map[string]string{agentKey: agentValue}},
+		Spec: corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{Name: "agent", Image: "ghcr.io/restart-supervisor/restart-injector:v0.0.9"}}}}, metav1.CreateOptions{})
+	must(t, err)
+	out, err := exec.Command(bin, "version", "--remote", "--kubeconfig", admin).CombinedOutput()
+	server, verr := client.Discovery().ServerVersion()
+	must(t, verr)
+	for _, line := range []string{"server: Kubernetes " + server.GitVersion, "webhook: ghcr.io/restart-supervisor/restart-injector:v0.1.0", "node agents: ghcr.io/restart-supervisor/restart-injector:v0.0.9"} {
+		if err != nil || !strings.Contains(string(out), line+"\n") {
+			t.Errorf("version --remote: %v, want the line %q:\n%s", err, line, out)
+		}
+	}
+	out, err = exec.Command(bin, "version", "--remote", "--kubeconfig", admin, "--server", "https://127.0.0.1:1").CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || strings.Count(string(out), "\n") != 1 || !strings.Contains(string(out), "the API server's version") {
+		t.Errorf("version --remote against no server: %v, want exit 1 and one line:\n%s", err, out)
 	}
 }
