@@ -74,7 +74,9 @@ var subcommands = []subcommand{
 			return runUninject(ctx, args, std.in, std.out, std.err)
 		}},
 	{"version", "print the version, Go version and platform",
-		func(ctx context.Context, args []string, std stdio) int { return runVersion(ctx, args, std.out, std.err) }},
+		func(ctx context.Context, args []string, std stdio) int {
+			return runVersion(ctx, args, std.out, std.err)
+		}},
 }
 
 func usage(w io.Writer) {
