@@ -41,8 +41,15 @@ hack/cert-manager.sh >/dev/null
 log "building the JobSet controller from the Go module proxy for the JobSet row of the conformance table (cached)"
 hack/jobset.sh >/dev/null
 
+log "unpacking Debian's promtool (cached), for the alerts' promtool tests"
+PROMTOOL="$(hack/promtool-debian.sh | tail -1)/promtool"
+export PROMTOOL
+
 log "make check: gofmt, the supervisor's dependency graph, every fuzz target listed"
 make check
+
+log "make rules-test: promtool check rules and test rules on the shipped alerts, and the dashboard's queries through promtool's parser"
+make rules-test PROMTOOL="$PROMTOOL"
 
 log "make lint: go vet, staticcheck and depguard's import rules of ARCHITECTURE.md (golangci-lint, pinned, built on first use)"
 make lint
