@@ -1,12 +1,9 @@
 package cluster
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,13 +12,10 @@ import (
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
-	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 
@@ -78,42 +72,11 @@ var kueueWebhookPaths = []string{"-kueue-x-k8s-io-", "-jobset-x-k8s-io-", "-batc
 // ClusterQueue and the LocalQueue KueueQueue. JobSet must be installed
 // first: Kueue turns on its JobSet integration only if the CRD exists.
 func (c *Cluster) startKueue(ctx context.Context, o KueueOptions) error {
-	ext, err := apiextclient.NewForConfig(c.Config)
-	if err != nil {
-		return err
-	}
 	crds, err := filepath.Glob(filepath.Join(o.Dir, "crds", "kueue.x-k8s.io_*.yaml"))
 	if err != nil || len(crds) == 0 {
 		return fmt.Errorf("no Kueue CRDs in %s/crds", o.Dir)
 	}
-	var names []string
-	for _, path := range crds {
-		crd, err := readCRD(path)
-		if err != nil {
-			return err
-		}
-		if _, err := ext.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("create CRD %s: %w", crd.Name, err)
-		}
-		names = append(names, crd.Name)
-	}
-	err = c.waitFor(ctx, "kube-apiserver", 60*time.Second, func() error {
-		for _, name := range names {
-			got, err := ext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			established := false
-			for _, cond := range got.Status.Conditions {
-				established = established || cond.Type == apiextv1.Established && cond.Status == apiextv1.ConditionTrue
-			}
-			if !established {
-				return fmt.Errorf("CRD %s not established yet", name)
-			}
-		}
-		return nil
-	})
-	if err != nil {
+	if err := c.installCRDs(ctx, crds...); err != nil {
 		return err
 	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kueue-system"}}
@@ -286,68 +249,17 @@ func (c *Cluster) makeKueueQueue(ctx context.Context) error {
 // registerKueueWebhooks creates the release's webhook configurations, kept
 // to the webhooks of kueueWebhookPaths, each pointed at base + its path.
 func (c *Cluster) registerKueueWebhooks(ctx context.Context, path, base string, caPEM []byte) error {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	kept := func(cc admissionv1.WebhookClientConfig) (admissionv1.WebhookClientConfig, bool) {
+	return c.registerWebhooks(ctx, path, "kueue-", func(cc *admissionv1.WebhookClientConfig, _ []admissionv1.RuleWithOperations, _ **metav1.LabelSelector) bool {
 		if cc.Service == nil || cc.Service.Path == nil {
-			return cc, false
+			return false
 		}
 		for _, p := range kueueWebhookPaths {
 			if strings.Contains(*cc.Service.Path, p) {
 				url := base + *cc.Service.Path
-				return admissionv1.WebhookClientConfig{URL: &url, CABundle: caPEM}, true
+				*cc = admissionv1.WebhookClientConfig{URL: &url, CABundle: caPEM}
+				return true
 			}
 		}
-		return cc, false
-	}
-	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(raw)))
-	for {
-		doc, err := reader.Read()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-		var meta metav1.TypeMeta
-		if err := yaml.Unmarshal(doc, &meta); err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-		switch meta.Kind {
-		case "MutatingWebhookConfiguration":
-			var cfg admissionv1.MutatingWebhookConfiguration
-			if err := yaml.Unmarshal(doc, &cfg); err != nil {
-				return fmt.Errorf("%s: %w", path, err)
-			}
-			var hooks []admissionv1.MutatingWebhook
-			for _, h := range cfg.Webhooks {
-				if cc, ok := kept(h.ClientConfig); ok {
-					h.ClientConfig = cc
-					hooks = append(hooks, h)
-				}
-			}
-			cfg.Name, cfg.Webhooks = "kueue-"+cfg.Name, hooks
-			if _, err := c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, &cfg, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-				return fmt.Errorf("create MutatingWebhookConfiguration %s: %w", cfg.Name, err)
-			}
-		case "ValidatingWebhookConfiguration":
-			var cfg admissionv1.ValidatingWebhookConfiguration
-			if err := yaml.Unmarshal(doc, &cfg); err != nil {
-				return fmt.Errorf("%s: %w", path, err)
-			}
-			var hooks []admissionv1.ValidatingWebhook
-			for _, h := range cfg.Webhooks {
-				if cc, ok := kept(h.ClientConfig); ok {
-					h.ClientConfig = cc
-					hooks = append(hooks, h)
-				}
-			}
-			cfg.Name, cfg.Webhooks = "kueue-"+cfg.Name, hooks
-			if _, err := c.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, &cfg, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-				return fmt.Errorf("create ValidatingWebhookConfiguration %s: %w", cfg.Name, err)
-			}
-		}
-	}
+		return false
+	})
 }
