@@ -279,8 +279,8 @@ const queueHead = "| Path | Fault | Runs | Fault → first step after resume, me
 func queueRow(p trainingPath, f trainingFault, rs []trainingRun) string {
 	var secs, completed []float64
 	worst, worstCompleted := 0.0, 0.0
-	pods, states, reasons := map[int]bool{}, map[string]bool{}, map[string]bool{}
-	lost, failed, evictions, evicted := 0, 0, 0, 0
+	pods, lost, states, reasons := map[int]bool{}, map[int]bool{}, map[string]bool{}, map[string]bool{}
+	failed, evictions, evicted := 0, 0, 0
 	var unready, lostAdmission, idle time.Duration
 	for _, r := range rs {
 		if r.err != nil {
@@ -292,8 +292,7 @@ func queueRow(p trainingPath, f trainingFault, rs []trainingRun) string {
 		c := float64(r.finished.UnixNano())/1e9 - r.rec.faultAt
 		completed = append(completed, c)
 		worstCompleted = max(worstCompleted, c)
-		pods[r.pods], states[r.state] = true, true
-		lost = r.rec.stepsLost
+		pods[r.pods], lost[r.rec.stepsLost], states[r.state] = true, true, true
 		if q := r.queue; q != nil {
 			evictions += q.evictions()
 			if q.evictions() > 0 {
@@ -317,6 +316,6 @@ func queueRow(p trainingPath, f trainingFault, rs []trainingRun) string {
 		evictCell = fmt.Sprintf("%d in %d of %d runs (%s)", evictions, evicted, len(secs), joinKeys(reasons))
 	}
 	secsOf := func(d time.Duration) string { return fmt.Sprintf("%.1f s", d.Seconds()) }
-	return fmt.Sprintf("| %s | %s | %s | %.2f s | %.2f s | %d | %d of %d | %.1f s | %.1f s | %s | %s | %s | %s | %s | %s |\n", p.name, f.name, runsCell, medianOf(secs), worst, lost,
+	return fmt.Sprintf("| %s | %s | %s | %.2f s | %.2f s | %s | %d of %d | %.1f s | %.1f s | %s | %s | %s | %s | %s | %s |\n", p.name, f.name, runsCell, medianOf(secs), worst, joinInts(lost),
 		len(secs), len(rs), medianOf(completed), worstCompleted, joinInts(pods), evictCell, secsOf(unready), secsOf(lostAdmission), secsOf(idle), joinKeys(states))
 }

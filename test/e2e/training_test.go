@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -1290,7 +1291,20 @@ func measureRecovery(ranks [][]trainLine, faulted bool) (recoveryTime, error) {
 			return rec, fmt.Errorf("rank %d never stepped after a restart that followed the fault", r)
 		}
 	}
-	rec.stepsLost = trainFault - 1 - rec.resumeFrom
+	// The steps computed again: every step a rank logged, over all its
+	// runs, beyond the job's steps (the slowest rank's). With one resume
+	// that is the steps between its checkpoint and the fault; a run
+	// stopped again before it finished (a queue's eviction after a
+	// recreation) adds the steps it redid.
+	for _, lines := range ranks {
+		n := 0
+		for _, l := range lines {
+			if l.Event == "" && l.Step > 0 {
+				n++
+			}
+		}
+		rec.stepsLost = max(rec.stepsLost, n-trainSteps)
+	}
 	rec.faultAt = faultAt
 	return rec, nil
 }
@@ -1731,10 +1745,9 @@ func versionOf(file string) string {
 
 func joinInts(m map[int]bool) string {
 	var s []string
-	for k := range m {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		s = append(s, strconv.Itoa(k))
 	}
-	sort.Strings(s)
 	return strings.Join(s, ", ")
 }
 
@@ -1762,7 +1775,8 @@ const trainingRecipe = `## Reading the table
   rows count 2 per attempt (its recreated Jobs' pods are deleted).
 - **restartCount** is the kubelet's, summed over every container of the pods, sidecars included: the in-place restarts of
   the supervisor never move it (docs/supervisor.md); the kubelet's own restarts do, once per container restarted.
-- **Steps lost** are the steps done again: from the last checkpoint to the fault.
+- **Steps lost** are the steps done again: every step a rank computed beyond the job's, over all its runs (the slowest
+  rank's); with one restart, those from the last checkpoint to the fault.
 - **Final loss = unfaulted**: runs that ended with the unfaulted run's final loss, bit for bit, of all runs of the row.
 - Where a path restarts at once (the first crash restart of the kubelet and of the supervisor has no back-off), most of the
   recovery is Python importing torch and joining the new rendezvous; the supervisor's own restart is under a millisecond
