@@ -272,10 +272,10 @@ func scenarios() []scenario {
 		want: same("Running, killed by the startup probe 1×, started 2×"),
 		run:  startupProbeKillScenario,
 	}, {
-		name: "ProbeFirstCheck", desc: "probes: pod Never, container OnFailure; liveness (exec, initialDelaySeconds 0, period 1 s × 1) on a file the workload makes 50 ms after its start; it exits 0 after 6 s: the first check comes only once the kubelet has seen the container run",
+		name: "ProbeFirstCheck", desc: "probes: pod Never, container OnFailure; liveness (exec, initialDelaySeconds 0, period 1 s × 1) on a file the workload makes 300 ms after its start; it exits 0 after 6 s: the first check comes only once the kubelet has seen the container run",
 		want: same("Succeeded, not restarted, started 1×"),
 		run: startsCounted("c", exitScenario(never, true, withProbes(shell("c",
-			`mark `+markStart+`; rm -f /tmp/healthy; sleep 0.05; touch /tmp/healthy; sleep 6; mark `+markExit+`; exit 0`,
+			`mark `+markStart+`; rm -f /tmp/healthy; sleep 0.3; touch /tmp/healthy; sleep 6; mark `+markExit+`; exit 0`,
 			policy(corev1.ContainerRestartPolicyOnFailure)), execProbe(0, 1, 1, "cat", "/tmp/healthy"), nil))),
 	}, {
 		name: "P1", desc: "probes: pod Never, container Always; the liveness probe (exec, period 1 s × 2) fails 5 s after the first start (the probe kill takes the container's policy)",
