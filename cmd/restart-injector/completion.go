@@ -119,8 +119,8 @@ func completionCommands(ctx context.Context) []compCommand {
 		if sc.name == "completion" {
 			c.args = completionShells
 		} else {
-			var made []any
-			flagSetMade = func(fs any) { made = append(made, fs) }
+			var made []*pflag.FlagSet
+			flagSetMade = func(fs *pflag.FlagSet) { made = append(made, fs) }
 			sc.run(ctx, []string{"-h"}, stdio{strings.NewReader(""), io.Discard, io.Discard})
 			flagSetMade = nil
 			for _, fs := range made {
@@ -132,19 +132,15 @@ func completionCommands(ctx context.Context) []compCommand {
 	return out
 }
 
-// flagsOf lists a flag set's flags. Go's flag package takes -name and
-// --name alike: a name of one letter is offered as -x, a longer one as
-// --name, the form kubectl users type.
-func flagsOf(cmd string, fs any) []compFlag {
+// flagsOf lists a flag set's flags, each with its long name and its
+// shorthand.
+func flagsOf(cmd string, fs *pflag.FlagSet) []compFlag {
 	var out []compFlag
-	switch fs := fs.(type) {
-	case *pflag.FlagSet:
-		fs.VisitAll(func(f *pflag.Flag) {
-			_, usage := pflag.UnquoteUsage(f)
-			out = append(out, compFlag{long: f.Name, short: f.Shorthand, usage: usage,
-				takesValue: f.NoOptDefVal == "", values: flagValues[cmd+" "+f.Name]})
-		})
-	}
+	fs.VisitAll(func(f *pflag.Flag) {
+		_, usage := pflag.UnquoteUsage(f)
+		out = append(out, compFlag{long: f.Name, short: f.Shorthand, usage: usage,
+			takesValue: f.NoOptDefVal == "", values: flagValues[cmd+" "+f.Name]})
+	})
 	return out
 }
 

@@ -13,7 +13,7 @@ import (
 // completion sets it and runs each subcommand with -h, which returns at
 // Parse before the command does anything, so the scripts list the flags of
 // the very flag sets the commands parse and cannot drift from them.
-var flagSetMade func(fs any)
+var flagSetMade func(fs *pflag.FlagSet)
 
 // newFlagSet is a subcommand's flag set: pflag's, as kubectl's and every
 // kubectl plugin's (--long and -s, -n NS and --namespace=NS, flags before,
