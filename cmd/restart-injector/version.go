@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"runtime"
 	"slices"
 	"strings"
@@ -76,6 +77,8 @@ func runVersion(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		cfg, err := conn.clientConfig().ClientConfig()
 		var client kubernetes.Interface
 		if err == nil {
+			// As status's: every response cut at maxStatusResponse.
+			cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return boundedResponses{rt} })
 			client, err = kubernetes.NewForConfig(cfg)
 		}
 		if err == nil {
