@@ -120,12 +120,8 @@ integrations:
 	if err := os.WriteFile(configPath, []byte(config), 0o644); err != nil {
 		return err
 	}
-	visibility, err := freePort()
-	if err != nil {
-		return err
-	}
 	argv := []string{filepath.Join(o.Dir, "kueue"), "--kubeconfig", c.Kubeconfig, "--config", configPath,
-		"--feature-gates", "VisibilityOnDemand=false", "--visibility-server-port", fmt.Sprint(visibility)}
+		"--feature-gates", "VisibilityOnDemand=false"}
 	if err := c.Start("kueue", argv, nil); err != nil {
 		return err
 	}
