@@ -30,14 +30,22 @@ const jobSetWorkers = 2
 // webhook configurations with hack/jobset.sh.
 func jobSetDir(t *testing.T, repo string) string {
 	t.Helper()
-	if d := os.Getenv("JOBSET_DIR"); d != "" {
+	return hackDir(t, repo, "JOBSET_DIR", "jobset.sh", "the JobSet controller")
+}
+
+// hackDir is the directory a build-and-cache script of hack/ prints last
+// (hack/lib/cache.sh), or env's value where it is set; a script that
+// fails makes the test unavailable.
+func hackDir(t *testing.T, repo, env, script, what string) string {
+	t.Helper()
+	if d := os.Getenv(env); d != "" {
 		return d
 	}
-	cmd := exec.Command("bash", filepath.Join(repo, "hack", "jobset.sh"))
+	cmd := exec.Command("bash", filepath.Join(repo, "hack", script))
 	cmd.Stderr = testWriter{t}
 	out, err := cmd.Output()
 	if err != nil {
-		unavailable(t, "hack/jobset.sh (the JobSet controller from the Go module proxy) failed: %v", err)
+		unavailable(t, "hack/%s (%s from the Go module proxy) failed: %v", script, what, err)
 		return ""
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")

@@ -5,12 +5,8 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -131,17 +127,7 @@ func kueueOptions(t *testing.T, repo string, paths []trainingPath) cluster.Kueue
 	if !slices.ContainsFunc(paths, func(p trainingPath) bool { return p.scenario.queue }) {
 		return cluster.KueueOptions{}
 	}
-	dir := os.Getenv("KUEUE_DIR")
-	if dir == "" {
-		cmd := exec.Command("bash", filepath.Join(repo, "hack", "kueue.sh"))
-		cmd.Stderr = testWriter{t}
-		out, err := cmd.Output()
-		if err != nil {
-			unavailable(t, "hack/kueue.sh (Kueue from the Go module proxy) failed: %v", err)
-		}
-		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-		dir = lines[len(lines)-1]
-	}
+	dir := hackDir(t, repo, "KUEUE_DIR", "kueue.sh", "Kueue")
 	return cluster.KueueOptions{Dir: dir, PodsReadyTimeout: kueuePodsReadyTimeout, RecoveryTimeout: kueueRecoveryTimeout, RequeueBaseSeconds: kueueRequeueBase}
 }
 
