@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -59,6 +61,43 @@ func TestMemoryLimit(t *testing.T) {
 	for limit, want := range map[int64]int{0: DefaultInFlight, 128 << 20: MinInFlight, 256 << 20: 12, 1 << 30: 60} {
 		if got := MaxInFlightFor(limit); got != want {
 			t.Errorf("MaxInFlightFor(%d) = %d, want %d", limit, got, want)
+		}
+	}
+}
+
+// TuneMemory sets the runtime's soft limit and GOGC only where serve
+// knows the container's limit and the operator set neither; what it set is
+// what the runtime then reports.
+func TestTuneMemory(t *testing.T) {
+	oldGC := debug.SetGCPercent(100)
+	oldLimit := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetGCPercent(oldGC); debug.SetMemoryLimit(oldLimit) })
+	reset := func() { debug.SetGCPercent(100); debug.SetMemoryLimit(math.MaxInt64) }
+
+	for _, tc := range []struct {
+		name          string
+		limit         int64
+		gogc, memlim  string
+		want          MemoryTuning
+		wantGC        int
+		wantSoftLimit int64
+	}{
+		{"no limit", 0, "", "", MemoryTuning{}, 100, math.MaxInt64},
+		{"256Mi", 256 << 20, "", "", MemoryTuning{SoftLimit: 256 << 20 / 10 * 8, GCPercent: ServeGCPercent}, ServeGCPercent, 256 << 20 / 10 * 8},
+		{"GOGC set", 256 << 20, "200", "", MemoryTuning{SoftLimit: 256 << 20 / 10 * 8}, 100, 256 << 20 / 10 * 8},
+		{"GOMEMLIMIT set", 256 << 20, "", "1GiB", MemoryTuning{}, 100, math.MaxInt64},
+	} {
+		reset()
+		t.Setenv("GOGC", tc.gogc)
+		t.Setenv("GOMEMLIMIT", tc.memlim)
+		if got := TuneMemory(tc.limit); got != tc.want {
+			t.Errorf("%s: TuneMemory = %+v, want %+v", tc.name, got, tc.want)
+		}
+		if gc := debug.SetGCPercent(100); gc != tc.wantGC {
+			t.Errorf("%s: GOGC %d, want %d", tc.name, gc, tc.wantGC)
+		}
+		if lim := debug.SetMemoryLimit(-1); lim != tc.wantSoftLimit {
+			t.Errorf("%s: soft limit %d, want %d", tc.name, lim, tc.wantSoftLimit)
 		}
 	}
 }

@@ -169,7 +169,7 @@ type Config struct {
 	// with Retry-After, which the API server retries. If MaxInFlight is
 	// zero, it is MaxInFlightFor the container's memory limit
 	// (MemoryLimit), which also sets the Go runtime's soft limit
-	// (GOMEMLIMIT, unless set) to 90 % of it. Negative: no bound.
+	// (GOMEMLIMIT, unless set) to 80 % of it. Negative: no bound.
 	MaxInFlight int
 }
 
@@ -309,12 +309,12 @@ func Run(ctx context.Context, c Config) error {
 	if err != nil {
 		log.Warn("memory limit unknown; sizing as without one", "err", err)
 	}
-	soft := setMemoryLimit(limit)
+	tuned := TuneMemory(limit)
 	inFlight := c.MaxInFlight
 	if inFlight == 0 {
 		inFlight = MaxInFlightFor(limit)
 	}
-	log.Info("memory", "limit", limit, "from", from, "goMemLimit", soft, "maxInFlight", inFlight)
+	log.Info("memory", "limit", limit, "from", from, "goMemLimit", tuned.SoftLimit, "gogc", tuned.GCPercent, "maxInFlight", inFlight)
 	srv := &Server{Handler: h, Certs: certs, Metrics: metrics, Log: log, ClientCAs: clientCAs,
 		ShutdownDelay: c.ShutdownDelay, ShutdownTimeout: c.ShutdownTimeout, MaxInFlight: inFlight}
 	log.Info("restart-injector starting", "version", contract.Version, "certMode", c.CertMode,
