@@ -9,12 +9,20 @@
 // The load generator's share of the tail is reported two ways. Every
 // request records its send lag: how late the generator started it after
 // its scheduled time, which counts in its latency and is the generator's
-// alone. And with -pin (the default where taskset and two CPUs exist) the
-// same rounds also run against a second pair of servers in a process of
-// their own pinned to CPU 0, loaded by a generator process pinned to CPU 1,
-// so that generator and servers no longer share a core.
+// alone. The same rounds also run against a second pair of servers in a
+// process of their own, loaded by a generator process of its own, both on
+// both CPUs (*-procs): as in a cluster, where the API server is another
+// process, the generator's garbage and the servers' are collected apart.
+// And with -pin (the default where taskset and two CPUs exist) a third
+// pair runs pinned to CPU 0, its generator pinned to CPU 1 (*-pinned), so
+// that generator and servers no longer share a core.
 //
 //	go run ./bench/webhook -rps 1000 -duration 30s
+//
+// The servers run under the memory policy serve sets for a container limit
+// of -memory-limit (webhook.TuneMemory; the chart's 256 MiB by default, 0
+// for the runtime's own): in the shared rows that is the whole process's,
+// the generator's too.
 //
 // With BENCH_RESULTS set, each server's figures are also recorded there
 // (internal/benchresult) as webhook.SERVER.{p50_ns,p90_ns,p99_ns,lag_p99_ns,sent,ok,dropped}.
@@ -31,16 +39,20 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
+	"runtime/metrics"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -60,17 +72,21 @@ func main() {
 	maxInFlight := flag.Int("max-in-flight", 256, "bound on concurrent requests; a send beyond it is counted as dropped")
 	podFile := flag.String("pod", "webhook/testdata/realistic-pod.yaml", "pod manifest sent in every review")
 	pin := flag.Bool("pin", true, "also run the rounds with the servers in a process pinned to CPU 0 and the generator in one pinned to CPU 1 (needs taskset and 2 CPUs)")
-	role := flag.String("role", "", "internal: \"server\" or \"client\", the pinned processes")
+	memoryLimit := flag.Int64("memory-limit", 256<<20, "the container memory limit, in bytes, whose policy (webhook.TuneMemory) the servers run under; 0: none")
+	role := flag.String("role", "", "internal: \"server\" or \"client\", the processes of a pair")
+	gcStatsFile := flag.String("gc-stats", "server-gc.json", "internal: where -role server writes its collector's figures, in -dir")
 	dir := flag.String("dir", "", "internal: the key pair's directory, for -role")
 	flag.Parse()
+	tuned := webhook.TuneMemory(*memoryLimit)
 	var err error
 	switch *role {
 	case "server":
-		err = serveRole(*dir)
+		err = serveRole(*dir, *gcStatsFile)
 	case "client":
 		err = clientRole(*dir, *rps, *maxInFlight)
 	default:
-		err = run(*rps, *duration, *rounds, *maxInFlight, *podFile, *pin)
+		fmt.Printf("memory policy for a %d-byte limit: soft limit %d, GOGC %d (0: the runtime's)\n", *memoryLimit, tuned.SoftLimit, tuned.GCPercent)
+		err = run(*rps, *duration, *rounds, *maxInFlight, *podFile, *pin, *memoryLimit)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench/webhook:", err)
@@ -97,7 +113,7 @@ func (a *result) add(r result) {
 	a.Elapsed += r.Elapsed
 }
 
-func run(rps int, duration time.Duration, rounds, maxInFlight int, podFile string, pin bool) error {
+func run(rps int, duration time.Duration, rounds, maxInFlight int, podFile string, pin bool, memoryLimit int64) error {
 	podYAML, err := os.ReadFile(podFile)
 	if err != nil {
 		return err
@@ -146,38 +162,68 @@ func run(rps int, duration time.Duration, rounds, maxInFlight int, podFile strin
 
 	type target struct{ name, url string }
 	targets := []target{{"noop", noopURL}, {"webhook", injectURL}}
-	var pinned *pinnedPair
-	if pin {
-		if pinned, err = startPinned(dir, rps, maxInFlight, body); err != nil {
-			fmt.Println("pinned rounds skipped:", err)
-		} else {
-			defer pinned.close()
-			targets = append(targets, target{"noop-pinned", pinned.noop}, target{"webhook-pinned", pinned.inject})
+	pairs := map[string]*procPair{}
+	for _, kind := range []string{"-procs", "-pinned"} {
+		if kind == "-pinned" && !pin {
+			continue
 		}
+		p, err := startProcs(dir, kind, rps, maxInFlight, memoryLimit, body)
+		if err != nil {
+			fmt.Printf("%s rounds skipped: %v\n", kind, err)
+			continue
+		}
+		defer p.close()
+		pairs[kind] = p
+		targets = append(targets, target{"noop" + kind, p.noop}, target{"webhook" + kind, p.inject})
 	}
 
+	stealBefore := hostSteal()
 	per := duration / time.Duration(rounds)
 	fmt.Printf("loopback HTTPS, %d rps, %v per server in %d alternating rounds, max %d in flight, %d-byte review\n",
 		rps, duration, rounds, maxInFlight, len(body))
-	if pinned != nil {
+	fmt.Println("noop, webhook: servers and generator in this process; *-procs: servers in a process of their own, the generator in another")
+	if pairs["-pinned"] != nil {
 		fmt.Println("*-pinned: servers in a process pinned to CPU 0, the generator in one pinned to CPU 1 (taskset)")
 	}
 	all := map[string]*result{}
+	roundP99 := map[string][]time.Duration{}
+	cycles := map[string]uint64{} // the shared rows' collections, generator's included
 	for _, t := range targets {
 		all[t.name] = &result{}
 	}
 	for r := 0; r < rounds; r++ {
 		for _, t := range targets {
 			var res result
-			if strings.HasSuffix(t.name, "-pinned") {
-				if res, err = pinned.load(t.url, per); err != nil {
+			if _, kind, ok := strings.Cut(t.name, "-"); ok {
+				if res, err = pairs["-"+kind].load(t.url, per); err != nil {
 					return err
 				}
 			} else {
+				before := gcCycles()
 				res = load(client, t.url, body, rps, per, maxInFlight)
+				cycles[t.name] += gcCycles() - before
 			}
+			roundP99[t.name] = append(roundP99[t.name], pct(slices.Sorted(slices.Values(res.Lat)), 99))
 			all[t.name].add(res)
 		}
+	}
+	// A stall of the host (tens of ms, seen in either server's rounds
+	// alike) lands in one round and sets the pooled p99 of the whole run;
+	// the median of the rounds' p99 keeps what every round shows.
+	medP99 := map[string]time.Duration{}
+	for name, ps := range roundP99 {
+		slices.Sort(ps)
+		medP99[name] = ps[len(ps)/2]
+		if len(ps)%2 == 0 {
+			medP99[name] = (ps[len(ps)/2-1] + ps[len(ps)/2]) / 2
+		}
+		benchresult.Record("webhook."+name+".round_p99_median_ns", float64(medP99[name]))
+	}
+	// Time the hypervisor gave this machine's CPUs to others: a run with
+	// much of it measured the host's neighbours, not the servers.
+	if steal := hostSteal() - stealBefore; stealBefore >= 0 {
+		fmt.Printf("host steal time during the rounds: %v\n", steal.Round(time.Millisecond))
+		benchresult.Record("webhook.host_steal_ns", float64(steal))
 	}
 	q := map[string][4]time.Duration{}
 	failed := false
@@ -203,13 +249,39 @@ func run(rps int, duration time.Duration, rounds, maxInFlight int, podFile strin
 	}
 	benchresult.Record("webhook.rps", float64(rps))
 	benchresult.Record("webhook.review_bytes", float64(len(body)))
-	fmt.Printf("ratio webhook/noop: p50 %.2fx  p90 %.2fx  p99 %.2fx\n",
-		ratio(q["webhook"][0], q["noop"][0]), ratio(q["webhook"][1], q["noop"][1]), ratio(q["webhook"][2], q["noop"][2]))
-	if pinned != nil {
-		fmt.Printf("ratio webhook/noop, pinned: p50 %.2fx  p90 %.2fx  p99 %.2fx\n",
-			ratio(q["webhook-pinned"][0], q["noop-pinned"][0]), ratio(q["webhook-pinned"][1], q["noop-pinned"][1]), ratio(q["webhook-pinned"][2], q["noop-pinned"][2]))
-		fmt.Printf("pinned / shared cores: noop p99 %.2fx  webhook p99 %.2fx\n",
-			ratio(q["noop-pinned"][2], q["noop"][2]), ratio(q["webhook-pinned"][2], q["webhook"][2]))
+	for _, t := range targets {
+		fmt.Printf("%-15s p99 of each round:", t.name)
+		for _, p := range roundP99[t.name] {
+			fmt.Printf(" %v", p.Round(time.Microsecond))
+		}
+		fmt.Printf("  median %v\n", medP99[t.name].Round(time.Microsecond))
+	}
+	fmt.Printf("collections in the shared process during its rounds: noop %d, webhook %d\n", cycles["noop"], cycles["webhook"])
+	benchresult.Record("webhook.noop.gc_cycles", float64(cycles["noop"]))
+	benchresult.Record("webhook.webhook.gc_cycles", float64(cycles["webhook"]))
+	fmt.Printf("ratio webhook/noop: p50 %.2fx  p90 %.2fx  p99 %.2fx  rounds' median p99 %.2fx\n",
+		ratio(q["webhook"][0], q["noop"][0]), ratio(q["webhook"][1], q["noop"][1]), ratio(q["webhook"][2], q["noop"][2]),
+		ratio(medP99["webhook"], medP99["noop"]))
+	for _, kind := range []string{"-procs", "-pinned"} {
+		p := pairs[kind]
+		if p == nil {
+			continue
+		}
+		fmt.Printf("ratio webhook/noop, %s: p50 %.2fx  p90 %.2fx  p99 %.2fx  rounds' median p99 %.2fx\n", kind[1:],
+			ratio(q["webhook"+kind][0], q["noop"+kind][0]), ratio(q["webhook"+kind][1], q["noop"+kind][1]), ratio(q["webhook"+kind][2], q["noop"+kind][2]),
+			ratio(medP99["webhook"+kind], medP99["noop"+kind]))
+		p.close()
+		var gc gcStats
+		if b, err := os.ReadFile(filepath.Join(dir, "server-gc"+kind+".json")); err == nil {
+			_ = json.Unmarshal(b, &gc)
+		}
+		rss := p.serverPeakRSS()
+		fmt.Printf("%s server process: peak RSS %.1f MiB, %d collections stopping the world for %v in all (%d reviews sent to it)\n",
+			kind[1:], float64(rss)/(1<<20), gc.Cycles, gc.PauseSum.Round(time.Microsecond), all["noop"+kind].Sent+all["webhook"+kind].Sent)
+		key := "webhook." + kind[1:] + "_server_"
+		benchresult.Record(key+"peak_rss_bytes", float64(rss))
+		benchresult.Record(key+"gc_cycles", float64(gc.Cycles))
+		benchresult.Record(key+"gc_pause_ns", float64(gc.PauseSum))
 	}
 	if failed {
 		return fmt.Errorf("requests failed")
@@ -268,9 +340,10 @@ func warm(c *http.Client, url string, body []byte) {
 	}
 }
 
-// pinnedPair is the server process pinned to CPU 0 and the generator
-// process pinned to CPU 1.
-type pinnedPair struct {
+// procPair is a server process and a generator process: both on any CPU
+// (kind "-procs"), or the server pinned to CPU 0 and the generator to CPU
+// 1 (kind "-pinned").
+type procPair struct {
 	server, client *exec.Cmd
 	serverIn       io.WriteCloser
 	clientIn       io.WriteCloser
@@ -278,20 +351,26 @@ type pinnedPair struct {
 	noop, inject   string
 }
 
-func startPinned(dir string, rps, maxInFlight int, body []byte) (*pinnedPair, error) {
-	if goruntime.NumCPU() < 2 {
-		return nil, fmt.Errorf("%d CPU", goruntime.NumCPU())
-	}
-	taskset, err := exec.LookPath("taskset")
-	if err != nil {
-		return nil, err
-	}
+func startProcs(dir, kind string, rps, maxInFlight int, memoryLimit int64, body []byte) (*procPair, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	p := &pinnedPair{}
-	p.server = exec.Command(taskset, "-c", "0", self, "-role", "server", "-dir", dir)
+	command := func(cpu string, args ...string) *exec.Cmd { return exec.Command(self, args...) }
+	if kind == "-pinned" {
+		if goruntime.NumCPU() < 2 {
+			return nil, fmt.Errorf("%d CPU", goruntime.NumCPU())
+		}
+		taskset, err := exec.LookPath("taskset")
+		if err != nil {
+			return nil, err
+		}
+		command = func(cpu string, args ...string) *exec.Cmd {
+			return exec.Command(taskset, append([]string{"-c", cpu, self}, args...)...)
+		}
+	}
+	p := &procPair{}
+	p.server = command("0", "-role", "server", "-dir", dir, "-memory-limit", fmt.Sprint(memoryLimit), "-gc-stats", "server-gc"+kind+".json")
 	p.server.Stderr = os.Stderr
 	if p.serverIn, err = p.server.StdinPipe(); err != nil {
 		return nil, err
@@ -305,13 +384,13 @@ func startPinned(dir string, rps, maxInFlight int, body []byte) (*pinnedPair, er
 	}
 	if _, err := fmt.Fscan(bufio.NewReader(out), &p.noop, &p.inject); err != nil {
 		p.close()
-		return nil, fmt.Errorf("pinned server: %v", err)
+		return nil, fmt.Errorf("%s server: %v", kind, err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "review.json"), body, 0o600); err != nil {
 		p.close()
 		return nil, err
 	}
-	p.client = exec.Command(taskset, "-c", "1", self, "-role", "client", "-dir", dir,
+	p.client = command("1", "-role", "client", "-dir", dir,
 		"-rps", fmt.Sprint(rps), "-max-in-flight", fmt.Sprint(maxInFlight))
 	p.client.Stderr = os.Stderr
 	if p.clientIn, err = p.client.StdinPipe(); err != nil {
@@ -332,8 +411,8 @@ func startPinned(dir string, rps, maxInFlight int, body []byte) (*pinnedPair, er
 	return p, nil
 }
 
-// load runs one round through the pinned generator.
-func (p *pinnedPair) load(url string, d time.Duration) (result, error) {
+// load runs one round through the pair's generator.
+func (p *procPair) load(url string, d time.Duration) (result, error) {
 	var res result
 	if _, err := fmt.Fprintln(p.clientIn, url, int64(d)); err != nil {
 		return res, err
@@ -342,12 +421,24 @@ func (p *pinnedPair) load(url string, d time.Duration) (result, error) {
 	return res, err
 }
 
-func (p *pinnedPair) close() {
+// serverPeakRSS is the server process's peak resident set in bytes, once
+// it has exited; 0 before.
+func (p *procPair) serverPeakRSS() int64 {
+	if p.server == nil || p.server.ProcessState == nil {
+		return 0
+	}
+	if ru, ok := p.server.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		return ru.Maxrss << 10
+	}
+	return 0
+}
+
+func (p *procPair) close() {
 	for _, c := range []struct {
 		cmd *exec.Cmd
 		in  io.WriteCloser
 	}{{p.client, p.clientIn}, {p.server, p.serverIn}} {
-		if c.cmd == nil {
+		if c.cmd == nil || c.cmd.ProcessState != nil {
 			continue
 		}
 		if c.in != nil {
@@ -357,9 +448,9 @@ func (p *pinnedPair) close() {
 	}
 }
 
-// serveRole is the pinned server process: both servers, their URLs on
-// stdout, until stdin closes.
-func serveRole(dir string) error {
+// serveRole is a pair's server process: both servers, their URLs on
+// stdout, until stdin closes; then its gcStats in dir/gcStatsFile.
+func serveRole(dir, gcStatsFile string) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	noopURL, injectURL, err := startServers(ctx, dir)
@@ -368,10 +459,61 @@ func serveRole(dir string) error {
 	}
 	fmt.Println(noopURL, injectURL)
 	_, _ = io.Copy(io.Discard, os.Stdin)
-	return nil
+	return writeGCStats(filepath.Join(dir, gcStatsFile))
 }
 
-// clientRole is the pinned generator: for each "URL DURATION" line on
+// hostSteal is the steal time of all CPUs so far (/proc/stat's eighth
+// figure, in USER_HZ ticks of 10 ms), or -1 where it cannot be read.
+func hostSteal() time.Duration {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return -1
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return -1
+	}
+	n, err := strconv.ParseInt(f[8], 10, 64)
+	if err != nil {
+		return -1
+	}
+	return time.Duration(n) * 10 * time.Millisecond
+}
+
+func gcCycles() uint64 {
+	s := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
+// gcStats is what the collector did in a server process over the
+// whole run: cycles, and the time the world was stopped for it.
+type gcStats struct {
+	Cycles   uint64
+	PauseSum time.Duration
+}
+
+// writeGCStats writes the process's gcStats to path. The pauses are read
+// from the runtime's histogram, each bucket counted at its upper bound.
+func writeGCStats(path string) error {
+	samples := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/sched/pauses/total/gc:seconds"}}
+	metrics.Read(samples)
+	st := gcStats{Cycles: samples[0].Value.Uint64()}
+	h := samples[1].Value.Float64Histogram()
+	for i, n := range h.Counts {
+		if up := h.Buckets[i+1]; n > 0 && !math.IsInf(up, 1) {
+			st.PauseSum += time.Duration(float64(n) * up * float64(time.Second))
+		}
+	}
+	b, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o600)
+}
+
+// clientRole is a pair's generator: for each "URL DURATION" line on
 // stdin, one round, its result as a JSON line on stdout.
 func clientRole(dir string, rps, maxInFlight int) error {
 	caPEM, err := os.ReadFile(filepath.Join(dir, webhook.CAFile))
