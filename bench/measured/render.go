@@ -80,9 +80,13 @@ func (r results) readmeTable() (string, error) {
 		mib(l.num("inject.1000.input_bytes")), mib(l.num("inject.10000.input_bytes")), injectMemTarget, mib(r1), mib(r10), mib(r1-f1), mib(r10-f10), x(r10-f10, r1-f1), mib(f1),
 		bytesN(l.num("inject.10000.largest_doc_bytes")), verdict((r10-f10) <= injectMemTarget*(r1-f1)))
 
-	for _, v := range []struct{ suffix, name string }{{"", "shared cores"}, {"-pinned", "servers pinned to CPU 0, generator to CPU 1"}} {
-		if v.suffix != "" && !l.has("webhook.webhook-pinned.p99_ns") {
-			continue
+	for _, v := range []struct{ suffix, name string }{
+		{"", "shared cores"},
+		{"-procs", "shared cores, servers and generator in processes of their own"},
+		{"-pinned", "servers pinned to CPU 0, generator to CPU 1"},
+	} {
+		if v.suffix != "" && !l.has("webhook.webhook"+v.suffix+".p99_ns") {
+			continue // a run from before the row existed, or without taskset
 		}
 		w, n := l.num("webhook.webhook"+v.suffix+".p99_ns"), l.num("webhook.noop"+v.suffix+".p99_ns")
 		p("| webhook over loopback HTTPS at %s reviews/s, p99 (%s) | ≤ %.1f× the no-op | %s (%s); p50 %s; the generator's send lag is %.0f %% of the p99 | no-op handler p99 %s, p50 %s | %s |\n",
@@ -171,9 +175,9 @@ func (r results) latestRun() (string, error) {
 
 	p("\n**Webhook**, %s reviews/s over loopback HTTPS, %s-byte review:\n\n", rate(l.num("webhook.rps")), rate(l.num("webhook.review_bytes")))
 	p("| server | ok of sent | dropped | p50 | p90 | p99 | send lag p99 |\n|---|---|---|---|---|---|---|\n")
-	for _, s := range []string{"noop", "webhook", "noop-pinned", "webhook-pinned"} {
+	for _, s := range []string{"noop", "webhook", "noop-procs", "webhook-procs", "noop-pinned", "webhook-pinned"} {
 		k := "webhook." + s
-		if !l.has(k+".p99_ns") && strings.HasSuffix(s, "-pinned") {
+		if !l.has(k+".p99_ns") && strings.Contains(s, "-") {
 			continue
 		}
 		p("| %s | %s of %s | %s | %s | %s | %s | %s |\n", s, rate(l.num(k+".ok")), rate(l.num(k+".sent")), rate(l.num(k+".dropped")),
