@@ -250,7 +250,7 @@ func run(rps int, duration time.Duration, rounds, maxInFlight int, podFile strin
 	benchresult.Record("webhook.rps", float64(rps))
 	benchresult.Record("webhook.review_bytes", float64(len(body)))
 	for _, t := range targets {
-		fmt.Printf("%-15s p99 of each round:", t.name)
+		fmt.Printf("%-15s p99 of the rounds, sorted:", t.name)
 		for _, p := range roundP99[t.name] {
 			fmt.Printf(" %v", p.Round(time.Microsecond))
 		}

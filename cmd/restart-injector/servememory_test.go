@@ -142,10 +142,11 @@ func startServe(t *testing.T, env []string) *served {
 			_ = s.cmd.Wait()
 		}
 	})
+	serving := regexp.MustCompile(`msg=serving mutate=(\S+)`)
 	sc := bufio.NewScanner(stderr)
 	for sc.Scan() {
 		s.log = append(s.log, sc.Text())
-		if m := regexp.MustCompile(`msg=serving mutate=(\S+)`).FindStringSubmatch(sc.Text()); m != nil {
+		if m := serving.FindStringSubmatch(sc.Text()); m != nil {
 			s.url = m[1]
 			break
 		}
@@ -176,9 +177,10 @@ func withoutGoEnv() []string {
 
 // logValue is key's value in serve's "memory" log line.
 func (s *served) logValue(key string) string {
+	value := regexp.MustCompile(`\b` + regexp.QuoteMeta(key) + `=(\S+)`)
 	for _, l := range s.log {
 		if strings.Contains(l, "msg=memory ") {
-			if m := regexp.MustCompile(`\b` + key + `=(\S+)`).FindStringSubmatch(l); m != nil {
+			if m := value.FindStringSubmatch(l); m != nil {
 				return m[1]
 			}
 		}
